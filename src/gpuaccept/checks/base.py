@@ -1,0 +1,218 @@
+"""The check interface: parameters, thresholds, context and outcome.
+
+A check is one class with a name, a log tag, declared parameters with
+per-profile defaults, default thresholds as data, a timeout, and a ``run``
+method that returns an :class:`Outcome`. Check modules must not import torch
+at module level: import it inside ``run`` so that listing checks stays cheap.
+"""
+
+from __future__ import annotations
+
+import abc
+import fnmatch
+import sys
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from gpuaccept.errors import ConfigError
+from gpuaccept.model import Metric, Status, Threshold
+
+PROFILES = ("quick", "standard", "full")
+
+_KINDS: dict[str, type] = {"int": int, "float": float, "str": str, "bool": bool, "list": list}
+
+
+@dataclass(frozen=True)
+class Param:
+    """A declared check parameter.
+
+    ``kind`` is ``int``, ``float``, ``str``, ``bool`` or ``list`` (of ``item``);
+    ``choices`` restricts values (each list item for lists).
+    """
+
+    name: str
+    kind: str
+    default: Any
+    help: str
+    item: str = "str"
+    choices: tuple[Any, ...] | None = None
+    minimum: float | None = None
+
+    def coerce(self, value: Any, source: str, key: str) -> Any:
+        """Validate ``value`` for this parameter; raise :class:`ConfigError` if wrong."""
+        if self.kind == "list":
+            if isinstance(value, str):
+                value = [v.strip() for v in value.split(",") if v.strip()]
+            if not isinstance(value, list):
+                raise ConfigError(source, key, f"expected a list, got {type(value).__name__}")
+            item = Param(self.name, self.item, None, self.help, choices=self.choices, minimum=self.minimum)
+            return [item.coerce(v, source, f"{key}[{i}]") for i, v in enumerate(value)]
+        want = _KINDS[self.kind]
+        ok = isinstance(value, want) and not (want in (int, float) and isinstance(value, bool))
+        if self.kind == "float" and isinstance(value, int) and not isinstance(value, bool):
+            value, ok = float(value), True
+        if not ok:
+            raise ConfigError(source, key, f"expected {self.kind}, got {type(value).__name__} {value!r}")
+        if self.choices is not None and value not in self.choices:
+            raise ConfigError(source, key, f"{value!r} is not one of {', '.join(map(str, self.choices))}")
+        if self.minimum is not None and value < self.minimum:
+            raise ConfigError(source, key, f"{value!r} is below the minimum {self.minimum}")
+        return value
+
+
+_BOUND_KEYS = ("min", "max", "min_fraction", "max_fraction")
+
+
+@dataclass(frozen=True)
+class ThresholdRule:
+    """A declarative bound on the metrics whose name matches ``metric`` (a glob).
+
+    Exactly one of ``min``/``max`` (absolute, in the metric's unit) or
+    ``min_fraction``/``max_fraction`` (of the metric's ``expected`` value) is
+    set. A fraction rule does not apply to a metric without an expectation.
+    """
+
+    metric: str
+    min: float | None = None
+    max: float | None = None
+    min_fraction: float | None = None
+    max_fraction: float | None = None
+    severity: Status = Status.FAIL
+    source: str = "default"
+
+    def matches(self, metric: Metric) -> bool:
+        return fnmatch.fnmatchcase(metric.name, self.metric)
+
+    def bound_for(self, metric: Metric) -> Threshold | None:
+        """The concrete bound for ``metric``, or None when the rule cannot apply."""
+        if self.min is not None:
+            return Threshold(">=", self.min, self.severity, self.source)
+        if self.max is not None:
+            return Threshold("<=", self.max, self.severity, self.source)
+        if metric.expected is None:
+            return None
+        if self.min_fraction is not None:
+            return Threshold(">=", self.min_fraction * metric.expected, self.severity, self.source)
+        if self.max_fraction is not None:
+            return Threshold("<=", self.max_fraction * metric.expected, self.severity, self.source)
+        return None
+
+    def describe(self) -> str:
+        for key in _BOUND_KEYS:
+            v = getattr(self, key)
+            if v is not None:
+                op = ">=" if key.startswith("min") else "<="
+                rhs = f"{v:g} x expected" if key.endswith("fraction") else f"{v:g}"
+                return f"{self.metric} {op} {rhs} ({self.severity.value})"
+        return self.metric
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"metric": self.metric}
+        for key in _BOUND_KEYS:
+            if getattr(self, key) is not None:
+                d[key] = getattr(self, key)
+        d["severity"] = self.severity.value
+        return d
+
+    @classmethod
+    def parse(cls, raw: Any, source: str, key: str) -> ThresholdRule:
+        """Build a rule from YAML data, rejecting unknown keys and wrong types."""
+        if not isinstance(raw, dict):
+            raise ConfigError(source, key, "a threshold must be a mapping with 'metric' and one bound")
+        unknown = set(raw) - {"metric", "severity", *_BOUND_KEYS}
+        if unknown:
+            raise ConfigError(source, f"{key}.{sorted(unknown)[0]}",
+                              f"unknown key; allowed: metric, severity, {', '.join(_BOUND_KEYS)}")
+        metric = raw.get("metric")
+        if not isinstance(metric, str) or not metric:
+            raise ConfigError(source, f"{key}.metric", "must be a non-empty string (a metric name or glob)")
+        bounds = {k: raw[k] for k in _BOUND_KEYS if k in raw}
+        if len(bounds) != 1:
+            raise ConfigError(source, key, f"needs exactly one of {', '.join(_BOUND_KEYS)}")
+        (bkey, bval), = bounds.items()
+        if isinstance(bval, bool) or not isinstance(bval, (int, float)):
+            raise ConfigError(source, f"{key}.{bkey}", f"expected a number, got {bval!r}")
+        sev_raw = raw.get("severity", "fail")
+        if sev_raw not in ("fail", "warn"):
+            raise ConfigError(source, f"{key}.severity", f"must be 'fail' or 'warn', got {sev_raw!r}")
+        return cls(metric=metric, severity=Status(sev_raw), source=source, **{bkey: float(bval)})
+
+
+@dataclass
+class Outcome:
+    """What ``Check.run`` returns: its own status, a reason, metrics, details.
+
+    The engine then applies thresholds, which can only make the status worse.
+    ``needs_gpu`` marks a skip caused by the absence of a GPU, which
+    ``--require-gpu`` turns into a failure.
+    """
+
+    status: Status
+    reason: str = ""
+    metrics: list[Metric] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+    needs_gpu: bool = False
+
+    @classmethod
+    def skip(cls, reason: str, *, needs_gpu: bool = False, **details: Any) -> Outcome:
+        return cls(Status.SKIP, reason, details=dict(details), needs_gpu=needs_gpu)
+
+    @classmethod
+    def passed(cls, reason: str, metrics: list[Metric], **details: Any) -> Outcome:
+        return cls(Status.PASS, reason, metrics, dict(details))
+
+    @classmethod
+    def failed(cls, reason: str, metrics: list[Metric] | None = None, **details: Any) -> Outcome:
+        return cls(Status.FAIL, reason, metrics or [], dict(details))
+
+
+@dataclass
+class CheckContext:
+    """What a running check knows about its invocation.
+
+    ``device`` is ``cuda`` or ``cpu`` (already resolved from ``auto``);
+    ``gpus`` are torch CUDA ordinals to test (None: all visible);
+    ``timeout_s`` is the time the engine allows before killing the check.
+    """
+
+    device: str
+    params: dict[str, Any]
+    gpus: list[int] | None = None
+    require_gpu: bool = False
+    expect_gpus: int | None = None
+    timeout_s: float = 60.0
+    profile: str = "standard"
+    verbose: bool = False
+
+    def log(self, message: str) -> None:
+        """A progress line for the check's log file (stderr of the child)."""
+        print(message, file=sys.stderr, flush=True)
+
+
+class Check(abc.ABC):
+    """Base class of every check. Subclasses set the class attributes and ``run``."""
+
+    name: ClassVar[str]
+    tag: ClassVar[str]
+    summary: ClassVar[str]
+    params: ClassVar[tuple[Param, ...]] = ()
+    profile_params: ClassVar[dict[str, dict[str, Any]]] = {}
+    thresholds: ClassVar[tuple[ThresholdRule, ...]] = ()
+    timeout_s: ClassVar[dict[str, float]] = {"quick": 60.0, "standard": 300.0, "full": 1800.0}
+    profiles: ClassVar[tuple[str, ...]] = PROFILES
+    key_metric: ClassVar[str | None] = None
+
+    @abc.abstractmethod
+    def run(self, ctx: CheckContext) -> Outcome:
+        """Measure and return an outcome. Raise only for unexpected errors."""
+
+    @classmethod
+    def defaults(cls, profile: str) -> dict[str, Any]:
+        """Parameter values for ``profile`` before any user configuration."""
+        values = {p.name: p.default for p in cls.params}
+        values.update(cls.profile_params.get(profile, {}))
+        return values
+
+    @classmethod
+    def param(cls, name: str) -> Param | None:
+        return next((p for p in cls.params if p.name == name), None)

@@ -1,0 +1,222 @@
+"""The command line. The only place that maps outcomes to exit codes.
+
+Exit codes: 0 every check passed (warnings and skips allowed), 1 a check
+failed or errored, 2 bad usage, configuration or input (one line, no
+traceback), 130 interrupted (what was measured is on disk).
+
+Nothing here imports torch; subcommands import their modules lazily.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from gpuaccept import __version__
+from gpuaccept.errors import GpuacceptError
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+PROFILES = ("quick", "standard", "full")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports errors in one line and exits 2 (argparse's own convention)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"gpuaccept: error: {message} (see '{self.prog} --help')\n")
+
+
+def _csv(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
+    return value
+
+
+def _nonneg_int(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a non-negative integer")
+    return int(text)
+
+
+def add_suite_options(p: argparse.ArgumentParser) -> None:
+    """Options shared by ``run`` and the default job of ``launch``."""
+    g = p.add_argument_group("suite")
+    g.add_argument("--profile", choices=PROFILES, default=None, help="check selection and sizes (default: standard)")
+    g.add_argument("--checks", type=_csv, default=None, metavar="A,B", help="run only these checks")
+    g.add_argument("--skip", type=_csv, default=None, metavar="C,D", help="do not run these checks")
+    g.add_argument("--device", choices=("auto", "cuda", "cpu"), default=None, help="default: auto")
+    g.add_argument("--gpus", default=None, metavar="0,1", help="torch CUDA ordinals to test (default: all)")
+    g.add_argument("--expect-gpus", type=_nonneg_int, default=None, metavar="N", help="fail unless N GPUs are seen")
+    g.add_argument("--require-gpu", action="store_true", default=None, help="no GPU is a failure, not a skip")
+    g.add_argument("--timeout-scale", type=_positive_float, default=None, metavar="F",
+                   help="multiply every check's timeout by F")
+    g.add_argument("--config", default=None, metavar="YAML", help="parameters, thresholds and options")
+    g.add_argument("--report-dir", default=None, metavar="DIR",
+                   help="where <run-id>/report.json goes (default: $GPUACCEPT_REPORT_DIR or ./gpuaccept-reports)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="gpuaccept", description="Acceptance tests for GPU nodes and clusters.")
+    parser.add_argument("--version", action="version", version=f"gpuaccept {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    run = sub.add_parser("run", help="run the acceptance suite on this node",
+                         description="Run the acceptance suite on this node and write a JSON report.")
+    add_suite_options(run)
+    run.add_argument("--json", default=None, metavar="PATH", help="also write the report here ('-' for stdout)")
+    run.add_argument("--plan", action="store_true", help="print the suite plan as JSON and run nothing")
+    run.add_argument("--run-id", default=None, help=argparse.SUPPRESS)
+    run.add_argument("--verbose", "-v", action="store_true", help="more detail, tracebacks of internal errors")
+
+    checks = sub.add_parser("checks", help="list every check with its parameters and default thresholds")
+    checks.add_argument("--profile", choices=PROFILES, default="standard")
+    checks.add_argument("--json", action="store_true", help="machine-readable output")
+    return parser
+
+
+def _cmd_checks(args: argparse.Namespace) -> int:
+    from gpuaccept.checks import registry
+
+    rows: list[dict[str, Any]] = []
+    for name, cls in registry().items():
+        rows.append({
+            "name": name,
+            "tag": cls.tag,
+            "summary": cls.summary,
+            "in_profile": args.profile in cls.profiles,
+            "timeout_s": cls.timeout_s.get(args.profile),
+            "params": [{"name": p.name, "kind": p.kind if p.kind != "list" else f"list[{p.item}]",
+                        "value": cls.defaults(args.profile)[p.name], "help": p.help} for p in cls.params],
+            "thresholds": [r.describe() for r in cls.thresholds],
+        })
+    if args.json:
+        print(json.dumps(rows, indent=2, default=str))
+        return EXIT_OK
+    for row in rows:
+        mark = "" if row["in_profile"] else f" (not in {args.profile})"
+        print(f"{row['name']} [{row['tag']}]{mark}: {row['summary']}")
+        print(f"    timeout: {row['timeout_s']} s ({args.profile})")
+        for p in row["params"]:
+            print(f"    {p['name']} ({p['kind']}) = {p['value']!r}: {p['help']}")
+        for t in row["thresholds"]:
+            print(f"    threshold: {t}")
+    return EXIT_OK
+
+
+def _merge_options(args: argparse.Namespace) -> tuple[Any, Any, str]:
+    """Flags over config over defaults. Returns (RunOptions, Config, report_dir)."""
+    from gpuaccept.checks import registry
+    from gpuaccept.config import Config, load_config, parse_gpus
+    from gpuaccept.errors import UsageError
+    from gpuaccept.suite import RunOptions
+
+    reg = registry()
+    cfg = load_config(args.config, reg) if args.config else Config()
+
+    def pick(flag: Any, conf: Any, default: Any) -> Any:
+        return flag if flag is not None else (conf if conf is not None else default)
+
+    gpus = None
+    if args.gpus is not None:
+        try:
+            gpus = parse_gpus(args.gpus, "--gpus", "")
+        except GpuacceptError as exc:
+            raise UsageError(f"--gpus: {exc.reason if hasattr(exc, 'reason') else exc}") from None
+    opts = RunOptions(
+        profile=pick(args.profile, cfg.profile, "standard"),
+        checks=args.checks,
+        skip=args.skip or [],
+        device=pick(args.device, cfg.device, "auto"),
+        gpus=gpus if gpus is not None else cfg.gpus,
+        timeout_scale=pick(args.timeout_scale, cfg.timeout_scale, 1.0),
+        require_gpu=bool(pick(args.require_gpu, cfg.require_gpu, False)),
+        expect_gpus=pick(args.expect_gpus, cfg.expect_gpus, None),
+    )
+    report_dir = pick(args.report_dir, cfg.report_dir, os.environ.get("GPUACCEPT_REPORT_DIR", "gpuaccept-reports"))
+    return opts, cfg, report_dir
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from gpuaccept.checks import registry
+    from gpuaccept.hw.devices import resolve_device
+    from gpuaccept.report.console import PlainConsole, RichConsole
+    from gpuaccept.runner import Interrupted, Runner
+    from gpuaccept.suite import plan_suite
+
+    opts, cfg, report_dir = _merge_options(args)
+    reg = registry()
+    device = resolve_device(opts.device)
+    plan = plan_suite(opts, cfg, reg, device)
+    if args.plan:
+        print(json.dumps(plan.to_dict(), indent=2))
+        return EXIT_OK
+
+    to_stdout = args.json == "-"
+    stream = sys.stderr if to_stdout else sys.stdout
+    keys = {c.name: c.key_metric for c in plan.checks}
+    console: PlainConsole | RichConsole
+    console = RichConsole(stream, keys) if stream.isatty() else PlainConsole(stream, keys)
+    runner = Runner(plan, Path(report_dir), run_id=args.run_id, argv=sys.argv[1:],
+                    events=console.events(), verbose=args.verbose)
+    console.header(plan, str(runner.run_dir))
+    try:
+        report = runner.run()
+    except Interrupted as exc:
+        if isinstance(console, RichConsole):
+            console.stop()
+        console.summary(exc.report, {})
+        print(f"gpuaccept: interrupted; partial report in {runner.report_path}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    console.summary(report, {})
+    if args.json:
+        text = json.dumps(report.to_dict(), indent=2)
+        if to_stdout:
+            print(text)
+        else:
+            try:
+                Path(args.json).write_text(text + "\n")
+            except OSError as exc:
+                print(f"gpuaccept: error: cannot write --json {args.json}: {exc.strerror}; "
+                      f"the report is in {runner.report_path}", file=sys.stderr)
+                return EXIT_USAGE
+    return EXIT_OK if not report.failed_checks() else EXIT_FAILED
+
+
+COMMANDS = {"run": _cmd_run, "checks": _cmd_checks}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return COMMANDS[args.command](args)
+    except GpuacceptError as exc:
+        print(f"gpuaccept: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("gpuaccept: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return EXIT_OK
+    except Exception as exc:
+        if getattr(args, "verbose", False):
+            raise
+        print(f"gpuaccept: internal error: {type(exc).__name__}: {exc} (rerun with --verbose for a traceback)",
+              file=sys.stderr)
+        return EXIT_FAILED

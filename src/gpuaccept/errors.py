@@ -1,0 +1,33 @@
+"""Typed exceptions. The CLI maps them to exit codes; the library never exits."""
+
+from __future__ import annotations
+
+
+class GpuacceptError(Exception):
+    """Base class of every error gpuaccept raises on purpose."""
+
+
+class UsageError(GpuacceptError):
+    """Bad flags or arguments (exit 2)."""
+
+
+class ConfigError(GpuacceptError):
+    """A configuration, threshold or baseline file is malformed (exit 2).
+
+    The message names the file, the key and the reason.
+    """
+
+    def __init__(self, source: str, key: str, reason: str) -> None:
+        self.source = source
+        self.key = key
+        self.reason = reason
+        where = f"{source}: {key}" if key else source
+        super().__init__(f"{where}: {reason}")
+
+
+class InputError(GpuacceptError):
+    """An input file or tool output could not be understood (exit 2)."""
+
+
+class CheckTimeout(GpuacceptError):
+    """A check ran past its timeout."""

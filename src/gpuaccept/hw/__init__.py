@@ -1,0 +1,1 @@
+"""Hardware discovery: NVML readings, torch devices and the per-SKU data file."""

@@ -1,0 +1,227 @@
+"""The result model read by everything: Metric, CheckResult, NodeReport.
+
+This module imports nothing of gpuaccept's and nothing heavy. Every class
+converts to and from plain JSON-able dicts; ``data/report.schema.json``
+documents the same shapes.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+
+class Status(str, enum.Enum):
+    """Outcome of one check. ``skip`` means "not measurable here", never a pass."""
+
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+    SKIP = "skip"
+    ERROR = "error"
+
+    @property
+    def severity(self) -> int:
+        """Order for combining statuses: the worst one wins."""
+        return _SEVERITY[self]
+
+    @property
+    def is_failure(self) -> bool:
+        return self in (Status.FAIL, Status.ERROR)
+
+
+_SEVERITY = {Status.SKIP: 0, Status.PASS: 1, Status.WARN: 2, Status.FAIL: 3, Status.ERROR: 4}
+
+
+def worst(*statuses: Status) -> Status:
+    """The most severe of ``statuses`` (``pass`` for none)."""
+    if not statuses:
+        return Status.PASS
+    return max(statuses, key=lambda s: s.severity)
+
+
+class Verdict(str, enum.Enum):
+    """Overall outcome of a node or cluster run."""
+
+    RUNNING = "running"
+    SUCCESS = "success"
+    FAILURE = "failure"
+    INTERRUPTED = "interrupted"
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """The bound a metric was judged against, as recorded in the report.
+
+    ``op`` is one of ``>=``, ``<=``; ``value`` is in the metric's unit;
+    ``severity`` is the status given when the bound is not met.
+    """
+
+    op: str
+    value: float
+    severity: Status = Status.FAIL
+    source: str = "default"
+
+    def met_by(self, value: float) -> bool:
+        if math.isnan(value):
+            return False
+        return value >= self.value if self.op == ">=" else value <= self.value
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": self.op, "value": self.value, "severity": self.severity.value, "source": self.source}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Threshold:
+        return cls(op=d["op"], value=float(d["value"]), severity=Status(d.get("severity", "fail")),
+                   source=d.get("source", "default"))
+
+
+@dataclass
+class Metric:
+    """One measured number.
+
+    ``device`` is ``cuda:N``, ``cpu`` or absent for node-wide values;
+    ``expected`` is the reference (SKU spec or baseline) in the same unit;
+    ``threshold`` is the bound that decided pass or fail; ``tags`` carry
+    dimensions such as ``dtype`` or ``size_bytes``.
+    """
+
+    name: str
+    value: float
+    unit: str
+    device: str | None = None
+    expected: float | None = None
+    threshold: Threshold | None = None
+    tags: dict[str, str | int | float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"name": self.name, "value": _json_number(self.value), "unit": self.unit}
+        if self.device is not None:
+            d["device"] = self.device
+        if self.expected is not None:
+            d["expected"] = _json_number(self.expected)
+        if self.threshold is not None:
+            d["threshold"] = self.threshold.to_dict()
+        if self.tags:
+            d["tags"] = dict(self.tags)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Metric:
+        thr = d.get("threshold")
+        return cls(
+            name=d["name"],
+            value=float(d["value"]) if d["value"] is not None else math.nan,
+            unit=d["unit"],
+            device=d.get("device"),
+            expected=d.get("expected"),
+            threshold=Threshold.from_dict(thr) if thr else None,
+            tags=dict(d.get("tags", {})),
+        )
+
+
+def _json_number(x: float) -> float | None:
+    """JSON has no NaN or infinity: they are written as null."""
+    if isinstance(x, float) and (math.isnan(x) or math.isinf(x)):
+        return None
+    return x
+
+
+@dataclass
+class CheckResult:
+    """The outcome of one check on one node (or one rank)."""
+
+    name: str
+    status: Status
+    reason: str
+    duration_s: float = 0.0
+    metrics: list[Metric] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+    rank: int | None = None
+    host: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "name": self.name,
+            "status": self.status.value,
+            "reason": self.reason,
+            "duration_s": round(self.duration_s, 3),
+            "metrics": [m.to_dict() for m in self.metrics],
+        }
+        if self.details:
+            d["details"] = self.details
+        if self.rank is not None:
+            d["rank"] = self.rank
+        if self.host is not None:
+            d["host"] = self.host
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CheckResult:
+        return cls(
+            name=d["name"],
+            status=Status(d["status"]),
+            reason=d.get("reason", ""),
+            duration_s=float(d.get("duration_s", 0.0)),
+            metrics=[Metric.from_dict(m) for m in d.get("metrics", [])],
+            details=dict(d.get("details", {})),
+            rank=d.get("rank"),
+            host=d.get("host"),
+        )
+
+
+@dataclass
+class NodeReport:
+    """Everything one ``gpuaccept run`` measured on one node."""
+
+    run_id: str
+    host: str
+    profile: str
+    started: str
+    finished: str | None = None
+    verdict: Verdict = Verdict.RUNNING
+    checks: list[CheckResult] = field(default_factory=list)
+    device: str | None = None
+    argv: list[str] = field(default_factory=list)
+    version: str = ""
+
+    def failed_checks(self) -> list[str]:
+        return [c.name for c in self.checks if c.status.is_failure]
+
+    def decide(self) -> Verdict:
+        """SUCCESS when no check failed or errored (warnings and skips allowed)."""
+        return Verdict.FAILURE if self.failed_checks() else Verdict.SUCCESS
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "run_id": self.run_id,
+            "host": self.host,
+            "started": self.started,
+            "finished": self.finished,
+            "profile": self.profile,
+            "verdict": self.verdict.value,
+            "device": self.device,
+            "version": self.version,
+            "argv": list(self.argv),
+            "checks": [c.to_dict() for c in self.checks],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> NodeReport:
+        return cls(
+            run_id=d["run_id"],
+            host=d["host"],
+            profile=d["profile"],
+            started=d["started"],
+            finished=d.get("finished"),
+            verdict=Verdict(d["verdict"]),
+            checks=[CheckResult.from_dict(c) for c in d.get("checks", [])],
+            device=d.get("device"),
+            argv=list(d.get("argv", [])),
+            version=d.get("version", ""),
+        )

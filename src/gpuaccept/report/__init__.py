@@ -1,0 +1,1 @@
+"""Renderings of reports: console, and later HTML, JUnit, Prometheus, Markdown."""

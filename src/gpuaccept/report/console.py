@@ -1,0 +1,142 @@
+"""Console output of ``gpuaccept run``: rich on a terminal, plain prefixed lines elsewhere.
+
+Plain lines start with a stable bracketed tag (``[ENV]``, ``[HEALTH]``,
+``[COMPUTE]``, ``[MEMORY]``, ``[TRAIN]``, ``[RESULT]``) so that Slurm logs and
+``kubectl logs`` can be grepped.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from typing import IO, Any
+
+from rich.markup import escape
+
+from gpuaccept.model import CheckResult, Metric, NodeReport, Status, Verdict
+from gpuaccept.runner import RunEvents
+from gpuaccept.suite import PlannedCheck, SuitePlan
+
+_STYLE = {Status.PASS: "green", Status.WARN: "yellow", Status.FAIL: "bold red", Status.ERROR: "bold red",
+          Status.SKIP: "dim"}
+
+
+def fmt_value(value: float, unit: str) -> str:
+    if value != value:  # NaN
+        return "n/a"
+    text = f"{value:.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+    return f"{text} {unit}".strip() if unit not in ("count", "") else text
+
+
+def key_metric(result: CheckResult, pattern: str | None) -> Metric | None:
+    """The metric shown in the summary: the lowest value matching ``pattern`` (the weakest GPU)."""
+    if not pattern or not result.metrics:
+        return None
+    hits = [m for m in result.metrics if fnmatch.fnmatchcase(m.name, pattern) and m.value == m.value]
+    return min(hits, key=lambda m: m.value) if hits else None
+
+
+def describe_key(result: CheckResult, pattern: str | None) -> tuple[str, str]:
+    """(value text, expectation text) for the summary table."""
+    m = key_metric(result, pattern)
+    if m is None:
+        return "", ""
+    where = f" [{m.device}]" if m.device and m.device != "cpu" else ""
+    value = f"{m.name}={fmt_value(m.value, m.unit)}{where}"
+    expect = ""
+    if m.threshold is not None:
+        expect = f"{m.threshold.op} {fmt_value(m.threshold.value, m.unit)}"
+    if m.expected is not None:
+        expect = (expect + " " if expect else "") + f"(spec {fmt_value(m.expected, m.unit)})"
+    return value, expect
+
+
+def result_line(report: NodeReport) -> str:
+    if report.verdict is Verdict.SUCCESS:
+        return "[RESULT] SUCCESS"
+    if report.verdict is Verdict.INTERRUPTED:
+        return "[RESULT] INTERRUPTED: " + (", ".join(report.failed_checks()) or "no check failed before the stop")
+    return "[RESULT] FAILURE: " + ", ".join(report.failed_checks())
+
+
+class PlainConsole:
+    """Line-oriented output for logs: one line per event, stable prefixes."""
+
+    def __init__(self, stream: IO[str], keys: dict[str, str | None]) -> None:
+        self.stream = stream
+        self.keys = keys
+
+    def _print(self, text: str) -> None:
+        print(text, file=self.stream, flush=True)
+
+    def header(self, plan: SuitePlan, run_dir: str) -> None:
+        names = ", ".join(c.name for c in plan.checks)
+        self._print(f"[ENV] gpuaccept profile={plan.profile} device={plan.device} checks={names}")
+        self._print(f"[ENV] report directory: {run_dir}")
+
+    def events(self) -> RunEvents:
+        def start(check: PlannedCheck, i: int, n: int) -> None:
+            self._print(f"[{check.tag}] {check.name}: running ({i}/{n}, timeout {check.timeout_s:g} s)")
+
+        def end(check: PlannedCheck, result: CheckResult) -> None:
+            value, expect = describe_key(result, check.key_metric)
+            extra = f" {value}" + (f" {expect}" if expect else "") if value else ""
+            self._print(f"[{check.tag}] {check.name}: {result.status.value.upper()} "
+                        f"{result.duration_s:.1f}s{extra} - {result.reason}")
+
+        return RunEvents(on_start=start, on_end=end)
+
+    def summary(self, report: NodeReport, tags: dict[str, str]) -> None:
+        for r in report.checks:
+            value, expect = describe_key(r, self.keys.get(r.name))
+            self._print(f"[RESULT] {r.name:<12} {r.status.value.upper():<5} {value} {expect}".rstrip())
+        self._print(f"[RESULT] report: {report.run_id}")
+        self._print(result_line(report))
+
+
+class RichConsole:
+    """Live progress and a summary table on a terminal."""
+
+    def __init__(self, stream: IO[str], keys: dict[str, str | None]) -> None:
+        from rich.console import Console
+
+        self.console = Console(file=stream)
+        self.keys = keys
+        self._status: Any = None
+
+    def header(self, plan: SuitePlan, run_dir: str) -> None:
+        self.console.print(f"[bold]gpuaccept[/] profile [cyan]{plan.profile}[/] on [cyan]{plan.device}[/], "
+                           f"{len(plan.checks)} checks -> {run_dir}")
+
+    def events(self) -> RunEvents:
+        def start(check: PlannedCheck, i: int, n: int) -> None:
+            self._status = self.console.status(f"[{i}/{n}] {check.name} (timeout {check.timeout_s:g} s)")
+            self._status.start()
+
+        def end(check: PlannedCheck, result: CheckResult) -> None:
+            if self._status is not None:
+                self._status.stop()
+            style = _STYLE[result.status]
+            self.console.print(f"[{style}]{result.status.value.upper():<5}[/] {escape(check.name):<10} "
+                               f"{result.duration_s:5.1f}s  {escape(result.reason)}", highlight=False)
+
+        return RunEvents(on_start=start, on_end=end)
+
+    def stop(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+
+    def summary(self, report: NodeReport, tags: dict[str, str]) -> None:
+        from rich.table import Table
+
+        table = Table(title=f"gpuaccept {report.run_id}")
+        for col in ("check", "status", "key metric", "expectation", "time"):
+            table.add_column(col)
+        for r in report.checks:
+            value, expect = describe_key(r, self.keys.get(r.name))
+            table.add_row(escape(r.name), f"[{_STYLE[r.status]}]{r.status.value.upper()}[/]", escape(value),
+                          escape(expect),
+                          f"{r.duration_s:.1f}s")
+        self.console.print(table)
+        line = result_line(report)
+        style = "bold green" if report.verdict is Verdict.SUCCESS else "bold red"
+        self.console.print(f"[{style}]{escape(line)}[/]", highlight=False)

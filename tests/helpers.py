@@ -1,0 +1,42 @@
+"""Helpers for tests that run the real CLI in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMA = ROOT / "src" / "gpuaccept" / "data" / "report.schema.json"
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["GPUACCEPT_PLUGINS"] = "tests.plugins.fake_checks"
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    env.update(extra)
+    return env
+
+
+def gpuaccept(*args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m gpuaccept ARGS`` with stdout and stderr captured (so stdout is not a TTY)."""
+    return subprocess.run([sys.executable, "-m", "gpuaccept", *args], capture_output=True, text=True,
+                          timeout=timeout, env=cli_env(**env), cwd=ROOT)
+
+
+def validate_report(path: Path) -> dict[str, Any]:
+    data = json.loads(path.read_text())
+    jsonschema.validate(data, json.loads(SCHEMA.read_text()))
+    return data
+
+
+def only_run_dir(report_dir: Path) -> Path:
+    dirs = [d for d in report_dir.iterdir() if d.is_dir()]
+    assert len(dirs) == 1, dirs
+    return dirs[0]
