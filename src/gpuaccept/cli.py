@@ -10,6 +10,7 @@ Nothing here imports torch; subcommands import their modules lazily.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -84,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     checks = sub.add_parser("checks", help="list every check with its parameters and default thresholds")
     checks.add_argument("--profile", choices=PROFILES, default="standard")
     checks.add_argument("--json", action="store_true", help="machine-readable output")
+
+    for module_name in SUBCOMMAND_MODULES:
+        importlib.import_module(module_name).register(sub)
     return parser
 
 
@@ -197,6 +201,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 COMMANDS = {"run": _cmd_run, "checks": _cmd_checks}
 
+# Further subcommands live in their own modules, each with a function
+# ``register(subparsers) -> None`` that adds its parsers and sets a default
+# ``handler`` (a callable taking the parsed args and returning an exit code).
+# Such modules import nothing heavy at module level.
+SUBCOMMAND_MODULES: tuple[str, ...] = ()
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
@@ -205,7 +215,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
-        return COMMANDS[args.command](args)
+        handler = getattr(args, "handler", None) or COMMANDS[args.command]
+        return int(handler(args))
     except GpuacceptError as exc:
         print(f"gpuaccept: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -225,3 +225,91 @@ class NodeReport:
             argv=list(d.get("argv", [])),
             version=d.get("version", ""),
         )
+
+
+class NodeState(str, enum.Enum):
+    """How a node took part in a cluster run."""
+
+    REPORTED = "reported"
+    MISSING = "missing"
+
+
+@dataclass
+class NodeEntry:
+    """One node of a cluster run: its report, or why there is none.
+
+    ``node_rank`` is the launcher's index of the node (0-based) when known.
+    """
+
+    host: str
+    state: NodeState
+    report: NodeReport | None = None
+    node_rank: int | None = None
+    reason: str = ""
+
+    @property
+    def verdict(self) -> Verdict:
+        if self.report is None:
+            return Verdict.FAILURE
+        return self.report.verdict
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"host": self.host, "state": self.state.value, "verdict": self.verdict.value,
+                             "node_rank": self.node_rank, "reason": self.reason}
+        d["report"] = self.report.to_dict() if self.report is not None else None
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> NodeEntry:
+        rep = d.get("report")
+        return cls(host=d["host"], state=NodeState(d["state"]),
+                   report=NodeReport.from_dict(rep) if rep else None,
+                   node_rank=d.get("node_rank"), reason=d.get("reason", ""))
+
+
+@dataclass
+class ClusterReport:
+    """The merged result of a multi-node run. A node that never reported is listed as missing."""
+
+    run_id: str
+    backend: str
+    started: str
+    finished: str | None = None
+    expected_nodes: int = 0
+    nodes: list[NodeEntry] = field(default_factory=list)
+    job_id: str | None = None
+    analysis: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def verdict(self) -> Verdict:
+        """SUCCESS only when every expected node reported and none failed."""
+        if len(self.nodes) < self.expected_nodes:
+            return Verdict.FAILURE
+        if any(n.verdict is not Verdict.SUCCESS for n in self.nodes):
+            return Verdict.FAILURE
+        return Verdict.SUCCESS if self.nodes else Verdict.FAILURE
+
+    def failed_nodes(self) -> list[str]:
+        return [n.host for n in self.nodes if n.verdict is not Verdict.SUCCESS]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "kind": "cluster",
+            "run_id": self.run_id,
+            "backend": self.backend,
+            "job_id": self.job_id,
+            "started": self.started,
+            "finished": self.finished,
+            "expected_nodes": self.expected_nodes,
+            "verdict": self.verdict.value,
+            "nodes": [n.to_dict() for n in self.nodes],
+            "analysis": self.analysis,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ClusterReport:
+        return cls(run_id=d["run_id"], backend=d["backend"], started=d["started"], finished=d.get("finished"),
+                   expected_nodes=int(d.get("expected_nodes", 0)),
+                   nodes=[NodeEntry.from_dict(n) for n in d.get("nodes", [])],
+                   job_id=d.get("job_id"), analysis=dict(d.get("analysis", {})))

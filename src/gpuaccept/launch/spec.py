@@ -1,0 +1,137 @@
+"""The job description every backend reads, validated once.
+
+A JobSpec says what to run (the suite with ``gpuaccept run`` options, or a
+user command), where (nodes, GPUs per node, image, mounts, env), for how long,
+and where per-node reports go. Backend-specific options are a validated dict.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuaccept.errors import ConfigError
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_JOB_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+MAX_NAME = 48
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A bind mount (or volume) ``source:target[:ro]``; paths are absolute."""
+
+    source: str
+    target: str
+    readonly: bool = False
+
+    @classmethod
+    def parse(cls, text: str, source: str = "--mount") -> Mount:
+        parts = text.split(":")
+        if len(parts) not in (2, 3) or not all(parts[:2]):
+            raise ConfigError(source, text, "a mount is SOURCE:TARGET or SOURCE:TARGET:ro")
+        ro = len(parts) == 3
+        if ro and parts[2] not in ("ro", "rw"):
+            raise ConfigError(source, text, f"mount mode must be ro or rw, got {parts[2]!r}")
+        if not parts[1].startswith("/"):
+            raise ConfigError(source, text, "the mount target must be an absolute path")
+        return cls(parts[0], parts[1], ro and parts[2] == "ro")
+
+    def __str__(self) -> str:
+        return f"{self.source}:{self.target}" + (":ro" if self.readonly else "")
+
+
+def sanitize_name(raw: str) -> str:
+    """Lower-case DNS-1123 label from ``raw`` (``My_Job`` -> ``my-job``), at most 48 characters.
+
+    Raises ConfigError when nothing usable is left.
+    """
+    name = re.sub(r"[^a-z0-9-]+", "-", raw.lower()).strip("-")
+    name = re.sub(r"-{2,}", "-", name)[:MAX_NAME].strip("-")
+    if not name or not _JOB_NAME.match(name):
+        raise ConfigError("--name", raw, "a job name needs letters or digits (it becomes a DNS label)")
+    return name
+
+
+def parse_env(items: list[str], source: str = "--env") -> dict[str, str]:
+    """``["A=1", "B=x y"]`` to a dict. Names must be valid shell identifiers; values are kept verbatim."""
+    env: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(source, item, "expected NAME=VALUE")
+        if not _ENV_NAME.match(name):
+            raise ConfigError(source, name, "an environment variable name is letters, digits and _, "
+                                            "not starting with a digit")
+        if "\0" in value:
+            raise ConfigError(source, name, "a value cannot contain a NUL byte")
+        env[name] = value
+    return env
+
+
+@dataclass
+class JobSpec:
+    """One multi-node job.
+
+    ``command`` None means the acceptance suite: every node runs
+    ``gpuaccept run`` with ``suite_args`` and writes its report under
+    ``results_dir/<run_id>/``. ``procs_per_node`` defaults to the GPUs per node
+    (at least 1). ``time_limit_min`` is in minutes.
+    """
+
+    name: str
+    nodes: int
+    run_id: str
+    results_dir: str
+    gpus_per_node: int = 0
+    procs_per_node: int | None = None
+    command: list[str] | None = None
+    suite_args: list[str] = field(default_factory=list)
+    image: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    mounts: list[Mount] = field(default_factory=list)
+    time_limit_min: int | None = None
+    workdir: str | None = None
+    distributed: bool = True
+    python: str = "python3"
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        if self.nodes < 1:
+            raise ConfigError("--nodes", "", f"must be at least 1, got {self.nodes}")
+        if self.gpus_per_node < 0:
+            raise ConfigError("--gpus-per-node", "", f"must be >= 0, got {self.gpus_per_node}")
+        if self.procs_per_node is not None and self.procs_per_node < 1:
+            raise ConfigError("--procs-per-node", "", f"must be at least 1, got {self.procs_per_node}")
+        if self.time_limit_min is not None and self.time_limit_min < 1:
+            raise ConfigError("--time", "", f"must be at least 1 minute, got {self.time_limit_min}")
+        if self.command is not None and not self.command:
+            raise ConfigError("command", "", "the command after -- is empty")
+        if not _JOB_NAME.match(self.name):
+            raise ConfigError("--name", self.name, "must be a DNS label (use sanitize_name)")
+
+    @property
+    def nproc(self) -> int:
+        """Processes per node."""
+        return self.procs_per_node or max(self.gpus_per_node, 1)
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.nproc
+
+    @property
+    def run_results_dir(self) -> str:
+        """Where every node writes: ``<results_dir>/<run_id>``."""
+        return f"{self.results_dir.rstrip('/')}/{self.run_id}"
+
+    def suite_argv(self) -> list[str]:
+        """``gpuaccept run`` argv of the default job; every node writes under :attr:`run_results_dir`."""
+        return ["gpuaccept", "run", *self.suite_args, "--report-dir", self.run_results_dir]
+
+    def job_argv(self) -> list[str]:
+        """What each node (or each rank, under torchrun) executes."""
+        return list(self.command) if self.command is not None else self.suite_argv()
