@@ -56,7 +56,7 @@ def judge(
             return Judgement(Status.FAIL, f"GPU required (--require-gpu): {outcome.reason}", outcome.metrics)
         return Judgement(Status.SKIP, outcome.reason, outcome.metrics)
 
-    statuses = [outcome.status]
+    statuses: list[Status] = [outcome.status]
     problems: dict[Status, list[str]] = {Status.FAIL: [], Status.WARN: []}
     for metric in outcome.metrics:
         bound = _last_bound(overrides, metric) or metric.threshold or _last_bound(defaults, metric)

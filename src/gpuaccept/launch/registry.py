@@ -1,0 +1,26 @@
+"""Backends by name, imported lazily (``gpuaccept launch --help`` stays fast)."""
+
+from __future__ import annotations
+
+import importlib
+
+from gpuaccept.errors import UsageError
+from gpuaccept.launch.base import Backend
+
+BACKENDS: dict[str, str] = {
+    "slurm": "gpuaccept.launch.slurm:SlurmBackend",
+    "ssh": "gpuaccept.launch.ssh:SshBackend",
+    "k8s": "gpuaccept.launch.k8s:K8sBackend",
+    "runai": "gpuaccept.launch.runai:RunaiBackend",
+    "mpi": "gpuaccept.launch.mpi:MpiBackend",
+    "local": "gpuaccept.launch.local:LocalBackend",
+}
+
+
+def backend_class(name: str) -> type[Backend]:
+    if name not in BACKENDS:
+        raise UsageError(f"unknown backend {name!r}; known: {', '.join(BACKENDS)}")
+    module_name, _, cls_name = BACKENDS[name].partition(":")
+    cls = getattr(importlib.import_module(module_name), cls_name)
+    assert isinstance(cls, type) and issubclass(cls, Backend)
+    return cls
