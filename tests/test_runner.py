@@ -43,10 +43,10 @@ def test_hung_check_is_killed_at_its_timeout_and_the_next_check_runs(tmp_path: P
     runner = Runner(plan, tmp_path, host="testhost")
     started = time.monotonic()
     report = runner.run()
-    assert time.monotonic() - started < 30
+    assert time.monotonic() - started < 60
     hang, nap = report.checks
     assert hang.status is Status.FAIL and "timed out after" in hang.reason and "limit 3 s" in hang.reason
-    assert 3.0 <= hang.duration_s < 10
+    assert 3.0 <= hang.duration_s < 20  # killed at the limit, not at the end of the suite
     assert nap.status is Status.PASS and nap.reason == "woke up"
     assert report.verdict is Verdict.FAILURE
     lines = runner.results_path.read_text().splitlines()

@@ -1,0 +1,374 @@
+"""The ``health`` check: ECC, retired/remapped memory, PCIe link, clock throttling, thermals, power, NVLink.
+
+All readings come from one NVML snapshot (:mod:`gpuaccept.hw.nvml`, the
+``nvidia-smi -q`` data) and are judged by the pure function
+:func:`evaluate_health`, so recorded snapshots can be replayed in tests.
+Fields NVML reports as unsupported are listed in ``details`` and never fail.
+
+GPU selection: ``--gpus`` indices are used as NVML indices as they are. NVML
+numbers GPUs in PCI bus order, whereas CUDA numbers them fastest-first unless
+``CUDA_DEVICE_ORDER=PCI_BUS_ID`` and renumbers them under
+``CUDA_VISIBLE_DEVICES``; metric devices here are ``cuda:<NVML index>``, and
+``details.gpus`` carries each UUID to correlate the two. Without ``--gpus``
+every GPU the driver sees is checked, hidden or not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, ClassVar
+
+from gpuaccept.checks.base import PROFILES, Check, CheckContext, Outcome, Param, ThresholdRule
+from gpuaccept.errors import GpuacceptError, InputError
+from gpuaccept.hw.nvml import FATAL_NVML_ERRORS, UNSUPPORTED, GpuSnapshot, NvmlSnapshot, NvmlUnavailable
+from gpuaccept.model import Metric, Status, Threshold, worst
+
+# nvmlClocksEventReason* bits (``nvidia-smi -q -d PERFORMANCE``).
+EVENT_REASONS: dict[int, str] = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal",
+    0x40: "hw_thermal",
+    0x80: "hw_power_brake",
+    0x100: "display_clocks",
+    0x200: "board_limit",
+    0x400: "reliability",
+}
+GPU_IDLE = 0x1
+FAIL_REASONS: dict[int, str] = {0x8: "HW slowdown", 0x40: "HW thermal slowdown", 0x80: "HW power brake"}
+WARN_REASONS: dict[int, str] = {0x20: "SW thermal slowdown"}
+
+SOURCE = "nvml"
+"""Threshold source of bounds taken from the GPU's own NVML limits (max link, slowdown temperature, power limit)."""
+
+MAX_REASON_GPUS = 4
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One finding on one GPU."""
+
+    device: str
+    status: Status
+    message: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"device": self.device, "status": self.status.value, "message": self.message}
+
+
+def event_reason_names(mask: int) -> list[str]:
+    """Names of the clock event (throttle) bits set in ``mask``; unknown bits as hex."""
+    names = [name for bit, name in EVENT_REASONS.items() if mask & bit]
+    unknown = mask & ~sum(EVENT_REASONS)
+    if unknown:
+        names.append(hex(unknown))
+    return names
+
+
+@lru_cache(maxsize=32)
+def _sku_expectations(name: str) -> dict[str, float]:
+    """PCIe gen/width and max power from ``skus.yaml`` for a GPU ``name`` (empty when unknown or unreadable)."""
+    try:
+        from gpuaccept.hw.sku import match_sku
+
+        sku = match_sku(name)
+    except (ImportError, OSError, GpuacceptError):  # SKU data only refines; perf checks report a bad file
+        return {}
+    if sku is None:
+        return {}
+    return {"pcie_gen": float(sku.pcie_gen), "pcie_width": float(sku.pcie_width), "max_power_w": sku.max_power_w}
+
+
+def _num(value: object) -> float | None:
+    """A reading as float, or None when "unsupported"."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _count(name: str, value: int, device: str, threshold: Threshold | None = None) -> Metric:
+    return Metric(name, float(value), "count", device=device, threshold=threshold)
+
+
+class _GpuJudge:
+    """Collects the problems and metrics of one GPU."""
+
+    def __init__(self, g: GpuSnapshot, params: dict[str, Any]) -> None:
+        self.g = g
+        self.params = params
+        self.device = g.device
+        self.problems: list[Problem] = []
+        self.metrics: list[Metric] = []
+        self.notes: list[str] = []
+
+    def add(self, status: Status, message: str) -> None:
+        self.problems.append(Problem(self.device, status, message))
+
+    def judge(self) -> None:
+        self.nvml_errors()
+        self.ecc()
+        self.memory_repair()
+        self.pcie()
+        self.clocks()
+        self.thermal_power()
+        if self.params.get("nvlink", True):
+            self.nvlink()
+
+    def nvml_errors(self) -> None:
+        for msg in self.g.errors.values():
+            if msg in FATAL_NVML_ERRORS:
+                self.add(Status.FAIL, f"NVML: {msg}")
+                return
+        if "Corrupted infoROM" in self.g.errors.values():
+            self.add(Status.WARN, "NVML: corrupted infoROM")
+
+    def ecc(self) -> None:
+        g, dev = self.g, self.device
+        if isinstance(g.ecc_volatile_uncorrectable, int):
+            self.metrics.append(_count("ecc_volatile_uncorrectable", g.ecc_volatile_uncorrectable, dev))
+            if g.ecc_volatile_uncorrectable > 0:
+                self.add(Status.FAIL, f"{g.ecc_volatile_uncorrectable} volatile uncorrectable ECC error(s)")
+        if isinstance(g.ecc_volatile_correctable, int):
+            self.metrics.append(_count("ecc_volatile_correctable", g.ecc_volatile_correctable, dev))
+        if isinstance(g.ecc_aggregate_uncorrectable, int):
+            self.metrics.append(_count("ecc_aggregate_uncorrectable", g.ecc_aggregate_uncorrectable, dev))
+            if g.ecc_aggregate_uncorrectable > 0:
+                self.add(Status.WARN, f"{g.ecc_aggregate_uncorrectable} lifetime uncorrectable ECC error(s)")
+        if isinstance(g.ecc_aggregate_correctable, int):
+            self.metrics.append(_count("ecc_aggregate_correctable", g.ecc_aggregate_correctable, dev))
+        if g.ecc_mode_current is False and self.params.get("require_ecc", True):
+            self.add(Status.WARN, "ECC disabled")
+        if isinstance(g.ecc_mode_current, bool) and isinstance(g.ecc_mode_pending, bool) \
+                and g.ecc_mode_pending != g.ecc_mode_current:
+            self.add(Status.WARN, f"ECC mode change to {'on' if g.ecc_mode_pending else 'off'} pending (reset needed)")
+
+    def memory_repair(self) -> None:
+        g, dev = self.g, self.device
+        if isinstance(g.retired_pages_pending, bool):
+            self.metrics.append(_count("retired_pages_pending", int(g.retired_pages_pending), dev))
+            if g.retired_pages_pending:
+                self.add(Status.WARN, "page retirement pending (reset the GPU)")
+        for name in ("retired_pages_sbe", "retired_pages_dbe", "remapped_rows_correctable",
+                     "remapped_rows_uncorrectable"):
+            value = getattr(g, name)
+            if isinstance(value, int):
+                self.metrics.append(_count(name, value, dev))
+        if isinstance(g.remapped_rows_pending, bool):
+            self.metrics.append(_count("remapped_rows_pending", int(g.remapped_rows_pending), dev))
+            if g.remapped_rows_pending:
+                self.add(Status.WARN, "row remap pending (reset the GPU)")
+        if isinstance(g.remapped_rows_failure, bool):
+            self.metrics.append(_count("remapped_rows_failure", int(g.remapped_rows_failure), dev))
+            if g.remapped_rows_failure:
+                self.add(Status.FAIL, "row remapping failed (no spare rows: RMA candidate)")
+
+    def pcie(self) -> None:
+        """Current PCIe link against the best the GPU and slot allow (``nvidia-smi -q -d PCI``).
+
+        Width below max is a FAIL: GPUs keep their lane count at idle, so a
+        narrow link is a bad riser, slot or retimer and halves host bandwidth.
+        Generation below max is only a WARN (FAIL with ``pcie_strict``), and is
+        ignored while NVML flags the GPU idle: the driver lowers the link speed
+        of idle GPUs to save power and raises it under load. The H2D/D2H
+        bandwidth checks measure the link under load.
+        """
+        g, dev = self.g, self.device
+        strict = bool(self.params.get("pcie_strict", False))
+        idle = isinstance(g.clocks_event_reasons, int) and bool(g.clocks_event_reasons & GPU_IDLE)
+        sku = _sku_expectations(g.name) if g.name != UNSUPPORTED else {}
+        gen, gen_max, width, width_max = g.pcie_link_gen, g.pcie_link_gen_max, g.pcie_link_width, g.pcie_link_width_max
+        if isinstance(width, int):
+            thr = Threshold(">=", float(width_max), Status.FAIL, SOURCE) if isinstance(width_max, int) else None
+            self.metrics.append(Metric("pcie_link_width", float(width), "count", device=dev,
+                                       expected=float(width_max) if isinstance(width_max, int) else None,
+                                       threshold=thr))
+            if isinstance(width_max, int) and width < width_max:
+                self.add(Status.FAIL, f"PCIe x{width} < x{width_max} max")
+        if isinstance(gen, int):
+            downgraded = isinstance(gen_max, int) and gen < gen_max
+            excused = downgraded and idle and not strict
+            sev = Status.FAIL if strict else Status.WARN
+            thr = Threshold(">=", float(gen_max), sev, SOURCE) if isinstance(gen_max, int) and not excused else None
+            self.metrics.append(Metric("pcie_link_gen", float(gen), "count", device=dev,
+                                       expected=float(gen_max) if isinstance(gen_max, int) else None, threshold=thr))
+            if excused:
+                self.notes.append(f"PCIe gen{gen} < gen{gen_max} max while idle (power saving; not judged)")
+            elif downgraded:
+                self.add(sev, f"PCIe gen{gen} < gen{gen_max} max")
+        gpu_gen = g.pcie_link_gen_gpu_max if isinstance(g.pcie_link_gen_gpu_max, int) else sku.get("pcie_gen")
+        if isinstance(gen_max, int) and gpu_gen is not None and gen_max < gpu_gen:
+            self.add(Status.WARN, f"PCIe slot limits the link to gen{gen_max} (GPU supports gen{int(gpu_gen)})")
+        sku_width = sku.get("pcie_width")
+        if isinstance(width_max, int) and sku_width is not None and width_max < sku_width:
+            self.add(Status.WARN, f"PCIe slot limits the link to x{width_max} (GPU supports x{int(sku_width)})")
+
+    def clocks(self) -> None:
+        """Clock event reasons (``nvidia-smi --query-gpu=clocks_event_reasons.active``).
+
+        HW slowdown, HW thermal slowdown and HW power brake fail; SW thermal
+        slowdown warns; idle, application clocks, SW power cap and sync boost are normal.
+        """
+        mask = self.g.clocks_event_reasons
+        if not isinstance(mask, int):
+            return
+        hard = [name for bit, name in FAIL_REASONS.items() if mask & bit]
+        if hard:
+            self.add(Status.FAIL, ", ".join(hard))
+        soft = [name for bit, name in WARN_REASONS.items() if mask & bit]
+        if soft:
+            self.add(Status.WARN, ", ".join(soft))
+
+    def thermal_power(self) -> None:
+        """``nvidia-smi --query-gpu=temperature.gpu,power.draw,enforced.power.limit``, C and W."""
+        g, dev = self.g, self.device
+        margin = float(self.params.get("temp_margin_c", 5.0))
+        if isinstance(g.temperature_c, int):
+            slow = g.temperature_slowdown_c if isinstance(g.temperature_slowdown_c, int) else None
+            thr = Threshold("<=", float(slow - margin), Status.WARN, SOURCE) if slow is not None else None
+            self.metrics.append(Metric("temperature_c", float(g.temperature_c), "C", device=dev, threshold=thr))
+            if slow is not None and g.temperature_c > slow - margin:
+                self.add(Status.WARN, f"{g.temperature_c} C within {margin:g} C of slowdown {slow} C")
+        draw, limit = _num(g.power_draw_w), _num(g.power_limit_w)
+        if draw is not None:
+            thr = Threshold("<=", limit, Status.WARN, SOURCE) if limit is not None else None
+            self.metrics.append(Metric("power_w", draw, "W", device=dev, threshold=thr))
+            if limit is not None and draw > limit:
+                self.add(Status.WARN, f"power {draw:.0f} W > limit {limit:.0f} W")
+        if limit is not None:
+            sku_power = (_sku_expectations(g.name) if g.name != UNSUPPORTED else {}).get("max_power_w")
+            self.metrics.append(Metric("power_limit_w", limit, "W", device=dev, expected=sku_power))
+            if sku_power is not None and limit < 0.95 * sku_power:
+                self.notes.append(f"power limit {limit:.0f} W below the {sku_power:.0f} W spec")
+
+    def nvlink(self) -> None:
+        """NVLink link states (``nvidia-smi nvlink --status``): a link down while others are up fails."""
+        links = self.g.nvlink_active
+        if not isinstance(links, list) or not links:
+            return
+        active = sum(links)
+        self.metrics.append(_count("nvlink_links_active", active, self.device))
+        if active == 0:
+            self.notes.append(f"no active NVLink link of {len(links)} (NVLink unused)")
+            return
+        down = [i for i, up in enumerate(links) if not up]
+        self.metrics.append(_count("nvlink_links_down", len(down), self.device))
+        if down:
+            self.add(Status.FAIL, f"NVLink {len(down)}/{len(links)} link(s) down ({','.join(map(str, down))})")
+
+
+def _reason(problems: list[Problem]) -> str:
+    """The worst problems grouped by GPU: ``cuda:3: PCIe x8 < x16 max; cuda:5: HW slowdown``."""
+    ordered = sorted(problems, key=lambda p: -p.status.severity)
+    by_device: dict[str, list[str]] = {}
+    for p in ordered:
+        by_device.setdefault(p.device, []).append(p.message)
+    parts = [f"{dev}: {', '.join(msgs)}" for dev, msgs in list(by_device.items())[:MAX_REASON_GPUS]]
+    more = len(by_device) - MAX_REASON_GPUS
+    return "; ".join(parts) + (f"; +{more} more GPU(s)" if more > 0 else "")
+
+
+def evaluate_health(snapshot: NvmlSnapshot, params: dict[str, Any]) -> Outcome:
+    """Judge an NVML snapshot. Pure: no NVML calls, so recorded snapshots replay exactly.
+
+    FAIL: volatile uncorrectable ECC, row-remap failure, PCIe width below max,
+    HW slowdown / HW thermal / HW power brake, an NVLink link down while others
+    are up, a lost GPU. WARN: lifetime uncorrectable ECC, pending page
+    retirement or row remap, PCIe generation below max (not while idle),
+    SW thermal slowdown, temperature within ``temp_margin_c`` of slowdown,
+    power draw over the limit, ECC disabled. SKIP (needs a GPU) for no GPU.
+    """
+    if not snapshot.gpus:
+        return Outcome.skip("NVML sees no GPU", needs_gpu=True, driver_version=snapshot.driver_version)
+    problems: list[Problem] = []
+    metrics: list[Metric] = []
+    unsupported: dict[str, dict[str, str]] = {}
+    gpus: list[dict[str, Any]] = []
+    notes: dict[str, list[str]] = {}
+    for g in snapshot.gpus:
+        judge = _GpuJudge(g, params)
+        judge.judge()
+        problems += judge.problems
+        metrics += judge.metrics
+        if judge.notes:
+            notes[g.device] = judge.notes
+        missing = {f: g.errors.get(f, "not reported") for f in g.unsupported_fields()}
+        if "handle" in g.errors:
+            missing["handle"] = g.errors["handle"]
+        if missing:
+            unsupported[g.device] = missing
+        mask = g.clocks_event_reasons
+        gpus.append({
+            "device": g.device, "name": g.name, "uuid": g.uuid, "pci_bus_id": g.pci_bus_id,
+            "clocks_event_reasons": event_reason_names(mask) if isinstance(mask, int) else UNSUPPORTED,
+            "pcie": (f"gen{g.pcie_link_gen} x{g.pcie_link_width} "
+                     f"(max gen{g.pcie_link_gen_max} x{g.pcie_link_width_max})"),
+            "nvlink_active": (f"{sum(g.nvlink_active)}/{len(g.nvlink_active)}"
+                              if isinstance(g.nvlink_active, list) else UNSUPPORTED),
+        })
+    details: dict[str, Any] = {
+        "driver_version": snapshot.driver_version,
+        "cuda_driver_version": snapshot.cuda_driver_version,
+        "gpu_count": snapshot.gpu_count,
+        "gpus": gpus,
+        "problems": [p.to_dict() for p in problems],
+        "unsupported": unsupported,
+    }
+    if notes:
+        details["notes"] = notes
+    if problems:
+        status = worst(*(p.status for p in problems))
+        return Outcome(status, _reason(problems), metrics, details)
+    n_unsup = sum(len(v) for v in unsupported.values())
+    reason = (f"{len(snapshot.gpus)} GPU(s) healthy "
+              f"(driver {snapshot.driver_version}, CUDA {snapshot.cuda_driver_version})")
+    if n_unsup:
+        reason += f"; {n_unsup} NVML field(s) unsupported"
+    return Outcome(Status.PASS, reason, metrics, details)
+
+
+class HealthCheck(Check):
+    """NVML health snapshot of each GPU (``nvidia-smi -q``); instant, no load applied."""
+
+    name = "health"
+    tag = "HEALTH"
+    summary = "ECC, row remapping, PCIe link, throttle reasons, temperature, power and NVLink from NVML"
+    params: ClassVar[tuple[Param, ...]] = (
+        Param("pcie_strict", "bool", False,
+              "fail (not warn) when a PCIe link runs below its max generation, even while idle"),
+        Param("temp_margin_c", "float", 5.0, "warn when a GPU is within this many C of its slowdown temperature",
+              minimum=0.0),
+        Param("require_ecc", "bool", True, "warn when a GPU supports ECC but has it disabled"),
+        Param("nvlink", "bool", True, "check NVLink link states"),
+    )
+    # A snapshot costs the same in every profile.
+    profile_params: ClassVar[dict[str, dict[str, Any]]] = {p: {} for p in PROFILES}
+    thresholds: ClassVar[tuple[ThresholdRule, ...]] = (
+        ThresholdRule("ecc_volatile_uncorrectable", max=0.0),
+        ThresholdRule("ecc_aggregate_uncorrectable", max=0.0, severity=Status.WARN),
+        ThresholdRule("remapped_rows_pending", max=0.0, severity=Status.WARN),
+        ThresholdRule("remapped_rows_failure", max=0.0),
+        ThresholdRule("retired_pages_pending", max=0.0, severity=Status.WARN),
+        ThresholdRule("nvlink_links_down", max=0.0),
+    )
+    # nvmlInit can take seconds per GPU when persistence mode is off.
+    timeout_s: ClassVar[dict[str, float]] = {"quick": 60.0, "standard": 60.0, "full": 120.0}
+    key_metric = "temperature_c"
+
+    def run(self, ctx: CheckContext) -> Outcome:
+        from gpuaccept.hw.nvml import read_snapshot
+
+        try:
+            snapshot = read_snapshot(ctx.gpus)
+        except NvmlUnavailable as exc:
+            return Outcome.skip(str(exc), needs_gpu=True)
+        except InputError as exc:
+            return Outcome.failed(str(exc))
+        outcome = evaluate_health(snapshot, ctx.params)
+        if ctx.verbose:
+            outcome.details["snapshot"] = snapshot.to_dict()
+        return outcome
+
+
+CHECKS = (HealthCheck,)

@@ -1,0 +1,323 @@
+"""The NVML reader: JSON round trips, "unsupported" as a value, and the reader against a fake NVML library.
+
+The fake library reuses nvidia-ml-py's real error classes and constants and
+only replaces the C calls, so the reader's error handling is exercised
+exactly as on a node; the real library is used where a GPU is present.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import subprocess
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pynvml
+import pytest
+
+from gpuaccept.errors import InputError
+from gpuaccept.hw import nvml
+from gpuaccept.hw.nvml import (
+    UNSUPPORTED,
+    GpuSnapshot,
+    NvmlSnapshot,
+    NvmlUnavailable,
+    format_cuda_version,
+    read_snapshot,
+    snapshot_from_dict,
+)
+
+FIXTURES = sorted((Path(__file__).parent / "data" / "nvml").glob("*.json"))
+
+
+def nvml_library_present() -> bool:
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------- JSON form
+
+
+def test_fixtures_exist() -> None:
+    assert len(FIXTURES) >= 7, FIXTURES
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.stem)
+def test_fixture_round_trip(path: Path) -> None:
+    raw = json.loads(path.read_text())
+    snap = snapshot_from_dict(raw)
+    assert snap.to_dict() == raw  # fixtures are in the exact shape to_dict produces
+    again = snapshot_from_dict(json.loads(json.dumps(snap.to_dict())))
+    assert again == snap
+    assert all(isinstance(g, GpuSnapshot) for g in snap.gpus)
+    assert [g.index for g in snap.gpus] == sorted(g.index for g in snap.gpus)
+
+
+def test_missing_fields_read_as_unsupported() -> None:
+    snap = snapshot_from_dict({"driver_version": "550.54.15", "gpus": [{"index": 0, "name": "NVIDIA H100",
+                                                                       "temperature_c": 40}]})
+    g = snap.gpus[0]
+    assert g.name == "NVIDIA H100" and g.temperature_c == 40
+    assert g.ecc_volatile_uncorrectable == UNSUPPORTED
+    assert g.nvlink_active == UNSUPPORTED
+    assert snap.cuda_driver_version == UNSUPPORTED
+    assert snap.gpu_count == 1  # defaults to the GPUs listed
+    unsupported = g.unsupported_fields()
+    assert "ecc_volatile_uncorrectable" in unsupported and "temperature_c" not in unsupported
+    assert "name" not in unsupported and "index" not in unsupported
+    assert g.to_dict()["power_draw_w"] == "unsupported"
+
+
+def test_power_read_as_float_from_json_int() -> None:
+    g = snapshot_from_dict({"gpus": [{"index": 0, "power_draw_w": 300, "power_limit_w": 700}]}).gpus[0]
+    assert g.power_draw_w == 300.0 and isinstance(g.power_draw_w, float)
+
+
+@pytest.mark.parametrize("gpu", [
+    {"index": 0, "ecc_volatile_uncorrectable": "3"},          # a string that is not "unsupported"
+    {"index": 0, "ecc_volatile_uncorrectable": True},         # a bool is not a count
+    {"index": 0, "remapped_rows_pending": 1},                 # an int is not a flag
+    {"index": 0, "nvlink_active": [True, "up"]},
+    {"index": 0, "errors": {"name": 3}},
+    {"index": 0, "errors": "unsupported"},                    # errors is always a mapping
+    {"name": "NVIDIA H100"},                                  # no index
+    {"index": "0"},
+])
+def test_malformed_gpu_rejected(gpu: dict[str, Any]) -> None:
+    with pytest.raises(InputError):
+        snapshot_from_dict({"gpus": [gpu]})
+
+
+def test_malformed_snapshot_rejected() -> None:
+    with pytest.raises(InputError):
+        not_a_mapping: Any = []
+        snapshot_from_dict(not_a_mapping)
+    with pytest.raises(InputError):
+        snapshot_from_dict({"gpus": {"0": {}}})
+    with pytest.raises(InputError, match="gpus\\[1\\]"):
+        snapshot_from_dict({"gpus": [{"index": 0}, {"index": 1, "temperature_c": "hot"}]})
+
+
+@pytest.mark.parametrize(("raw", "text"), [(12040, "12.4"), (11080, "11.8"), (12000, "12.0"), (13010, "13.1")])
+def test_format_cuda_version(raw: int, text: str) -> None:
+    assert format_cuda_version(raw) == text
+
+
+# ---------------------------------------------------------------- reader against a fake NVML
+
+
+class Err:
+    """A spec value that makes the fake raise the real pynvml error for ``code``."""
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+
+H100_SPEC: dict[str, Any] = {
+    "nvmlDeviceGetName": "NVIDIA H100 80GB HBM3",
+    "nvmlDeviceGetUUID": "GPU-00000000-1111-2222-3333-444444444444",
+    "nvmlDeviceGetPciInfo": types.SimpleNamespace(busId=b"00000000:18:00.0"),
+    "nvmlDeviceGetMemoryInfo": types.SimpleNamespace(total=85520809984, used=566755328),
+    "nvmlDeviceGetEccMode": [1, 1],
+    "nvmlDeviceGetTotalEccErrors": lambda etype, ctype: {(1, 0): 2, (0, 0): 5, (1, 1): 3, (0, 1): 40}[(etype, ctype)],
+    "nvmlDeviceGetRetiredPagesPendingStatus": Err(pynvml.NVML_ERROR_NOT_SUPPORTED),
+    "nvmlDeviceGetRetiredPages": Err(pynvml.NVML_ERROR_NO_PERMISSION),
+    "nvmlDeviceGetRemappedRows": (4, 1, 1, 0),
+    "nvmlDeviceGetCurrPcieLinkGeneration": 4,
+    "nvmlDeviceGetMaxPcieLinkGeneration": 5,
+    "nvmlDeviceGetCurrPcieLinkWidth": 8,
+    "nvmlDeviceGetMaxPcieLinkWidth": 16,
+    "nvmlDeviceGetCurrentClocksEventReasons": 0x88,
+    "nvmlDeviceGetTemperature": 45,
+    "nvmlDeviceGetTemperatureThreshold": lambda which: {pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN: 89,
+                                                        pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN: 92}[which],
+    "nvmlDeviceGetPowerUsage": 350500,
+    "nvmlDeviceGetEnforcedPowerLimit": 700000,
+    "nvmlDeviceGetNvLinkState": lambda link: [1, 1, 0, 1][link] if link < 4 else Err(
+        pynvml.NVML_ERROR_INVALID_ARGUMENT),
+}
+
+DEVICE_FUNCS = (*H100_SPEC, "nvmlDeviceGetGpuMaxPcieLinkGeneration", "nvmlDeviceGetCurrentClocksThrottleReasons")
+
+
+class FakeNvml:
+    """Installs a fake ``pynvml`` module: per-GPU specs map a function name to a value, an Err or a callable."""
+
+    def __init__(self, gpus: list[dict[str, Any] | Err], *, init_error: int | None = None,
+                 omit: tuple[str, ...] = (), shutdown_error: int | None = None) -> None:
+        self.gpus = gpus
+        self.shutdown_error = shutdown_error
+        self.init_error = init_error
+        self.shutdowns = 0
+        self.module = types.ModuleType("pynvml")
+        for name, value in vars(pynvml).items():
+            if name.startswith("NVML"):  # constants and the NVMLError class family
+                setattr(self.module, name, value)
+        m = self.module
+        m.nvmlInit = self._init  # type: ignore[attr-defined]
+        m.nvmlShutdown = self._shutdown  # type: ignore[attr-defined]
+        m.nvmlSystemGetDriverVersion = lambda: "550.54.15"  # type: ignore[attr-defined]
+        m.nvmlSystemGetNVMLVersion = lambda: b"12.550.54.15"  # type: ignore[attr-defined]
+        m.nvmlSystemGetCudaDriverVersion_v2 = lambda: 12040  # type: ignore[attr-defined]
+        m.nvmlDeviceGetCount = lambda: len(self.gpus)  # type: ignore[attr-defined]
+        m.nvmlDeviceGetHandleByIndex = self._handle  # type: ignore[attr-defined]
+        for fn in DEVICE_FUNCS:
+            if fn not in omit:
+                setattr(m, fn, self._device_fn(fn))
+
+    @staticmethod
+    def _raise_or(value: Any) -> Any:
+        if isinstance(value, Err):
+            raise pynvml.NVMLError(value.code)
+        return value
+
+    def _init(self) -> None:
+        if self.init_error is not None:
+            raise pynvml.NVMLError(self.init_error)
+
+    def _shutdown(self) -> None:
+        self.shutdowns += 1
+        if self.shutdown_error is not None:
+            raise pynvml.NVMLError(self.shutdown_error)
+
+    def _handle(self, index: int) -> int:
+        self._raise_or(self.gpus[index])
+        return index
+
+    def _device_fn(self, name: str) -> Any:
+        def fn(handle: int, *args: Any) -> Any:
+            spec = self.gpus[handle]
+            assert isinstance(spec, dict)
+            if name not in spec:
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            value = spec[name]
+            if callable(value):
+                value = value(*args)
+            return self._raise_or(value)
+        return fn
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> FakeNvml:
+        monkeypatch.setitem(sys.modules, "pynvml", self.module)
+        return self
+
+
+def test_reader_values_and_unsupported(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeNvml([dict(H100_SPEC), Err(pynvml.NVML_ERROR_GPU_IS_LOST)]).install(monkeypatch)
+    snap = read_snapshot()
+    assert fake.shutdowns == 1
+    assert (snap.driver_version, snap.nvml_version, snap.cuda_driver_version) == ("550.54.15", "12.550.54.15",
+                                                                                  "12.4")
+    assert snap.gpu_count == 2
+    g = snap.gpus[0]
+    assert g.name == "NVIDIA H100 80GB HBM3" and g.pci_bus_id == "00000000:18:00.0"
+    assert (g.memory_total_bytes, g.memory_used_bytes) == (85520809984, 566755328)
+    assert (g.ecc_mode_current, g.ecc_mode_pending) == (True, True)
+    assert (g.ecc_volatile_uncorrectable, g.ecc_volatile_correctable) == (2, 5)
+    assert (g.ecc_aggregate_uncorrectable, g.ecc_aggregate_correctable) == (3, 40)
+    assert (g.remapped_rows_correctable, g.remapped_rows_uncorrectable) == (4, 1)
+    assert (g.remapped_rows_pending, g.remapped_rows_failure) == (True, False)
+    assert (g.pcie_link_gen, g.pcie_link_gen_max, g.pcie_link_width, g.pcie_link_width_max) == (4, 5, 8, 16)
+    assert g.clocks_event_reasons == 0x88
+    assert (g.temperature_c, g.temperature_slowdown_c, g.temperature_shutdown_c) == (45, 89, 92)
+    assert (g.power_draw_w, g.power_limit_w) == (350.5, 700.0)  # mW -> W
+    assert g.nvlink_active == [True, True, False, True]  # stops at INVALID_ARGUMENT on link 4
+    # unsupported values, with NVML's own message kept
+    assert g.retired_pages_pending == UNSUPPORTED and g.errors["retired_pages_pending"] == "Not Supported"
+    assert g.retired_pages_sbe == UNSUPPORTED and g.errors["retired_pages_sbe"] == "Insufficient Permissions"
+    assert g.pcie_link_gen_gpu_max == UNSUPPORTED  # not in the spec: Not Supported
+    assert set(g.unsupported_fields()) == {"retired_pages_pending", "retired_pages_sbe", "retired_pages_dbe",
+                                           "pcie_link_gen_gpu_max"}
+    # a lost GPU is a record, not a crash
+    lost = snap.gpus[1]
+    assert lost.index == 1 and lost.name == UNSUPPORTED and lost.errors == {"handle": "GPU is lost"}
+    assert snapshot_from_dict(json.loads(json.dumps(snap.to_dict()))) == snap
+
+
+def test_reader_all_unsupported_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    FakeNvml([{}]).install(monkeypatch)
+    g = read_snapshot().gpus[0]
+    assert g.nvlink_active == UNSUPPORTED  # link 0 rejected: no NVLink at all
+    assert g.remapped_rows_failure == UNSUPPORTED and g.errors["remapped_rows_failure"] == "Not Supported"
+    assert g.memory_used_bytes == UNSUPPORTED and "memory_used_bytes" in g.errors
+    assert set(g.unsupported_fields()) == {f for f in nvml._GPU_KINDS if f not in ("index", "errors")}
+    assert set(g.errors) == set(g.unsupported_fields())
+
+
+def test_reader_old_binding_falls_back_to_throttle_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = {"nvmlDeviceGetCurrentClocksThrottleReasons": 0x40}
+    FakeNvml([spec], omit=("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetNvLinkState")).install(
+        monkeypatch)
+    g = read_snapshot().gpus[0]
+    assert g.clocks_event_reasons == 0x40
+    assert "clocks_event_reasons" not in g.errors
+    assert g.nvlink_active == UNSUPPORTED and "not in this nvidia-ml-py" in g.errors["nvlink_active"]
+
+
+def test_reader_selects_indices(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeNvml([dict(H100_SPEC), dict(H100_SPEC), dict(H100_SPEC)]).install(monkeypatch)
+    snap = read_snapshot([2, 0])
+    assert [g.index for g in snap.gpus] == [2, 0] and snap.gpu_count == 3
+    with pytest.raises(InputError, match="GPU index 3 does not exist"):
+        read_snapshot([3])
+    assert fake.shutdowns == 2  # shut down after the error too
+
+
+def test_reader_survives_shutdown_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    FakeNvml([dict(H100_SPEC)], shutdown_error=pynvml.NVML_ERROR_UNINITIALIZED).install(monkeypatch)
+    assert read_snapshot().gpus[0].temperature_c == 45
+
+
+def test_reader_init_failure_is_typed(monkeypatch: pytest.MonkeyPatch) -> None:
+    FakeNvml([], init_error=pynvml.NVML_ERROR_DRIVER_NOT_LOADED).install(monkeypatch)
+    with pytest.raises(NvmlUnavailable, match="NVML not available: Driver Not Loaded"):
+        read_snapshot()
+
+
+def test_main_dump_is_replayable(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    FakeNvml([dict(H100_SPEC)]).install(monkeypatch)
+    assert nvml.main(["--dump"]) == 0
+    snap = snapshot_from_dict(json.loads(capsys.readouterr().out))
+    assert snap.gpus[0].name == "NVIDIA H100 80GB HBM3" and snap.gpus[0].power_draw_w == 350.5
+    assert nvml.main([]) == 0
+    assert "PCIe gen4/x8" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- this machine
+
+
+@pytest.mark.skipif(nvml_library_present(), reason="the NVML library is present here")
+def test_read_snapshot_without_driver() -> None:
+    with pytest.raises(NvmlUnavailable, match="NVML not available: NVML Shared Library Not Found"):
+        read_snapshot()
+
+
+@pytest.mark.skipif(nvml_library_present(), reason="the NVML library is present here")
+def test_dump_cli_without_driver() -> None:
+    proc = subprocess.run([sys.executable, "-m", "gpuaccept.hw.nvml", "--dump"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 1
+    assert "NVML not available" in proc.stderr and proc.stdout == ""
+
+
+@pytest.mark.gpu
+def test_read_snapshot_on_gpu() -> None:
+    import os
+
+    import torch
+
+    snap = read_snapshot()
+    assert isinstance(snap, NvmlSnapshot) and snap.gpu_count >= 1
+    if "CUDA_VISIBLE_DEVICES" not in os.environ:
+        assert snap.gpu_count == torch.cuda.device_count()
+    assert snap.driver_version != UNSUPPORTED and snap.cuda_driver_version != UNSUPPORTED
+    for g in snap.gpus:
+        assert isinstance(g.name, str) and g.name != UNSUPPORTED
+        assert isinstance(g.memory_total_bytes, int) and g.memory_total_bytes > 2**30
+        assert isinstance(g.uuid, str) and g.uuid.startswith("GPU-")
+    assert snapshot_from_dict(json.loads(json.dumps(snap.to_dict()))) == snap
