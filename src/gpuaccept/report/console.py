@@ -24,7 +24,7 @@ def fmt_value(value: float, unit: str) -> str:
     if value != value:  # NaN
         return "n/a"
     text = f"{value:.0f}" if abs(value) >= 1000 else f"{value:.4g}"
-    return f"{text} {unit}".strip() if unit not in ("count", "") else text
+    return f"{text} {unit}".strip() if unit not in ("count", "fraction", "") else text
 
 
 def key_metric(result: CheckResult, pattern: str | None) -> Metric | None:

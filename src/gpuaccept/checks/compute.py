@@ -1,0 +1,546 @@
+"""GEMM throughput per dtype on each GPU alone and on all GPUs at once.
+
+Reference commands: the CUDA sample ``matrixMulCUBLAS``, or
+``dcgmproftester12 --no-dcgm-validation -t 1004 -d 30`` (tensor-core GEMM load).
+The throughput is ``2*N^3`` flops per GEMM over the median of timed windows
+(CUDA events on GPU, ``time.perf_counter`` on CPU), each window running
+``iters`` GEMMs cycled over ``buffers`` seeded random A/B pairs. Every measured
+GEMM result is checked against an fp64 CPU reference on a sample of its
+entries, so a fast wrong answer fails.
+
+The timing helpers at the top (:func:`synchronize`, :func:`time_windows`,
+:func:`median`) are device-agnostic and used by the nbody check too. torch is
+imported inside functions only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from gpuaccept.checks.base import Check, CheckContext, Outcome, Param
+from gpuaccept.model import Metric, Status, Threshold
+
+if TYPE_CHECKING:
+    import torch
+
+    from gpuaccept.hw.sku import Sku
+
+GEMM_DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8")
+CPU_DTYPES = ("fp64", "fp32", "bf16")  # tf32 and fp8 are GPU modes; CPU fp16 GEMM is not a meaningful test
+FP8_MIN_CAPABILITY = (8, 9)
+FP8_E4M3_MAX = 448.0
+VERIFY_SAMPLE = 64  # rows and columns of each checked result compared with the fp64 reference
+
+# Largest allowed max|C - ref| / rms(ref) over the verified sample, per dtype. The output's rounding
+# dominates (bf16 ~2^-8 relative, times ~4 for the largest of 4096 normal entries); fp32 is kept far
+# below what a TF32 computation gives (~1e-3) so TF32 passed off as fp32 is caught.
+GEMM_TOLERANCE = {"fp64": 1e-10, "fp32": 2e-4, "tf32": 2e-2, "fp16": 1e-2, "bf16": 5e-2, "fp8": 5e-2}
+
+
+# --------------------------------------------------------------------------- timing helpers
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for all queued work on ``device`` (no-op on CPU)."""
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_windows(fn: Callable[[], object], device: torch.device, *, warmup: int, windows: int, iters: int,
+                 before_window: Callable[[], None] | None = None) -> list[float]:
+    """Seconds taken by each of ``windows`` windows of ``iters`` back-to-back ``fn()`` calls.
+
+    ``warmup`` untimed calls come first. On CUDA each window is bracketed by
+    events on the current stream (so launch overhead overlapping the GPU is not
+    counted); on CPU by ``time.perf_counter``. ``before_window`` runs before each
+    window, outside the timing (a barrier for concurrent runs).
+    """
+    import torch
+
+    if windows < 1 or iters < 1:
+        raise ValueError("windows and iters must be >= 1")
+    cuda = device.type == "cuda"
+    # events record on the current stream of the current device: make that ``device``
+    with torch.cuda.device(device) if cuda else contextlib.nullcontext():
+        for _ in range(warmup):
+            fn()
+        synchronize(device)
+        times: list[float] = []
+        for _ in range(windows):
+            if before_window is not None:
+                before_window()
+            if cuda:
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(iters):
+                    fn()
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end) / 1e3)
+            else:
+                t0 = time.perf_counter()
+                for _ in range(iters):
+                    fn()
+                times.append(time.perf_counter() - t0)
+    return times
+
+
+def finite_or_none(x: float) -> float | None:
+    """``x``, or None for NaN/inf (JSON has neither), for ``details``."""
+    return x if math.isfinite(x) else None
+
+
+def median(values: Sequence[float]) -> float:
+    """The median of ``values`` (NaN for none)."""
+    return statistics.median(values) if values else math.nan
+
+
+@contextlib.contextmanager
+def fp32_matmul_mode(tf32: bool) -> Iterator[None]:
+    """Allow (or forbid) TF32 for CUDA fp32 matmuls inside the block, then restore the setting.
+
+    Uses ``torch.backends.cuda.matmul.fp32_precision`` where torch has it (2.9+;
+    mixing it with the legacy flag raises there), else ``allow_tf32``.
+    """
+    import torch
+
+    mm = torch.backends.cuda.matmul
+    if hasattr(mm, "fp32_precision"):
+        old_precision = mm.fp32_precision
+        mm.fp32_precision = "tf32" if tf32 else "ieee"
+        try:
+            yield
+        finally:
+            mm.fp32_precision = old_precision
+    else:  # pragma: no cover - torch < 2.9
+        old_allow = mm.allow_tf32
+        mm.allow_tf32 = tf32
+        try:
+            yield
+        finally:
+            mm.allow_tf32 = old_allow
+
+
+# --------------------------------------------------------------------------- GEMM
+
+
+def gemm_flops(n: int) -> float:
+    """Floating-point operations of one N x N x N GEMM: 2*N^3 (multiply and add)."""
+    return 2.0 * float(n) ** 3
+
+
+def gemm_error(result: torch.Tensor, reference: torch.Tensor) -> float:
+    """max|result - reference| / rms(reference), in fp64; inf when the result has NaN/inf or shapes differ."""
+    import torch
+
+    if result.shape != reference.shape:
+        return math.inf
+    res = result.detach().to("cpu", torch.float64)
+    ref = reference.detach().to("cpu", torch.float64)
+    if not bool(torch.isfinite(res).all()):
+        return math.inf
+    scale = float(ref.square().mean().sqrt())
+    err = float((res - ref).abs().max())
+    if scale == 0.0:
+        return 0.0 if err == 0.0 else math.inf
+    return err / scale
+
+
+def gemm_ok(error: float, dtype: str) -> bool:
+    """Whether a :func:`gemm_error` value is within the tolerance for ``dtype``."""
+    return error <= GEMM_TOLERANCE[dtype]
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """The storage dtype of the GEMM inputs for a dtype name (tf32 is stored as fp32)."""
+    import torch
+
+    table = {"fp64": torch.float64, "fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16,
+             "bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
+    return table[name]
+
+
+def fp8_unsupported(device: torch.device, size: int) -> str | None:
+    """Why fp8 GEMM cannot run on ``device`` at ``size`` (None when it can)."""
+    import torch
+
+    if not hasattr(torch, "float8_e4m3fn") or not hasattr(torch, "_scaled_mm"):
+        return f"torch {torch.__version__} has no float8 / _scaled_mm"
+    if size % 16:
+        return f"fp8 GEMM needs a size divisible by 16, got {size}"
+    if device.type == "cuda":
+        cc = torch.cuda.get_device_capability(device)
+        if cc < FP8_MIN_CAPABILITY:
+            return f"fp8 needs compute capability >= 8.9, {device} is {cc[0]}.{cc[1]}"
+    return None
+
+
+class GemmWorkload:
+    """``buffers`` seeded random A/B pairs of one dtype on one device, and one output C.
+
+    :meth:`step` runs the next GEMM (cycling the pairs); :meth:`verify` checks
+    the latest C against an fp64 CPU reference on sampled rows and columns.
+    fp8 uses ``torch._scaled_mm`` with per-tensor scales, bf16 output and fast
+    accumulation; tf32 is fp32 storage computed under :func:`fp32_matmul_mode`.
+    """
+
+    def __init__(self, device: torch.device, dtype: str, n: int, buffers: int, seed: int = 0) -> None:
+        import torch
+
+        self.device, self.dtype, self.n = device, dtype, n
+        self._calls = 0
+        gen = torch.Generator(device=device)
+        gen.manual_seed(seed)
+        self.a: list[torch.Tensor] = []
+        self.b: list[torch.Tensor] = []  # fp8: column-major views, as _scaled_mm wants
+        self.scale_a: list[torch.Tensor] = []
+        self.scale_b: list[torch.Tensor] = []
+        for _ in range(max(1, buffers)):
+            a = torch.randn(n, n, device=device, generator=gen, dtype=torch.float32)
+            b = torch.randn(n, n, device=device, generator=gen, dtype=torch.float32)
+            if dtype == "fp8":
+                sa, sb = a.abs().max() / FP8_E4M3_MAX, b.abs().max() / FP8_E4M3_MAX
+                self.a.append((a / sa).to(torch.float8_e4m3fn))
+                self.b.append((b / sb).to(torch.float8_e4m3fn).t())  # (K, N) column-major, as _scaled_mm wants
+                self.scale_a.append(sa.float().reshape(()))
+                self.scale_b.append(sb.float().reshape(()))
+            else:
+                self.a.append(a.to(torch_dtype(dtype)))
+                self.b.append(b.to(torch_dtype(dtype)))
+            del a, b
+        out_dtype = torch.bfloat16 if dtype == "fp8" else torch_dtype(dtype)
+        self.c = torch.empty(n, n, device=device, dtype=out_dtype)
+        self._verify_gen = torch.Generator().manual_seed(seed + 7919)
+
+    @property
+    def last_pair(self) -> int:
+        """Index of the A/B pair behind the current C."""
+        return (self._calls - 1) % len(self.a)
+
+    def step(self) -> None:
+        """One GEMM into C on the next A/B pair."""
+        import torch
+
+        i = self._calls % len(self.a)
+        self._calls += 1
+        if self.dtype == "fp8":
+            out = torch._scaled_mm(self.a[i], self.b[i], self.scale_a[i], self.scale_b[i],
+                                   out_dtype=torch.bfloat16, use_fast_accum=True)
+            self.c = out[0] if isinstance(out, tuple) else out  # torch < 2.5 returned (out, amax)
+        else:
+            torch.matmul(self.a[i], self.b[i], out=self.c)
+
+    def reference_sample(self, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+        """fp64 CPU value of C[rows][:, cols] for the last pair, from the exact (rounded) inputs."""
+        import torch
+
+        i = self.last_pair
+        rows, cols = rows.to(self.device), cols.to(self.device)
+        if self.dtype == "fp8":  # gather the raw bytes: indexing kernels need not support float8
+            fp8 = self.a[i].dtype
+            a = self.a[i].view(torch.uint8)[rows].cpu().view(fp8).to(torch.float64) * float(self.scale_a[i])
+            b = self.b[i].view(torch.uint8)[:, cols].cpu().view(fp8).to(torch.float64) * float(self.scale_b[i])
+        else:
+            a = self.a[i][rows].to("cpu", torch.float64)
+            b = self.b[i][:, cols].to("cpu", torch.float64)
+        return a @ b
+
+    def verify(self, sample: int = VERIFY_SAMPLE) -> float:
+        """:func:`gemm_error` of C against the fp64 reference on ``sample`` random rows x columns."""
+        import torch
+
+        if self._calls == 0:
+            self.step()
+        k = min(sample, self.n)
+        rows = torch.randperm(self.n, generator=self._verify_gen)[:k]
+        cols = torch.randperm(self.n, generator=self._verify_gen)[:k]
+        got = self.c[rows.to(self.device)][:, cols.to(self.device)]
+        return gemm_error(got, self.reference_sample(rows, cols))
+
+
+@dataclass
+class GemmResult:
+    """One device's GEMM measurement: window times (s), and the verification error."""
+
+    device: str
+    dtype: str
+    size: int
+    iters: int
+    window_s: list[float]
+    error: float
+    ok: bool
+    mode: str = "single"
+
+    def tflops(self, seconds: float) -> float:
+        return gemm_flops(self.size) * self.iters / seconds / 1e12 if seconds > 0 else math.nan
+
+    @property
+    def median_tflops(self) -> float:
+        """Throughput of the median window, in TFLOP/s (what the metric reports)."""
+        return self.tflops(median(self.window_s))
+
+    @property
+    def best_tflops(self) -> float:
+        """Throughput of the fastest window, in TFLOP/s."""
+        return self.tflops(min(self.window_s))
+
+
+def measure_gemm(device: torch.device, dtype: str, size: int, *, warmup: int, iters: int, trials: int,
+                 buffers: int, seed: int = 0, before_window: Callable[[], None] | None = None,
+                 mode: str = "single") -> GemmResult:
+    """Time ``trials`` windows of ``iters`` GEMMs of ``dtype`` on ``device``, then verify the last result.
+
+    The caller sets the TF32 mode (:func:`fp32_matmul_mode`). On CUDA the work runs
+    on a dedicated stream of ``device``.
+    """
+    import torch
+
+    stream_ctx: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+    device_ctx: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+    if device.type == "cuda":
+        device_ctx = torch.cuda.device(device)
+        stream_ctx = torch.cuda.stream(torch.cuda.Stream(device))
+    with device_ctx, stream_ctx:
+        work = GemmWorkload(device, dtype, size, buffers, seed)
+        times = time_windows(work.step, device, warmup=warmup, windows=trials, iters=iters,
+                             before_window=before_window)
+        error = work.verify()
+        del work
+    return GemmResult(str(device), dtype, size, iters, times, error, gemm_ok(error, dtype), mode)
+
+
+def measure_concurrent(devices: Sequence[torch.device], dtype: str, size: int, *, warmup: int, iters: int,
+                       trials: int, buffers: int, seed: int = 0) -> list[GemmResult]:
+    """:func:`measure_gemm` on every device at once, one thread per device.
+
+    A barrier lines up the start of each timed window on all devices, so each
+    window is measured while the others are loaded too.
+    """
+    barrier = threading.Barrier(len(devices))
+
+    def wait() -> None:
+        barrier.wait(timeout=600)
+
+    def one(idx: int) -> GemmResult:
+        try:
+            return measure_gemm(devices[idx], dtype, size, warmup=warmup, iters=iters, trials=trials,
+                                buffers=buffers, seed=seed + idx, before_window=wait, mode="concurrent")
+        except BaseException:
+            barrier.abort()
+            raise
+
+    with ThreadPoolExecutor(max_workers=len(devices)) as pool:
+        futures = [pool.submit(one, i) for i in range(len(devices))]
+        errors = [e for e in (f.exception() for f in futures) if e is not None]
+    if errors:  # the first error that is not just another thread's broken barrier
+        raise next((e for e in errors if not isinstance(e, threading.BrokenBarrierError)), errors[0])
+    return [f.result() for f in futures]
+
+
+# --------------------------------------------------------------------------- the check
+
+
+@dataclass
+class _Plan:
+    """Which dtypes run where, and why others do not."""
+
+    run: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def _fmt_flops(tflops: float) -> str:
+    if math.isnan(tflops):
+        return "nan"
+    return f"{tflops:.0f} TFLOP/s" if tflops >= 10 else (f"{tflops:.1f} TFLOP/s" if tflops >= 1
+                                                          else f"{tflops * 1e3:.1f} GFLOP/s")
+
+
+class ComputeCheck(Check):
+    """GEMM throughput (TFLOP/s) per dtype, against the SKU's dense spec peak."""
+
+    name = "compute"
+    tag = "COMPUTE"
+    summary = "GEMM TFLOP/s per dtype on each GPU alone and all at once, result verified in fp64"
+    key_metric = "gemm_bf16_tflops*"
+    params = (
+        Param("dtypes", "list", ["fp32", "tf32", "fp16", "bf16", "fp8"], "GEMM dtypes to measure",
+              item="str", choices=GEMM_DTYPES),
+        Param("size", "int", 8192, "matrix dimension N on GPU (N x N x N GEMM)", minimum=16),
+        Param("cpu_size", "int", 384, "matrix dimension N on CPU", minimum=16),
+        Param("warmup", "int", 5, "untimed GEMMs before timing", minimum=0),
+        Param("iters", "int", 20, "GEMMs per timed window", minimum=1),
+        Param("trials", "int", 5, "timed windows; the median window is reported", minimum=1),
+        Param("buffers", "int", 4, "A/B pairs cycled so caches do not flatter", minimum=1),
+        Param("per_gpu", "bool", True, "measure each GPU alone"),
+        Param("concurrent", "bool", True, "measure all GPUs at once (when there are several)"),
+    )
+    profile_params: ClassVar[dict[str, dict[str, Any]]] = {
+        "quick": {"warmup": 2, "iters": 10, "trials": 3, "cpu_size": 256},
+        "standard": {},
+        "full": {"warmup": 10, "iters": 50, "trials": 10, "cpu_size": 512},
+    }
+    timeout_s: ClassVar[dict[str, float]] = {"quick": 120.0, "standard": 600.0, "full": 1800.0}
+
+    def run(self, ctx: CheckContext) -> Outcome:
+        try:
+            import torch
+        except ImportError as exc:
+            return Outcome.skip(f"torch is not installed ({exc}); install gpuaccept[torch]")
+        from gpuaccept.hw.devices import torch_devices
+
+        try:
+            devices = torch_devices(ctx.device, ctx.gpus)
+        except RuntimeError as exc:
+            return Outcome.skip(str(exc), needs_gpu=True)
+        p = ctx.params
+        if not p["per_gpu"] and not p["concurrent"]:
+            return Outcome(Status.ERROR, "per_gpu and concurrent are both false: nothing to measure")
+        on_gpu = devices[0].type == "cuda"
+        size = int(p["size"] if on_gpu else p["cpu_size"])
+        plan = self._plan(list(p["dtypes"]), devices, size, on_gpu)
+        if not plan.run:
+            why = "; ".join(f"{d}: {r}" for d, r in plan.skipped.items()) or "no dtypes requested"
+            return Outcome.skip(f"no GEMM dtype can run here ({why})", needs_gpu=not on_gpu, skipped=plan.skipped)
+
+        skus: dict[str, Sku | None] = _skus_of(devices) if on_gpu else {}
+        warmup, iters, trials, buffers = (int(p[k]) for k in ("warmup", "iters", "trials", "buffers"))
+        knobs = {"warmup": warmup, "iters": iters, "trials": trials, "buffers": buffers}
+        single: list[GemmResult] = []
+        concurrent: list[GemmResult] = []
+        try:
+            for dtype in plan.run:
+                with fp32_matmul_mode(dtype == "tf32"):
+                    if p["per_gpu"] or len(devices) == 1:
+                        for dev in devices:
+                            res = measure_gemm(dev, dtype, size, warmup=warmup, iters=iters, trials=trials,
+                                               buffers=buffers)
+                            ctx.log(f"{dev} {dtype} N={size}: {_fmt_flops(res.median_tflops)} median "
+                                    f"(best {_fmt_flops(res.best_tflops)}), error {res.error:.2g}")
+                            single.append(res)
+                    if p["concurrent"] and len(devices) > 1:
+                        results = measure_concurrent(devices, dtype, size, warmup=warmup, iters=iters,
+                                                     trials=trials, buffers=buffers)
+                        for res in results:
+                            ctx.log(f"{res.device} {dtype} N={size} concurrent: {_fmt_flops(res.median_tflops)}")
+                        concurrent.extend(results)
+        except torch.cuda.OutOfMemoryError as exc:
+            return Outcome(Status.ERROR, f"out of memory at size {size} with {buffers} buffers; "
+                                         f"lower 'size' or 'buffers' ({str(exc).splitlines()[0]})")
+
+        metrics = [self._metric(r, skus) for r in single + concurrent]
+        details: dict[str, Any] = {
+            "stat": "median window",
+            "size": size,
+            **knobs,
+            "results": [{"device": r.device, "dtype": r.dtype, "mode": r.mode, "median_tflops": r.median_tflops,
+                         "best_tflops": r.best_tflops, "error": finite_or_none(r.error),
+                         "tolerance": GEMM_TOLERANCE[r.dtype]}
+                        for r in single + concurrent],
+        }
+        if plan.skipped:
+            details["skipped"] = plan.skipped
+        if plan.notes:
+            details["notes"] = plan.notes
+        if skus:
+            details["sku"] = {d: s.id if s else None for d, s in skus.items()}
+        wrong = [r for r in single + concurrent if not r.ok]
+        if wrong:
+            w = wrong[0]
+            hint = ""
+            if w.dtype == "fp32" and os.environ.get("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE") == "1":
+                hint = " (TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 forces TF32 for fp32 GEMM)"
+            return Outcome.failed(f"wrong GEMM result on {w.device} {w.dtype} ({w.mode}): error {w.error:.3g} > "
+                                  f"tolerance {GEMM_TOLERANCE[w.dtype]:g} vs fp64 reference{hint}; "
+                                  f"{len(wrong)} wrong result(s) in all", metrics, **details)
+        reason = _reason(single, concurrent, skus, plan, devices)
+        return Outcome.passed(reason, metrics, **details)
+
+    @staticmethod
+    def _plan(dtypes: list[str], devices: Sequence[torch.device], size: int, on_gpu: bool) -> _Plan:
+        plan = _Plan()
+        for dt in dict.fromkeys(dtypes):
+            if not on_gpu and dt not in CPU_DTYPES:
+                plan.skipped[dt] = "GPU only"
+            elif dt == "fp8" and on_gpu:
+                why = next((w for w in (fp8_unsupported(d, size) for d in devices) if w), None)
+                if why:
+                    plan.skipped[dt] = why
+                else:
+                    plan.run.append(dt)
+            else:
+                plan.run.append(dt)
+        if on_gpu and "tf32" in plan.run and os.environ.get("NVIDIA_TF32_OVERRIDE") == "0":
+            plan.notes.append("NVIDIA_TF32_OVERRIDE=0 makes cuBLAS run tf32 GEMMs in full fp32")
+        return plan
+
+    @staticmethod
+    def _metric(r: GemmResult, skus: dict[str, Sku | None]) -> Metric:
+        suffix = "_concurrent" if r.mode == "concurrent" else ""
+        metric = Metric(f"gemm_{r.dtype}_tflops{suffix}", r.median_tflops, "TFLOP/s", device=r.device,
+                        tags={"dtype": r.dtype, "size": r.size, "mode": r.mode, "stat": "median"})
+        sku = skus.get(r.device)
+        peak = sku.peak_tflops(r.dtype) if sku else None
+        if sku and peak:
+            metric.expected = peak
+            frac = sku.pass_fraction(f"gemm_{r.dtype}")
+            metric.threshold = Threshold(">=", round(peak * frac, 3), Status.FAIL, source=f"sku:{sku.id}")
+        return metric
+
+
+def _skus_of(devices: Sequence[torch.device]) -> dict[str, Sku | None]:
+    """SKU (or None) per ``cuda:i`` device, from the name torch reports."""
+    import torch
+
+    from gpuaccept.hw.sku import match_sku
+
+    return {str(d): match_sku(torch.cuda.get_device_name(d)) for d in devices}
+
+
+def _reason(single: list[GemmResult], concurrent: list[GemmResult], skus: dict[str, Sku | None], plan: _Plan,
+            devices: Sequence[torch.device]) -> str:
+    """E.g. ``bf16 612 TFLOP/s (62% of 989 peak), fp32 51 TFLOP/s (76% of 67 peak) on 8 GPUs; min cuda:3``."""
+    parts: list[str] = []
+    slowest = ""
+    key = "bf16" if "bf16" in plan.run else plan.run[0]
+    for dtype in plan.run:
+        rows = [r for r in single if r.dtype == dtype] or [r for r in concurrent if r.dtype == dtype]
+        if not rows:
+            continue
+        low = min(rows, key=lambda r: r.median_tflops)
+        sku = skus.get(low.device)
+        peak = sku.peak_tflops(dtype) if sku else None
+        text = f"{dtype} {_fmt_flops(low.median_tflops)}"
+        if peak:
+            text += f" ({100 * low.median_tflops / peak:.0f}% of {peak:g} peak)"
+        parts.append(text)
+        if dtype == key:
+            slowest = low.device
+    reason = ", ".join(parts)
+    if len(devices) > 1:
+        reason += f" on {len(devices)} GPUs; min {slowest}"
+        conc = [r for r in concurrent if r.dtype == key]
+        if conc:
+            reason += f"; concurrent {key} min {_fmt_flops(min(r.median_tflops for r in conc))}"
+    elif devices[0].type == "cpu":
+        reason = f"cpu N={single[0].size}: {reason} (no spec peak on CPU: not judged against one)"
+    if plan.skipped:
+        reason += f"; skipped {', '.join(plan.skipped)} ({next(iter(plan.skipped.values()))})"
+    for note in plan.notes:
+        reason += f"; {note}"
+    return reason
+
+
+CHECKS = (ComputeCheck,)
