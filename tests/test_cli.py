@@ -123,3 +123,20 @@ def test_help_and_listing_do_not_import_torch(argv: list[str]) -> None:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), cwd=ROOT)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().endswith("clean")
+
+
+def test_quick_profile_on_cpu_runs_every_builtin_check_and_skips_gpu_only_ones(tmp_path: Path) -> None:
+    r = gpuaccept("run", "--profile", "quick", "--device", "cpu", "--report-dir", str(tmp_path), timeout=300,
+                  GPUACCEPT_PLUGINS="")
+    assert r.returncode == 0, r.stdout + r.stderr
+    report = validate_report(only_run_dir(tmp_path) / "report.json")
+    statuses = {c["name"]: c["status"] for c in report["checks"]}
+    assert {"env", "health", "compute", "memory", "memtest", "train", "nbody"} <= set(statuses)
+    assert statuses["health"] == "skip" and "NVML" in next(c["reason"] for c in report["checks"]
+                                                          if c["name"] == "health")
+    assert all(s == "pass" for n, s in statuses.items() if n != "health"), statuses
+    by_name = {c["name"]: c for c in report["checks"]}
+    assert any(m["name"] == "gemm_fp32_tflops" and m["value"] > 0 for m in by_name["compute"]["metrics"])
+    assert report["device"] == "cpu" and report["verdict"] == "success"
+    for tag in ("[ENV]", "[HEALTH]", "[COMPUTE]", "[MEMORY]", "[TRAIN]", "[RESULT]"):
+        assert any(line.startswith(tag) for line in r.stdout.splitlines()), tag
