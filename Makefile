@@ -15,7 +15,7 @@ BIN := $(VENV)/bin
 help:
 	@echo "make run   [ARGS='--profile standard']  set up .venv and run the suite on this machine"
 	@echo "make test                               set up .venv, then ruff, mypy and pytest"
-	@echo "make bench                              benchmarks (see bench/RESULTS.md)"
+	@echo "make bench [BENCH_DEVICE=cuda]          benchmarks (see bench/RESULTS.md)"
 
 venv: $(VENV)/.installed
 
@@ -47,10 +47,11 @@ unit: venv
 
 test: lint typecheck unit
 
+BENCH_DEVICE ?= cpu
 bench: venv
-	$(BIN)/python bench/bench_compute.py --device auto
-	$(BIN)/python bench/bench_memory.py --device auto
-	$(BIN)/python bench/bench_startup.py
+	$(BIN)/python bench/bench_compute.py --device $(BENCH_DEVICE)
+	$(BIN)/python bench/bench_memory.py --device $(BENCH_DEVICE)
+	$(BIN)/python bench/bench_startup.py --device $(BENCH_DEVICE)
 
 clean:
 	rm -rf $(VENV) gpuaccept-reports .pytest_cache .mypy_cache .ruff_cache

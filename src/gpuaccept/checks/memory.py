@@ -22,10 +22,8 @@ not reproduce its source fails the check.
 
 from __future__ import annotations
 
-import itertools
 import statistics
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -194,13 +192,11 @@ def measure_stream(array_bytes: int, iterations: int, warmup: int = 1, threads: 
     Arrays are float64 of ``array_bytes`` each; copy counts 2 x 8 x n bytes and
     triad 3 x 8 x n bytes per run (the STREAM convention). ``threads`` (default
     ``torch.get_num_threads()``) work in parallel: the copy is a ``memcpy`` per
-    thread slice (``np.copyto``, which releases the GIL; this is what gcc makes
-    of STREAM's copy loop) and the triad is one multi-threaded ``torch.add``.
+    thread slice (``Tensor.copy_``) and the triad is one multi-threaded ``torch.add``.
     After each timed phase ``c`` is checked exactly against ``a`` and ``b + 3*a``
     (small integers, so float64 arithmetic is exact).
     Equivalent: STREAM ``stream_c.exe`` built with OpenMP.
     """
-    import numpy as np
     import torch
 
     nthreads = max(1, threads if threads is not None else torch.get_num_threads())
@@ -208,28 +204,16 @@ def measure_stream(array_bytes: int, iterations: int, warmup: int = 1, threads: 
     a = torch.arange(n, dtype=torch.float64).remainder_(1024.0)
     b = torch.arange(n, dtype=torch.float64).remainder_(7.0)
     c = torch.zeros(n, dtype=torch.float64)
-    a_np, c_np = a.numpy(), c.numpy()
-    edges = [n * i // nthreads for i in range(nthreads + 1)]
-    parts = [(c_np[lo:hi], a_np[lo:hi]) for lo, hi in itertools.pairwise(edges) if hi > lo]
     copy_t: list[float] = []
     triad_t: list[float] = []
     old_threads = torch.get_num_threads()
     torch.set_num_threads(nthreads)
-    pool = ThreadPoolExecutor(max_workers=len(parts)) if len(parts) > 1 else None
-
-    def copy() -> None:
-        if pool is None:
-            np.copyto(c_np, a_np)
-        else:
-            list(pool.map(lambda p: np.copyto(p[0], p[1]), parts))
-
     try:
-        # Copy and triad run as separate phases so that idle workers of one pool
-        # (OpenMP threads spin for a while after a parallel region) do not steal
-        # cores from the other.
+        # Copy and triad run as separate phases, each with torch's own parallel
+        # loops (``Tensor.copy_`` is a memcpy per thread slice for contiguous tensors).
         for it in range(warmup + iterations):
             t0 = time.perf_counter()
-            copy()
+            c.copy_(a)
             if it >= warmup:
                 copy_t.append(time.perf_counter() - t0)
         copy_ok = verify_stream(a, b, c, "copy")
@@ -240,8 +224,6 @@ def measure_stream(array_bytes: int, iterations: int, warmup: int = 1, threads: 
                 triad_t.append(time.perf_counter() - t0)
         triad_ok = verify_stream(a, b, c, "triad")
     finally:
-        if pool is not None:
-            pool.shutdown()
         torch.set_num_threads(old_threads)
     copy_bytes, triad_bytes = 2 * 8 * n, 3 * 8 * n
     return StreamResult(
