@@ -140,3 +140,28 @@ def test_quick_profile_on_cpu_runs_every_builtin_check_and_skips_gpu_only_ones(t
     assert report["device"] == "cpu" and report["verdict"] == "success"
     for tag in ("[ENV]", "[HEALTH]", "[COMPUTE]", "[MEMORY]", "[TRAIN]", "[RESULT]"):
         assert any(line.startswith(tag) for line in r.stdout.splitlines()), tag
+
+
+def test_terminal_output_is_a_rich_table_with_the_result_line(tmp_path: Path) -> None:
+    import os
+    import pty
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "gpuaccept", "run", "--device", "cpu", "--checks", "steady,boom",
+                             "--report-dir", str(tmp_path)], stdout=follower, stderr=follower,
+                            env=cli_env(COLUMNS="120", TERM="xterm"), cwd=ROOT)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            data = os.read(leader, 4096)
+        except OSError:  # EIO once the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    assert proc.wait(timeout=60) == 1
+    text = b"".join(chunks).decode(errors="replace")
+    assert "\x1b[" in text  # styled for a terminal
+    assert "key metric" in text and "steady_value=10 GB/s" in text
+    assert "[RESULT] FAILURE: boom" in text

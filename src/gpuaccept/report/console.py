@@ -50,6 +50,19 @@ def describe_key(result: CheckResult, pattern: str | None) -> tuple[str, str]:
     return value, expect
 
 
+def metric_line(m: Metric) -> str:
+    """``gemm_bf16_tflops [cuda:0] = 612 TFLOP/s (threshold >= 593.6, spec 989.4) dtype=bf16``."""
+    where = f" [{m.device}]" if m.device else ""
+    extra = []
+    if m.threshold is not None:
+        extra.append(f"threshold {m.threshold.op} {fmt_value(m.threshold.value, m.unit)}")
+    if m.expected is not None:
+        extra.append(f"spec {fmt_value(m.expected, m.unit)}")
+    tags = " ".join(f"{k}={v}" for k, v in m.tags.items())
+    return (f"{m.name}{where} = {fmt_value(m.value, m.unit)}" + (f" ({', '.join(extra)})" if extra else "")
+            + (f" {tags}" if tags else ""))
+
+
 def result_line(report: NodeReport) -> str:
     if report.verdict is Verdict.SUCCESS:
         return "[RESULT] SUCCESS"
@@ -61,9 +74,10 @@ def result_line(report: NodeReport) -> str:
 class PlainConsole:
     """Line-oriented output for logs: one line per event, stable prefixes."""
 
-    def __init__(self, stream: IO[str], keys: dict[str, str | None]) -> None:
+    def __init__(self, stream: IO[str], keys: dict[str, str | None], verbose: bool = False) -> None:
         self.stream = stream
         self.keys = keys
+        self.verbose = verbose
 
     def _print(self, text: str) -> None:
         print(text, file=self.stream, flush=True)
@@ -82,6 +96,9 @@ class PlainConsole:
             extra = f" {value}" + (f" {expect}" if expect else "") if value else ""
             self._print(f"[{check.tag}] {check.name}: {result.status.value.upper()} "
                         f"{result.duration_s:.1f}s{extra} - {result.reason}")
+            if self.verbose:
+                for m in result.metrics:
+                    self._print(f"[{check.tag}]   {metric_line(m)}")
 
         return RunEvents(on_start=start, on_end=end)
 
@@ -96,11 +113,12 @@ class PlainConsole:
 class RichConsole:
     """Live progress and a summary table on a terminal."""
 
-    def __init__(self, stream: IO[str], keys: dict[str, str | None]) -> None:
+    def __init__(self, stream: IO[str], keys: dict[str, str | None], verbose: bool = False) -> None:
         from rich.console import Console
 
         self.console = Console(file=stream)
         self.keys = keys
+        self.verbose = verbose
         self._status: Any = None
 
     def header(self, plan: SuitePlan, run_dir: str) -> None:
@@ -118,6 +136,9 @@ class RichConsole:
             style = _STYLE[result.status]
             self.console.print(f"[{style}]{result.status.value.upper():<5}[/] {escape(check.name):<10} "
                                f"{result.duration_s:5.1f}s  {escape(result.reason)}", highlight=False)
+            if self.verbose:
+                for m in result.metrics:
+                    self.console.print(f"      {escape(metric_line(m))}", highlight=False)
 
         return RunEvents(on_start=start, on_end=end)
 
