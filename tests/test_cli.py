@@ -118,8 +118,8 @@ def test_checks_lists_parameters_and_thresholds() -> None:
 
 @pytest.mark.parametrize("argv", [["--help"], ["run", "--help"], ["checks"]])
 def test_help_and_listing_do_not_import_torch(argv: list[str]) -> None:
-    code = ("import sys\nfrom gpuaccept.cli import main\ntry:\n    main(%r)\nexcept SystemExit:\n    pass\n"
-            "assert 'torch' not in sys.modules, 'torch was imported'\nprint('clean')" % (argv,))
+    code = (f"import sys\nfrom gpuaccept.cli import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
+            "assert 'torch' not in sys.modules, 'torch was imported'\nprint('clean')")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), cwd=ROOT)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().endswith("clean")
