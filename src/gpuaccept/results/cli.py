@@ -1,0 +1,304 @@
+"""``gpuaccept history``, ``compare`` and ``trend``: the history store on the command line.
+
+Exit codes: 0 done, 1 ``trend`` found a regression in the newest run, 2 bad
+input (unknown run id, bad URL, bad --since, a database gpuaccept must not
+touch). Nothing heavy is imported until a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+DB_HELP = ("history database URL: sqlite:///PATH, sqlite:////ABS/PATH or postgresql://USER@HOST[:PORT]/DB "
+           "(default: $GPUACCEPT_DB, else ~/.local/share/gpuaccept/history.db)")
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return int(text)
+
+
+def _nonneg_int(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a non-negative integer")
+    return int(text)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number > 0")
+    return value
+
+
+def _nonneg_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (value >= 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
+    return value
+
+
+def register(sub: Any) -> None:
+    """Add ``history``, ``compare`` and ``trend`` to the top-level subparsers."""
+    h = sub.add_parser("history", help="list stored runs (node and cluster)",
+                       description="List runs stored in the history, newest first. Node runs that belong to a "
+                                   "cluster run are listed under it unless --host or --all-nodes is given.")
+    h.add_argument("--host", default=None, help="only node runs on this host")
+    h.add_argument("--check", default=None, metavar="NAME", help="only runs that ran this check")
+    h.add_argument("--since", default=None, metavar="WHEN",
+                   help="only runs started since WHEN: 2026-11-01, 2026-11-01T08:00Z (UTC), 12h, 7d, 2w, today")
+    h.add_argument("--kind", choices=("node", "cluster"), default=None, help="only node or only cluster runs")
+    h.add_argument("--all-nodes", action="store_true", help="also list node runs that belong to cluster runs")
+    h.add_argument("--limit", type=_nonneg_int, default=50, metavar="N", help="at most N runs (0: all; default 50)")
+    h.add_argument("--import", dest="import_paths", nargs="+", default=None, metavar="PATH",
+                   help="store report.json files (or every report.json under a directory) and exit")
+    h.add_argument("--db", default=None, metavar="URL", help=DB_HELP)
+    h.add_argument("--json", action="store_true", help="machine-readable output")
+    h.set_defaults(handler=cmd_history)
+
+    c = sub.add_parser("compare", help="per-metric deltas between two runs",
+                       description="Per-metric differences from RUN_A to RUN_B (absolute and %%). A run is a run id "
+                                   "from 'gpuaccept history' (a unique prefix will do) or a report.json file.")
+    c.add_argument("run_a", metavar="RUN_A")
+    c.add_argument("run_b", metavar="RUN_B")
+    c.add_argument("--check", default=None, metavar="NAME", help="only this check's metrics")
+    c.add_argument("--metric", default=None, metavar="NAME", help="only this metric")
+    c.add_argument("--host", default=None, help="only this host (in cluster runs)")
+    c.add_argument("--db", default=None, metavar="URL", help=DB_HELP)
+    c.add_argument("--json", action="store_true", help="machine-readable output")
+    c.set_defaults(handler=cmd_compare)
+
+    t = sub.add_parser("trend", help="a metric over time on one node, with regressions flagged",
+                       description="Show METRIC over time on HOST and flag a regression against the node's own "
+                                   "past: worse than the median of the earlier runs by more than --max-drop-sigma "
+                                   "robust deviations (1.4826 x MAD) and by more than --min-drop-pct. "
+                                   "Exit 1 when the newest run regressed.")
+    t.add_argument("--host", required=True, help="the node")
+    t.add_argument("--metric", required=True, metavar="NAME", help="metric name, e.g. gemm_bf16_tflops")
+    t.add_argument("--check", default=None, metavar="NAME", help="only this check's values of the metric")
+    t.add_argument("--device", default=None, metavar="DEV", help="only this device, e.g. cuda:0")
+    t.add_argument("--since", default=None, metavar="WHEN", help="only runs since WHEN (as for history)")
+    t.add_argument("--max-drop-sigma", type=_positive_float, default=3.0, metavar="N",
+                   help="robust deviations a value must be worse by (default 3)")
+    t.add_argument("--min-drop-pct", type=_nonneg_float, default=5.0, metavar="PCT",
+                   help="and worse by more than this %% of the earlier median (default 5)")
+    t.add_argument("--window", type=_positive_int, default=20, metavar="N",
+                   help="judge against at most the N previous runs (default 20)")
+    t.add_argument("--min-history", type=_positive_int, default=3, metavar="N",
+                   help="earlier runs needed before judging (default 3)")
+    t.add_argument("--direction", choices=("auto", "higher", "lower"), default="auto",
+                   help="which way is better (auto: from the threshold, unit and name)")
+    t.add_argument("--db", default=None, metavar="URL", help=DB_HELP)
+    t.add_argument("--json", action="store_true", help="machine-readable output")
+    t.set_defaults(handler=cmd_trend)
+
+
+# ---- formatting ---------------------------------------------------------------------------------------------------
+def _num(x: float | None, digits: int = 6) -> str:
+    if x is None:
+        return "-"
+    if not math.isfinite(x):
+        return "inf" if x > 0 else "-inf"
+    return f"{x:.{digits}g}"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:+.1f}%"
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def _dump(data: Any) -> None:
+    print(json.dumps(data, indent=2, allow_nan=False))
+
+
+def _tags(tags: dict[str, Any]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(tags.items()))
+
+
+# ---- report files ---------------------------------------------------------------------------------------------------
+def load_report_file(path: Path) -> Any:
+    """A NodeReport or ClusterReport from a JSON file; InputError naming the file when it is not one."""
+    from gpuaccept.errors import InputError
+    from gpuaccept.model import ClusterReport, NodeReport
+
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    except ValueError as exc:
+        raise InputError(f"{path}: not JSON ({exc})") from None
+    try:
+        if not isinstance(data, dict):
+            raise TypeError("top level is not an object")
+        return ClusterReport.from_dict(data) if data.get("kind") == "cluster" else NodeReport.from_dict(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"{path}: not a gpuaccept report ({type(exc).__name__}: {exc})") from None
+
+
+def _report_files(paths: list[str]) -> list[Path]:
+    from gpuaccept.errors import InputError
+
+    files: list[Path] = []
+    for text in paths:
+        p = Path(text)
+        if p.is_dir():
+            found = sorted(p.glob("**/report.json"))
+            if not found:
+                raise InputError(f"{p}: no report.json below this directory")
+            files += found
+        elif p.is_file():
+            files.append(p)
+        else:
+            raise InputError(f"{p}: no such file or directory")
+    return files
+
+
+# ---- commands --------------------------------------------------------------------------------------------------------
+def cmd_history(args: argparse.Namespace) -> int:
+    from gpuaccept.model import ClusterReport
+    from gpuaccept.results.store import open_store
+    from gpuaccept.results.timespec import parse_since
+
+    since = parse_since(args.since) if args.since else None
+    if args.import_paths:
+        files = _report_files(args.import_paths)
+        reports = [(f, load_report_file(f)) for f in files]  # every file is checked before anything is stored
+        with open_store(args.db) as store:
+            stored = []
+            for f, rep in reports:
+                if isinstance(rep, ClusterReport):
+                    store.add_cluster_report(rep)
+                else:
+                    store.add_node_report(rep)
+                stored.append({"file": str(f), "run_id": rep.run_id})
+            if args.json:
+                _dump({"db": str(store), "stored": stored})
+            else:
+                for s in stored:
+                    print(f"stored {s['run_id']} from {s['file']}")
+                print(f"{len(stored)} report(s) stored in {store}")
+        return 0
+    with open_store(args.db) as store:
+        runs = store.list_runs(host=args.host, check=args.check, since=since, kind=args.kind,
+                               limit=args.limit or None, include_members=args.all_nodes)
+        where = str(store)
+    if args.json:
+        _dump([r.to_dict() for r in runs])
+        return 0
+    if not runs:
+        print(f"no runs match in {where}")
+        return 0
+    rows = []
+    for r in runs:
+        checks = " ".join(f"{n} {s}" for s, n in sorted(r.checks.items()))
+        who = r.host if r.kind == "node" else f"{r.nodes}/{r.expected_nodes or r.nodes} nodes"
+        extra = r.failed[:4] + (["..."] if len(r.failed) > 4 else [])
+        rows.append([r.run_id, r.kind, who, r.started, r.verdict, r.profile or r.backend or "-", r.sku or "-",
+                     checks or "-", ",".join(extra) or "-", r.parent_run_id or "-"])
+    print(_table(["RUN", "KIND", "HOST", "STARTED", "VERDICT", "PROFILE/BACKEND", "SKU", "CHECKS", "FAILED",
+                  "IN CLUSTER"], rows))
+    return 0
+
+
+def _resolve(store: Any, ref: str) -> Any:
+    p = Path(ref)
+    if ref.endswith(".json") or p.is_file():
+        return load_report_file(p)
+    return store.get_run(ref).report
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from gpuaccept.results.compare import compare_reports
+    from gpuaccept.results.store import open_store
+
+    def load(store: Any) -> tuple[Any, Any]:
+        return _resolve(store, args.run_a), _resolve(store, args.run_b)
+
+    if all(r.endswith(".json") or Path(r).is_file() for r in (args.run_a, args.run_b)):
+        a, b = load(None)
+    else:
+        with open_store(args.db) as store:
+            a, b = load(store)
+    cmp = compare_reports(a, b, check=args.check, metric=args.metric, host=args.host)
+    if args.json:
+        _dump(cmp.to_dict())
+        return 0
+    print(f"A: {cmp.run_a}\nB: {cmp.run_b}")
+    if not cmp.deltas:
+        print("no metric is in both runs" + (" (after the filters)" if args.check or args.metric or args.host else ""))
+    else:
+        rows = [[d.host or "-", d.check, d.metric, d.device or "-", _tags(d.tags) or "-", _num(d.a), _num(d.b),
+                 _num(d.delta), _pct(d.change), d.unit, "worse" if d.worse else ""] for d in cmp.deltas]
+        print(_table(["HOST", "CHECK", "METRIC", "DEVICE", "TAGS", "A", "B", "DELTA", "CHANGE", "UNIT", ""], rows))
+        n_worse = sum(d.worse for d in cmp.deltas)
+        print(f"{len(cmp.deltas)} metrics compared, {n_worse} worse in B")
+    if cmp.only_a or cmp.only_b:
+        print(f"only in A: {len(cmp.only_a)} metrics; only in B: {len(cmp.only_b)} metrics (--json lists them)")
+    return 0
+
+
+def cmd_trend(args: argparse.Namespace) -> int:
+    from gpuaccept.errors import InputError
+    from gpuaccept.results.store import open_store
+    from gpuaccept.results.timespec import parse_since
+    from gpuaccept.results.trend import TrendRule, build_trends
+
+    since = parse_since(args.since) if args.since else None
+    rule = TrendRule(max_drop_sigma=args.max_drop_sigma, min_drop_frac=args.min_drop_pct / 100.0,
+                     window=args.window, min_history=args.min_history)
+    with open_store(args.db) as store:
+        points = store.metric_series(args.host, args.metric, since=since, check=args.check, device=args.device)
+        if not points:
+            hosts = store.hosts()
+            if args.host not in hosts:
+                shown = ", ".join(hosts[:10]) + (", ..." if len(hosts) > 10 else "")
+                raise InputError(f"no runs of host {args.host!r} in {store} (hosts: {shown or 'none'})")
+            names = store.metric_names(args.host)
+            if args.metric not in names:
+                shown = ", ".join(names[:15]) + (", ..." if len(names) > 15 else "")
+                raise InputError(f"host {args.host!r} has no metric {args.metric!r} in {store} (metrics: {shown})")
+            raise InputError(f"no values of {args.metric} on {args.host} match --check/--device/--since")
+    series = build_trends(points, rule, args.direction)
+    regressed = [s for s in series if s.regressed]
+    if args.json:
+        _dump({"host": args.host, "metric": args.metric, "rule": rule.__dict__, "regressed": bool(regressed),
+               "series": [s.to_dict() for s in series]})
+        return 1 if regressed else 0
+    for s in series:
+        better = "higher" if s.higher_is_better else "lower"
+        print(f"{args.host} {s.label} [{s.unit}, {better} is better]")
+        rows = [[p.started, p.run_id, _num(p.value), _num(p.reference), _num(p.deviation, 3), _pct(p.change),
+                 "REGRESSION" if p.regression else ("" if p.reference is not None else "(too little history)")]
+                for p in s.points]
+        print(_table(["STARTED", "RUN", "VALUE", "EARLIER MEDIAN", "WORSE BY (SIGMA)", "CHANGE", ""], rows))
+        print()
+    for s in regressed:
+        p = s.points[-1]
+        print(f"REGRESSION: {args.host} {s.label}: {_num(p.value)} {s.unit} vs median {_num(p.reference)} of "
+              f"{p.history} earlier runs ({_pct(p.change)}, {_num(p.deviation, 3)} robust deviations worse)",
+              file=sys.stdout)
+    if not regressed:
+        latest = [s for s in series if s.latest is not None and s.latest.reference is not None]
+        if latest:
+            print(f"no regression in the newest run ({len(latest)} series judged)")
+        else:
+            print(f"not enough history to judge: fewer than {rule.min_history} earlier runs")
+    return 1 if regressed else 0

@@ -1,0 +1,141 @@
+"""Reports flattened into the history's rows: pure functions, no database.
+
+One ``runs`` row per node report and per cluster report (a node of a cluster
+links to it by ``parent``), one ``checks`` row per check, one ``metrics`` row
+per metric with its host, device, check, name, value, unit, and the tags
+``dtype`` and ``size_bytes`` pulled out for queries. NaN and infinite values
+are stored as NULL. The full report JSON is kept on the run row so a stored run
+reads back exactly as it was written.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuaccept.model import ClusterReport, NodeReport
+from gpuaccept.results.timespec import iso_to_epoch
+
+RUN_COLUMNS = ("run_id", "kind", "host", "profile", "backend", "job_id", "started", "started_ts", "finished",
+               "verdict", "device", "version", "expected_nodes", "sku", "report_json", "stored_at")
+CHECK_COLUMNS = ("name", "status", "reason", "duration_s", "rank", "host")
+METRIC_COLUMNS = ("host", "check_name", "name", "device", "value", "unit", "expected", "threshold_op",
+                  "threshold_value", "dtype", "size_bytes", "tags_json")
+
+
+@dataclass
+class FlatCheck:
+    """A ``checks`` row (values in CHECK_COLUMNS order) and its ``metrics`` rows (METRIC_COLUMNS order)."""
+
+    row: tuple[Any, ...]
+    metrics: list[tuple[Any, ...]] = field(default_factory=list)
+
+
+@dataclass
+class FlatRun:
+    """A ``runs`` row (RUN_COLUMNS order) with its checks."""
+
+    row: tuple[Any, ...]
+    checks: list[FlatCheck] = field(default_factory=list)
+
+    @property
+    def run_id(self) -> str:
+        return str(self.row[0])
+
+    @property
+    def host(self) -> str:
+        return str(self.row[2])
+
+
+def finite(x: float | None) -> float | None:
+    """``x`` as a float, or None for None, NaN and infinities (SQL NULL)."""
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def tags_json(tags: dict[str, Any]) -> str:
+    """Canonical JSON of a metric's tags (sorted keys, no spaces): equal tags give equal text."""
+    return json.dumps(tags, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def node_sku(report: dict[str, Any]) -> str | None:
+    """The node's GPU SKU id (``skus.yaml``) from a report dict: ``mixed`` when GPUs differ, None when unknown.
+
+    Read from the env check's NVML GPU list, else from any check's per-device details.
+    """
+    found: set[str] = set()
+    for check in report.get("checks") or []:
+        details = check.get("details") or {}
+        if not isinstance(details, dict):
+            continue
+        nvml = details.get("nvml")
+        if check.get("name") == "env" and isinstance(nvml, dict):
+            for gpu in nvml.get("gpus") or []:
+                if isinstance(gpu, dict) and isinstance(gpu.get("sku"), str):
+                    found.add(gpu["sku"])
+    if not found:
+        for check in report.get("checks") or []:
+            devices = (check.get("details") or {}).get("devices") if isinstance(check.get("details"), dict) else None
+            if isinstance(devices, dict):
+                for dev in devices.values():
+                    if isinstance(dev, dict) and isinstance(dev.get("sku"), str):
+                        found.add(dev["sku"])
+    if not found:
+        return None
+    return found.pop() if len(found) == 1 else "mixed"
+
+
+def _metric_row(host: str, check_name: str, m: Any) -> tuple[Any, ...]:
+    tags = dict(m.tags)
+    dtype = tags.get("dtype")
+    size = tags.get("size_bytes")
+    size_bytes = int(size) if isinstance(size, (int, float)) and not isinstance(size, bool) and math.isfinite(size) \
+        else None
+    thr = m.threshold
+    return (host, check_name, m.name, m.device, finite(m.value), m.unit, finite(m.expected),
+            thr.op if thr else None, finite(thr.value) if thr else None,
+            str(dtype) if dtype is not None else None, size_bytes, tags_json(tags))
+
+
+def flatten_node(report: NodeReport, stored_at: str) -> FlatRun:
+    """Rows for one node report. InputError when its ``started`` time is unreadable."""
+    data = report.to_dict()
+    started_ts = iso_to_epoch(report.started, f"report {report.run_id}: started")
+    row = (report.run_id, "node", report.host, report.profile, None, None, report.started, started_ts,
+           report.finished, report.verdict.value, report.device, report.version, None, node_sku(data),
+           json.dumps(data, separators=(",", ":")), stored_at)
+    checks = []
+    for c in report.checks:
+        host = c.host or report.host
+        checks.append(FlatCheck(
+            row=(c.name, c.status.value, c.reason, finite(c.duration_s), c.rank, host),
+            metrics=[_metric_row(host, c.name, m) for m in c.metrics]))
+    return FlatRun(row=row, checks=checks)
+
+
+def flatten_cluster(report: ClusterReport, stored_at: str) -> tuple[FlatRun, list[FlatRun]]:
+    """Rows for a cluster report and for each node report in it.
+
+    The cluster row's JSON keeps every node entry (missing nodes with their
+    reason) but not the node reports themselves: those are their own rows,
+    named in the entry by ``report_run_id`` and ``report_host``.
+    """
+    data = report.to_dict()
+    nodes = []
+    for entry, entry_dict in zip(report.nodes, data["nodes"], strict=True):
+        if entry.report is not None:
+            nodes.append(flatten_node(entry.report, stored_at))
+            entry_dict["report"] = None
+            entry_dict["report_run_id"] = entry.report.run_id
+            entry_dict["report_host"] = entry.report.host
+    started_ts = iso_to_epoch(report.started, f"cluster report {report.run_id}: started")
+    skus = {n.row[RUN_COLUMNS.index("sku")] for n in nodes} - {None}
+    sku = (skus.pop() if len(skus) == 1 else "mixed") if skus else None
+    row = (report.run_id, "cluster", "", None, report.backend, report.job_id, report.started, started_ts,
+           report.finished, report.verdict.value, None, None, report.expected_nodes, sku,
+           json.dumps(data, separators=(",", ":")), stored_at)
+    return FlatRun(row=row), nodes

@@ -1,0 +1,505 @@
+"""The history store: every node and cluster run, queryable by host, check, metric and time.
+
+``open_store(url)`` gives a :class:`Store` on SQLite (the default, a file in
+the user's data directory) or PostgreSQL (for a fleet); see
+:mod:`gpuaccept.results.dburl` for URLs. Both keep the same normalized tables
+(``runs``, ``checks``, ``metrics``; :mod:`gpuaccept.results.migrations`) and
+answer the same queries. Writes are one transaction per report, retried on
+contention (SQLite ``busy``, PostgreSQL serialization failures) until
+``retry_s`` runs out, so many nodes can write at once.
+
+Storing a report again (same run id, kind and host) replaces the stored copy.
+A node stored on its own and later as part of a cluster report becomes linked
+to that cluster.
+
+Errors: :class:`StoreError` (unreachable, busy past the deadline, no
+permission) and :class:`~gpuaccept.errors.InputError` (a file that is not a
+gpuaccept history, a newer schema, an unknown run id). Driver exceptions never
+leak out. A refused database is never modified.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import random
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import asdict, dataclass, field
+from types import TracebackType
+from typing import Any, ClassVar, TypeVar
+
+from gpuaccept.errors import GpuacceptError, InputError
+from gpuaccept.model import ClusterReport, NodeReport
+from gpuaccept.results import migrations
+from gpuaccept.results.dburl import DbUrl, parse_db_url, resolve_db_url
+from gpuaccept.results.rows import CHECK_COLUMNS, METRIC_COLUMNS, RUN_COLUMNS, FlatRun, flatten_cluster, flatten_node
+from gpuaccept.results.timespec import epoch_to_iso
+
+T = TypeVar("T")
+
+
+class StoreError(GpuacceptError):
+    """The history store could not be used: unreachable, busy too long, no permission, driver missing."""
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One row of ``gpuaccept history``.
+
+    ``kind`` is ``node`` or ``cluster``; ``host`` is empty for a cluster run;
+    ``checks`` counts checks by status (for a cluster: over all its nodes);
+    ``failed`` names failed or errored checks (node) or nodes that did not
+    succeed (cluster); ``parent_run_id`` is the cluster run a node run belongs to.
+    """
+
+    run_id: str
+    kind: str
+    host: str
+    started: str
+    finished: str | None
+    verdict: str
+    profile: str | None
+    sku: str | None
+    backend: str | None
+    parent_run_id: str | None
+    nodes: int
+    expected_nodes: int | None
+    checks: dict[str, int] = field(default_factory=dict)
+    failed: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class StoredRun:
+    """A run read back: its summary and the report (node or cluster, node reports attached)."""
+
+    summary: RunSummary
+    report: NodeReport | ClusterReport
+
+
+@dataclass(frozen=True)
+class MetricPoint:
+    """One stored metric value with where and when it was measured.
+
+    ``value`` is None where the report had NaN or infinity; ``started`` is the
+    run's start (ISO 8601 UTC) and ``started_ts`` the same in epoch seconds.
+    """
+
+    run_id: str
+    host: str
+    sku: str | None
+    started: str
+    started_ts: float
+    check: str
+    name: str
+    device: str | None
+    value: float | None
+    unit: str
+    expected: float | None
+    threshold_op: str | None
+    threshold_value: float | None
+    dtype: str | None
+    size_bytes: int | None
+    tags: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_SUMMARY_SQL = """SELECT r.id, r.run_id, r.kind, r.host, r.started, r.finished, r.verdict, r.profile, r.sku,
+    r.backend, p.run_id, r.expected_nodes, r.started_ts
+    FROM runs r LEFT JOIN runs p ON p.id = r.parent"""
+
+_POINT_SQL = """SELECT r.run_id, m.host, r.sku, r.started, r.started_ts, m.check_name, m.name, m.device, m.value,
+    m.unit, m.expected, m.threshold_op, m.threshold_value, m.dtype, m.size_bytes, m.tags_json
+    FROM metrics m JOIN runs r ON r.id = m.run"""
+
+
+def _like_escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _chunks(items: Sequence[T], n: int = 500) -> Iterator[Sequence[T]]:
+    for i in range(0, len(items), n):
+        yield items[i:i + n]
+
+
+class Store(abc.ABC):
+    """A history database. Use as a context manager, or call :meth:`close`."""
+
+    dialect: ClassVar[str]
+
+    def __init__(self, url: DbUrl, retry_s: float = 120.0) -> None:
+        self.url = url
+        self.retry_s = retry_s
+
+    # ---- dialect hooks -------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def _execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run one statement (``?`` placeholders); return its rows (empty when it returns none)."""
+
+    @abc.abstractmethod
+    def _executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Run one statement once per row of parameters."""
+
+    @abc.abstractmethod
+    def _insert_id(self, sql: str, params: Sequence[Any]) -> int:
+        """Run an INSERT into a table with an ``id`` key; return the new id."""
+
+    @abc.abstractmethod
+    def _transaction(self) -> AbstractContextManager[None]:
+        """A write transaction: committed on normal exit, rolled back on an exception."""
+
+    @abc.abstractmethod
+    def _is_transient(self, exc: BaseException) -> bool:
+        """True for errors worth retrying: contention, serialization failure, deadlock."""
+
+    @abc.abstractmethod
+    def _translate(self, exc: BaseException) -> GpuacceptError:
+        """A driver exception as StoreError or InputError, with a message for the user."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release the connection. The store cannot be used afterwards."""
+
+    # ---- plumbing --------------------------------------------------------------------------------------------
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    def __str__(self) -> str:
+        return self.url.redacted()
+
+    def _retrying(self, fn: Callable[[], T], write: bool) -> T:
+        """Run ``fn`` (in a write transaction when ``write``), retrying transient errors until ``retry_s``."""
+        deadline = time.monotonic() + self.retry_s
+        delay = 0.01
+        while True:
+            try:
+                if write:
+                    with self._transaction():
+                        return fn()
+                return fn()
+            except GpuacceptError:
+                raise
+            except Exception as exc:
+                if not self._is_transient(exc) or time.monotonic() >= deadline:
+                    raise self._translate(exc) from exc
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 0.5)
+
+    def _migrate_locked(self, current: int, upto: int = migrations.LATEST) -> int:
+        """Apply pending migrations; the caller holds the write transaction and has read ``current``."""
+        for m in migrations.pending(current, upto):
+            for stmt in m.ddl(self.dialect):
+                self._execute(stmt)
+            if m.backfill is not None:
+                m.backfill(self._execute)
+            self._execute("INSERT INTO schema_version (version, description, applied_at) VALUES (?, ?, ?)",
+                          (m.version, m.description, epoch_to_iso(time.time())))
+            current = m.version
+        return current
+
+    def schema_version(self) -> int:
+        """The database's schema version (largest applied migration)."""
+        rows = self._retrying(lambda: self._execute("SELECT MAX(version) FROM schema_version"), write=False)
+        return int(rows[0][0] or 0)
+
+    # ---- writing ---------------------------------------------------------------------------------------------
+    def add_node_report(self, report: NodeReport) -> str:
+        """Store one node report (replacing a stored copy of the same run and host). Returns its run id."""
+        flat = flatten_node(report, epoch_to_iso(time.time()))
+
+        def write() -> None:
+            old = self._execute("SELECT id, parent FROM runs WHERE run_id = ? AND kind = 'node' AND host = ?",
+                                (flat.run_id, flat.host))
+            parent = old[0][1] if old else None
+            self._delete_runs([r[0] for r in old])
+            self._insert_run(flat, parent)
+
+        self._retrying(write, write=True)
+        return report.run_id
+
+    def add_cluster_report(self, report: ClusterReport) -> str:
+        """Store a cluster report and each node report in it, linked to it. Returns the cluster run id."""
+        flat, nodes = flatten_cluster(report, epoch_to_iso(time.time()))
+
+        def write() -> None:
+            old = [r[0] for r in self._execute("SELECT id FROM runs WHERE run_id = ? AND kind = 'cluster'",
+                                               (flat.run_id,))]
+            stale = list(old)
+            for pk in old:
+                stale += [r[0] for r in self._execute("SELECT id FROM runs WHERE parent = ?", (pk,))]
+            for node in nodes:
+                stale += [r[0] for r in self._execute(
+                    "SELECT id FROM runs WHERE run_id = ? AND kind = 'node' AND host = ?", (node.run_id, node.host))]
+            self._delete_runs(sorted(set(stale), reverse=True))
+            cluster_pk = self._insert_run(flat, None)
+            for node in nodes:
+                self._insert_run(node, cluster_pk)
+
+        self._retrying(write, write=True)
+        return report.run_id
+
+    def _delete_runs(self, pks: list[int]) -> None:
+        """Delete runs and their checks and metrics; children (node runs of a cluster) first."""
+        if not pks:
+            return
+        marks = ",".join("?" * len(pks))
+        children = [r[0] for r in self._execute(f"SELECT id FROM runs WHERE parent IN ({marks})", pks)]
+        pks = [p for p in children if p not in pks] + pks
+        marks = ",".join("?" * len(pks))
+        self._execute(f"DELETE FROM metrics WHERE run IN ({marks})", pks)
+        self._execute(f"DELETE FROM checks WHERE run IN ({marks})", pks)
+        self._execute(f"UPDATE runs SET parent = NULL WHERE id IN ({marks})", pks)
+        self._execute(f"DELETE FROM runs WHERE id IN ({marks})", pks)
+
+    def _insert_run(self, flat: FlatRun, parent: int | None) -> int:
+        cols = (*RUN_COLUMNS, "parent")
+        run_pk = self._insert_id(f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                                 (*flat.row, parent))
+        metric_rows: list[tuple[Any, ...]] = []
+        check_sql = (f"INSERT INTO checks (run, {', '.join(CHECK_COLUMNS)}) "
+                     f"VALUES (?, {', '.join('?' * len(CHECK_COLUMNS))})")
+        for fc in flat.checks:
+            check_pk = self._insert_id(check_sql, (run_pk, *fc.row))
+            metric_rows += [(run_pk, check_pk, *m) for m in fc.metrics]
+        if metric_rows:
+            self._executemany(f"INSERT INTO metrics (run, check_id, {', '.join(METRIC_COLUMNS)}) "
+                              f"VALUES (?, ?, {', '.join('?' * len(METRIC_COLUMNS))})", metric_rows)
+        return run_pk
+
+    # ---- reading ---------------------------------------------------------------------------------------------
+    def list_runs(self, host: str | None = None, check: str | None = None, since: float | None = None,
+                  kind: str | None = None, limit: int | None = None, include_members: bool = False) -> list[RunSummary]:
+        """Runs, newest first.
+
+        ``host``: node runs on that host (including those inside cluster
+        runs); ``check``: runs that ran that check (a cluster: on any node);
+        ``since``: started at or after this epoch time (s); ``kind``: ``node``
+        or ``cluster``. Without ``host``, node runs that belong to a cluster run
+        are listed under it only, unless ``include_members``.
+        """
+        where: list[str] = []
+        params: list[Any] = []
+        if host is not None:
+            where.append("r.kind = 'node' AND r.host = ?")
+            params.append(host)
+        elif not include_members:
+            where.append("r.parent IS NULL")
+        if kind is not None:
+            if kind not in ("node", "cluster"):
+                raise InputError(f"kind must be node or cluster, not {kind!r}")
+            where.append("r.kind = ?")
+            params.append(kind)
+        if check is not None:
+            where.append("(EXISTS (SELECT 1 FROM checks k WHERE k.run = r.id AND k.name = ?) OR EXISTS "
+                         "(SELECT 1 FROM checks k JOIN runs c ON k.run = c.id WHERE c.parent = r.id AND k.name = ?))")
+            params += [check, check]
+        if since is not None:
+            where.append("r.started_ts >= ?")
+            params.append(float(since))
+        sql = _SUMMARY_SQL + (" WHERE " + " AND ".join(where) if where else "")
+        sql += " ORDER BY r.started_ts DESC, r.id DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(int(limit))
+
+        def read() -> list[RunSummary]:
+            return self._summaries(self._execute(sql, params))
+
+        return self._retrying(read, write=False)
+
+    def _summaries(self, rows: list[tuple[Any, ...]]) -> list[RunSummary]:
+        """RunSummary for ``_SUMMARY_SQL`` rows, with check counts and failures."""
+        pks = [r[0] for r in rows]
+        counts: dict[int, dict[str, int]] = {pk: {} for pk in pks}
+        failed: dict[int, list[str]] = {pk: [] for pk in pks}
+        nodes: dict[int, int] = dict.fromkeys(pks, 0)
+        kinds = {r[0]: r[2] for r in rows}
+        node_pks = [pk for pk in pks if kinds[pk] == "node"]
+        cluster_pks = [pk for pk in pks if kinds[pk] == "cluster"]
+        for chunk in _chunks(node_pks):
+            marks = ",".join("?" * len(chunk))
+            for run_pk, name, status in self._execute(
+                    f"SELECT run, name, status FROM checks WHERE run IN ({marks}) ORDER BY id", list(chunk)):
+                counts[run_pk][status] = counts[run_pk].get(status, 0) + 1
+                if status in ("fail", "error"):
+                    failed[run_pk].append(name)
+        for chunk in _chunks(cluster_pks):
+            marks = ",".join("?" * len(chunk))
+            for parent, host, verdict in self._execute(
+                    f"SELECT parent, host, verdict FROM runs WHERE parent IN ({marks}) ORDER BY host", list(chunk)):
+                nodes[parent] += 1
+                if verdict != "success":
+                    failed[parent].append(host)
+            for parent, status, n in self._execute(
+                    f"SELECT c.parent, k.status, COUNT(*) FROM checks k JOIN runs c ON k.run = c.id "
+                    f"WHERE c.parent IN ({marks}) GROUP BY c.parent, k.status", list(chunk)):
+                counts[parent][status] = int(n)
+        out = []
+        for pk, run_id, kind, host, started, finished, verdict, profile, sku, backend, parent, expected, _ts in rows:
+            out.append(RunSummary(run_id=run_id, kind=kind, host=host, started=started, finished=finished,
+                                  verdict=verdict, profile=profile, sku=sku, backend=backend, parent_run_id=parent,
+                                  nodes=nodes[pk] if kind == "cluster" else 1,
+                                  expected_nodes=int(expected) if expected is not None else None,
+                                  checks=counts[pk], failed=failed[pk]))
+        return out
+
+    def get_run(self, run_id: str, host: str | None = None) -> StoredRun:
+        """The run ``run_id`` (a unique prefix will do) with its full report.
+
+        A cluster run wins over node runs that share its id; ``host`` picks one
+        node run. InputError when no run or more than one matches.
+        """
+        def read() -> StoredRun:
+            rows = self._find(run_id, host)
+            cluster = [r for r in rows if r[2] == "cluster"]
+            if cluster:
+                row = cluster[0]
+            elif len(rows) == 1:
+                row = rows[0]
+            else:
+                hosts = ", ".join(sorted(r[3] for r in rows)[:8])
+                raise InputError(f"run id {run_id!r} names {len(rows)} node runs (hosts {hosts}); pick one host")
+            summary = self._summaries([row])[0]
+            return StoredRun(summary=summary, report=self._load_report(row[0], row[2]))
+
+        return self._retrying(read, write=False)
+
+    def _find(self, run_id: str, host: str | None) -> list[tuple[Any, ...]]:
+        host_sql, host_params = (" AND r.host = ?", [host]) if host is not None else ("", [])
+        rows = self._execute(_SUMMARY_SQL + " WHERE r.run_id = ?" + host_sql, [run_id, *host_params])
+        if rows:
+            return rows
+        rows = self._execute(_SUMMARY_SQL + " WHERE r.run_id LIKE ? ESCAPE '\\'" + host_sql + " ORDER BY r.run_id",
+                             [_like_escape(run_id) + "%", *host_params]) if len(run_id) >= 4 else []
+        ids = sorted({r[1] for r in rows})
+        if len(ids) > 1:
+            shown = ", ".join(ids[:5]) + (", ..." if len(ids) > 5 else "")
+            raise InputError(f"run id prefix {run_id!r} is ambiguous: {len(ids)} runs match ({shown})")
+        if not rows:
+            where = f" on host {host}" if host is not None else ""
+            raise InputError(f"no run {run_id!r}{where} in the history at {self.url.redacted()} "
+                             "(see 'gpuaccept history')")
+        return rows
+
+    def _load_report(self, run_pk: int, kind: str) -> NodeReport | ClusterReport:
+        (text,) = self._execute("SELECT report_json FROM runs WHERE id = ?", (run_pk,))[0]
+        data = json.loads(text)
+        if kind == "node":
+            return NodeReport.from_dict(data)
+        children: dict[tuple[str, str], NodeReport] = {}
+        for child_run_id, child_host, child_text in self._execute(
+                "SELECT run_id, host, report_json FROM runs WHERE parent = ?", (run_pk,)):
+            children[(child_run_id, child_host)] = NodeReport.from_dict(json.loads(child_text))
+        cluster = ClusterReport.from_dict(data)
+        for entry, entry_dict in zip(cluster.nodes, data.get("nodes", []), strict=True):
+            key = (entry_dict.get("report_run_id"), entry_dict.get("report_host"))
+            if key in children:
+                entry.report = children[key]
+        return cluster
+
+    def metric_points(self, metric: str | None = None, hosts: Sequence[str] | None = None,
+                      since: float | None = None, until: float | None = None, check: str | None = None,
+                      device: str | None = None, sku: str | None = None,
+                      run_ids: Sequence[str] | None = None) -> list[MetricPoint]:
+        """Stored metric values matching every filter given, oldest run first.
+
+        ``since``/``until`` bound the run's start (epoch seconds); ``sku`` is
+        the node's GPU SKU id. For baselines learnt from history and for trends.
+        """
+        where: list[str] = []
+        params: list[Any] = []
+        for col, value in (("m.name", metric), ("m.check_name", check), ("m.device", device), ("r.sku", sku)):
+            if value is not None:
+                where.append(f"{col} = ?")
+                params.append(value)
+        for col, values in (("m.host", hosts), ("r.run_id", run_ids)):
+            if values is not None:
+                values = list(values)
+                if not values:
+                    return []
+                where.append(f"{col} IN ({','.join('?' * len(values))})")
+                params += values
+        if since is not None:
+            where.append("r.started_ts >= ?")
+            params.append(float(since))
+        if until is not None:
+            where.append("r.started_ts < ?")
+            params.append(float(until))
+        sql = _POINT_SQL + (" WHERE " + " AND ".join(where) if where else "") + \
+            " ORDER BY r.started_ts, r.id, m.device, m.id"
+
+        def read() -> list[MetricPoint]:
+            return [MetricPoint(run_id=r[0], host=r[1], sku=r[2], started=r[3], started_ts=float(r[4]), check=r[5],
+                                name=r[6], device=r[7], value=r[8], unit=r[9], expected=r[10], threshold_op=r[11],
+                                threshold_value=r[12], dtype=r[13], size_bytes=r[14], tags=json.loads(r[15]))
+                    for r in self._execute(sql, params)]
+
+        return self._retrying(read, write=False)
+
+    def metric_series(self, host: str, metric: str, since: float | None = None, check: str | None = None,
+                      device: str | None = None) -> list[MetricPoint]:
+        """Values of ``metric`` on ``host`` over time, oldest first (every device, every tag set)."""
+        return self.metric_points(metric=metric, hosts=[host], since=since, check=check, device=device)
+
+    def hosts(self) -> list[str]:
+        """Every host with a stored node run, sorted."""
+        rows = self._retrying(lambda: self._execute(
+            "SELECT DISTINCT host FROM runs WHERE kind = 'node' ORDER BY host"), write=False)
+        return [r[0] for r in rows]
+
+    def metric_names(self, host: str | None = None) -> list[str]:
+        """Every metric name stored (on ``host`` if given), sorted."""
+        sql, params = ("SELECT DISTINCT name FROM metrics WHERE host = ? ORDER BY name", [host]) if host else \
+            ("SELECT DISTINCT name FROM metrics ORDER BY name", [])
+        return [r[0] for r in self._retrying(lambda: self._execute(sql, params), write=False)]
+
+
+@contextmanager
+def _closing(store: Store) -> Iterator[Store]:
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def open_store(url: str | DbUrl | None = None, retry_s: float = 120.0) -> Store:
+    """Open (creating or migrating as needed) the history at ``url``.
+
+    ``None`` means ``$GPUACCEPT_DB`` or the default SQLite file. Raises
+    UsageError for a bad URL, InputError for a database gpuaccept must not
+    touch (foreign, corrupt, newer schema), StoreError when it cannot be reached.
+    """
+    parsed = url if isinstance(url, DbUrl) else (resolve_db_url(None) if url is None else parse_db_url(url))
+    if parsed.kind == "sqlite":
+        from gpuaccept.results.store_sqlite import SqliteStore
+
+        return SqliteStore(parsed, retry_s=retry_s)
+    from gpuaccept.results.store_postgres import PostgresStore
+
+    return PostgresStore(parsed, retry_s=retry_s)
+
+
+def record(report: NodeReport | ClusterReport, url: str | DbUrl | None = None) -> str:
+    """Store ``report`` in the history at ``url``; return a one-line note for the user.
+
+    Call it only after the report is on disk: it raises GpuacceptError
+    (StoreError, InputError, UsageError) on any failure, and the caller should
+    print that as a warning naming where the report file is, not drop the report.
+    """
+    with _closing(open_store(url)) as store:
+        if isinstance(report, ClusterReport):
+            store.add_cluster_report(report)
+            what = f"cluster run {report.run_id} ({len(report.nodes)} nodes)"
+        else:
+            store.add_node_report(report)
+            what = f"run {report.run_id}"
+        return f"stored {what} in {store}"

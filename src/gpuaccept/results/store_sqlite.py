@@ -1,0 +1,231 @@
+"""The history in a SQLite file: WAL mode, a busy timeout, retried write transactions.
+
+Before writing anything the file is inspected read-only: a file that is not
+SQLite, a SQLite database of another application, or a gpuaccept history
+with a newer schema than this code knows is refused with InputError and left
+byte-for-byte unchanged. A gpuaccept file is recognised by its SQLite
+``application_id`` (``GPUA``); ``user_version`` mirrors the schema version.
+
+WAL needs shared memory between all writers, so it is not used on a network
+filesystem (NFS, Lustre, GPFS, BeeGFS, CIFS... found in ``/proc/mounts``):
+there the store keeps SQLite's rollback journal, which relies on the
+filesystem's locks. Many hosts writing one SQLite file over NFS is still
+fragile; a fleet should use PostgreSQL, or store cluster reports once from the
+launching host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from gpuaccept.errors import GpuacceptError, InputError
+from gpuaccept.results import migrations
+from gpuaccept.results.dburl import DbUrl
+from gpuaccept.results.store import Store, StoreError
+
+APPLICATION_ID = 0x47505541  # "GPUA"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+BUSY_TIMEOUT_S = 30.0
+
+
+def _untouched(path: Path) -> str:
+    return f"gpuaccept did not modify {path}; pass another --db or move the file away"
+
+
+def inspect_sqlite_file(path: Path) -> int | None:
+    """Read-only look at ``path``: None when it is new or an empty database, else its gpuaccept schema version.
+
+    InputError (the file untouched) when it is not SQLite, not gpuaccept's,
+    corrupt, or of a newer schema than :data:`migrations.LATEST`.
+    """
+    try:
+        if not path.exists() or (path.is_file() and path.stat().st_size == 0):
+            return None
+        if not path.is_file():
+            raise InputError(f"{path}: not a regular file; {_untouched(path)}")
+        with open(path, "rb") as fh:
+            head = fh.read(len(SQLITE_MAGIC))
+    except PermissionError as exc:
+        raise StoreError(f"{path}: cannot read the history database ({exc.strerror})") from None
+    if head != SQLITE_MAGIC:
+        raise InputError(f"{path}: not a SQLite database (history files start with 'SQLite format 3'); "
+                         f"{_untouched(path)}")
+    try:
+        uri = f"file:{path.resolve().as_posix()}?mode=ro"
+        conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise StoreError(f"{path}: cannot open the history database read-only ({exc})") from None
+    try:
+        conn.execute("BEGIN")  # one snapshot for every read below: another process may be creating the file
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        tables = sorted(r[0] for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"))
+        if app_id != APPLICATION_ID:
+            if not tables:
+                return None
+            shown = ", ".join(tables[:6]) + (", ..." if len(tables) > 6 else "")
+            raise InputError(f"{path}: a SQLite database of another application (tables: {shown}), "
+                             f"not a gpuaccept history; {_untouched(path)}")
+        if "schema_version" not in tables:
+            raise InputError(f"{path}: marked as a gpuaccept history but has no schema_version table (damaged?); "
+                             f"{_untouched(path)}")
+        version = int(conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] or 0)
+    except sqlite3.DatabaseError as exc:
+        if isinstance(exc, sqlite3.OperationalError) and _busy(exc):
+            raise StoreError(f"{path}: the history database stayed locked for {BUSY_TIMEOUT_S:.0f} s") from None
+        raise InputError(f"{path}: corrupt or unreadable SQLite database ({exc}); {_untouched(path)}") from None
+    finally:
+        conn.close()
+    if version > migrations.LATEST:
+        raise InputError(f"{path}: written by a newer gpuaccept (history schema v{version}; this version knows up "
+                         f"to v{migrations.LATEST}); upgrade gpuaccept to use it. {_untouched(path)}")
+    return version
+
+
+NETWORK_FS = frozenset({"nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "beegfs", "ceph", "fuse.sshfs",
+                        "glusterfs", "fuse.glusterfs", "9p", "afs", "panfs", "wekafs", "fuse.juicefs"})
+
+
+def mount_fstype(path: Path, mounts_text: str | None = None) -> str | None:
+    """Filesystem type of the mount holding ``path`` (longest matching mount point in ``/proc/mounts``)."""
+    if mounts_text is None:
+        try:
+            mounts_text = Path("/proc/mounts").read_text()
+        except OSError:
+            return None
+    target = os.path.abspath(path)
+    best, fstype = -1, None
+    for line in mounts_text.splitlines():
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        point = parts[1].replace("\\040", " ")
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) > best:
+            best, fstype = len(point), parts[2]
+    return fstype
+
+
+def _busy(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text)
+
+
+class SqliteStore(Store):
+    """History in one SQLite file (created, with its directory, on first use)."""
+
+    dialect = "sqlite"
+
+    def __init__(self, url: DbUrl, retry_s: float = 120.0) -> None:
+        super().__init__(url, retry_s)
+        assert url.path is not None
+        self.path = url.path
+        self._conn: sqlite3.Connection | None = None
+        inspect_sqlite_file(self.path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"{self.path.parent}: cannot create the history directory ({exc.strerror})") from None
+        try:
+            self._conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: cannot open the history database ({exc})") from None
+        try:
+            self._retrying(self._setup, write=False)
+        except BaseException:
+            self.close()
+            raise
+
+    def _setup(self) -> None:
+        conn = self._db
+        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        if mount_fstype(self.path.parent) not in NETWORK_FS:
+            conn.execute("PRAGMA journal_mode = WAL").fetchone()
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        with self._transaction():
+            # Re-read under the write lock: another process may have created or migrated the file meanwhile.
+            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+            has_table = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'").fetchone()
+            if app_id not in (0, APPLICATION_ID) or (app_id == 0 and conn.execute(
+                    "SELECT 1 FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'").fetchone()):
+                raise InputError(f"{self.path}: became another application's database while opening; "
+                                 f"{_untouched(self.path)}")
+            current = int(conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] or 0) \
+                if has_table else 0
+            if current > migrations.LATEST:
+                raise InputError(f"{self.path}: written by a newer gpuaccept (history schema v{current}); "
+                                 "upgrade gpuaccept to use it")
+            if current < migrations.LATEST:
+                reached = self._migrate_locked(current)
+                conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                conn.execute(f"PRAGMA user_version = {reached}")
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StoreError(f"{self.path}: the history store is closed")
+        return self._conn
+
+    def _execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self._db.execute(sql, tuple(params)).fetchall()
+
+    def _executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self._db.executemany(sql, rows)
+
+    def _insert_id(self, sql: str, params: Sequence[Any]) -> int:
+        cur = self._db.execute(sql, tuple(params))
+        assert cur.lastrowid is not None
+        return int(cur.lastrowid)
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        conn = self._db
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def _is_transient(self, exc: BaseException) -> bool:
+        return _busy(exc)
+
+    def _translate(self, exc: BaseException) -> GpuacceptError:
+        if isinstance(exc, GpuacceptError):
+            return exc
+        text = str(exc)
+        if _busy(exc):
+            return StoreError(f"{self.path}: the history database stayed busy for {self.retry_s:.0f} s "
+                              "(too many writers at once, or a process holds it open); try again")
+        if isinstance(exc, sqlite3.OperationalError) and "readonly" in text.replace(" ", "").lower():
+            return StoreError(f"{self.path}: no permission to write the history database")
+        if isinstance(exc, sqlite3.OperationalError) and "unable to open" in text:
+            return StoreError(f"{self.path}: cannot open the history database ({text})")
+        if isinstance(exc, sqlite3.DatabaseError) and ("malformed" in text or "not a database" in text):
+            return InputError(f"{self.path}: the history database is corrupt ({text})")
+        if isinstance(exc, sqlite3.Error):
+            return StoreError(f"{self.path}: history database error: {text}")
+        return StoreError(f"{self.path}: {type(exc).__name__}: {text}")
+
+    def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.close()
+            self._conn = None
+
+    def file_size(self) -> int:
+        """Bytes on disk of the database and its WAL (for benchmarks and diagnostics)."""
+        total = 0
+        for p in (self.path, Path(str(self.path) + "-wal")):
+            with contextlib.suppress(OSError):
+                total += os.path.getsize(p)
+        return total

@@ -1,0 +1,176 @@
+"""A metric over time on one node, and whether it regressed against the node's own past. Pure functions.
+
+Each value is judged against the runs before it (at most ``window`` of them):
+with ``med`` their median and ``mad`` their median absolute deviation scaled
+by 1.4826 (equal to the standard deviation for normal noise), a value is a
+regression when it is worse than ``med`` by more than ``max_drop_sigma``
+robust deviations *and* by more than ``min_drop_frac`` of ``med``. The second
+rule keeps a very stable metric (``mad`` near 0) from flagging noise; with
+``mad`` exactly 0 only the relative rule applies. "Worse" is lower for
+throughputs and higher for times, temperatures and error counts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+MAD_TO_SIGMA = 1.4826
+# Tags that describe how a value was measured in that run, not which series it belongs to.
+VOLATILE_TAGS = frozenset({"bytes_verified"})
+_LOWER_UNITS = frozenset({"s", "ms", "us", "µs", "ns", "C", "degC"})
+_LOWER_WORDS = ("error", "latency", "retired", "remap", "xid", "throttle", "loss")
+_LOWER_SUFFIXES = ("_s", "_ms", "_us", "_ns", "_seconds", "_time")
+
+
+@dataclass(frozen=True)
+class TrendRule:
+    """Regression test parameters: robust deviations, minimum relative change, history length."""
+
+    max_drop_sigma: float = 3.0
+    min_drop_frac: float = 0.05
+    window: int = 20
+    min_history: int = 3
+
+
+@dataclass(frozen=True)
+class TrendPoint:
+    """One run's value and how it compares with the runs before it.
+
+    ``reference`` is the median of the earlier values used (None when there
+    were fewer than ``min_history``); ``deviation`` is how much worse than the
+    reference the value is, in robust deviations (negative: better; infinite
+    when the earlier values did not vary); ``change`` is ``value/reference - 1``.
+    """
+
+    run_id: str
+    started: str
+    value: float
+    reference: float | None = None
+    spread: float | None = None
+    history: int = 0
+    deviation: float | None = None
+    change: float | None = None
+    regression: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        if d["deviation"] is not None and not math.isfinite(d["deviation"]):
+            d["deviation"] = "inf" if d["deviation"] > 0 else "-inf"
+        return d
+
+
+@dataclass
+class SeriesTrend:
+    """All values of one metric series (same check, device and tags) on one host, oldest first."""
+
+    check: str
+    metric: str
+    device: str | None
+    tags: dict[str, Any]
+    unit: str
+    higher_is_better: bool
+    points: list[TrendPoint] = field(default_factory=list)
+
+    @property
+    def latest(self) -> TrendPoint | None:
+        return self.points[-1] if self.points else None
+
+    @property
+    def regressed(self) -> bool:
+        """True when the newest value is a regression."""
+        return bool(self.points) and self.points[-1].regression
+
+    @property
+    def label(self) -> str:
+        parts = [self.check, self.metric] + ([self.device] if self.device else [])
+        parts += [f"{k}={v}" for k, v in sorted(self.tags.items())]
+        return " ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"check": self.check, "metric": self.metric, "device": self.device, "tags": self.tags,
+                "unit": self.unit, "higher_is_better": self.higher_is_better, "regressed": self.regressed,
+                "points": [p.to_dict() for p in self.points]}
+
+
+def robust_center(values: Sequence[float]) -> tuple[float, float]:
+    """``(median, 1.4826 * MAD)`` of ``values`` (non-empty)."""
+    med = statistics.median(values)
+    mad = statistics.median([abs(v - med) for v in values])
+    return med, MAD_TO_SIGMA * mad
+
+
+def higher_is_better(name: str, unit: str, threshold_op: str | None = None) -> bool:
+    """Direction of a metric: from its threshold (``>=`` higher, ``<=`` lower), else from its unit and name."""
+    if threshold_op == ">=":
+        return True
+    if threshold_op == "<=":
+        return False
+    if unit in _LOWER_UNITS:
+        return False
+    low = name.lower()
+    return not (any(w in low for w in _LOWER_WORDS) or low.endswith(_LOWER_SUFFIXES))
+
+
+def judge_point(value: float, earlier: Sequence[float], higher_better: bool, rule: TrendRule) -> TrendPoint:
+    """Judge ``value`` against ``earlier`` values (oldest first); run_id/started left empty."""
+    hist = list(earlier)[-rule.window:] if rule.window > 0 else list(earlier)
+    if len(hist) < rule.min_history:
+        return TrendPoint(run_id="", started="", value=value, history=len(hist))
+    med, spread = robust_center(hist)
+    worse = (med - value) if higher_better else (value - med)
+    if spread > 0:
+        deviation = worse / spread
+    else:
+        deviation = math.inf if worse > 0 else (-math.inf if worse < 0 else 0.0)
+    change = (value / med - 1.0) if med != 0 else None
+    rel_worse = (worse / abs(med)) if med != 0 else (math.inf if worse > 0 else 0.0)
+    flagged = worse > 0 and deviation > rule.max_drop_sigma and rel_worse > rule.min_drop_frac
+    return TrendPoint(run_id="", started="", value=value, reference=med, spread=spread, history=len(hist),
+                      deviation=deviation, change=change, regression=flagged)
+
+
+def series_key(check: str, device: str | None, tags: dict[str, Any]) -> tuple[str, str, str]:
+    """What makes two values comparable: same check, device and tags (volatile tags ignored)."""
+    kept = {k: v for k, v in tags.items() if k not in VOLATILE_TAGS}
+    return check, device or "", json.dumps(kept, sort_keys=True, default=str)
+
+
+def build_trends(points: Sequence[Any], rule: TrendRule, direction: str = "auto") -> list[SeriesTrend]:
+    """Split stored points (``MetricPoint``-like, oldest first) into series and judge every value.
+
+    ``direction`` is ``auto`` (see :func:`higher_is_better`), ``higher`` or
+    ``lower``. Points without a value (NaN in the report) are left out. Two
+    values of one series in the same run are reduced to their median.
+    """
+    grouped: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for p in points:
+        if p.value is None:
+            continue
+        key = series_key(p.check, p.device, p.tags)
+        g = grouped.setdefault(key, {"first": p, "runs": {}})
+        run = g["runs"].setdefault(p.run_id, {"started": p.started, "ts": p.started_ts, "values": []})
+        run["values"].append(float(p.value))
+        if p.threshold_op and not g["first"].threshold_op:
+            g["first"] = p
+    out = []
+    for (check, _device, tags_text), g in sorted(grouped.items(), key=lambda kv: (*kv[0][:2], len(kv[0][2]), kv[0][2])):
+        first = g["first"]
+        hib = {"higher": True, "lower": False}.get(direction)
+        if hib is None:
+            hib = higher_is_better(first.name, first.unit, first.threshold_op)
+        series = SeriesTrend(check=check, metric=first.name, device=first.device, tags=json.loads(tags_text),
+                             unit=first.unit, higher_is_better=hib)
+        runs = sorted(g["runs"].items(), key=lambda kv: (kv[1]["ts"], kv[0]))
+        values: list[float] = []
+        for run_id, run in runs:
+            value = statistics.median(run["values"])
+            judged = judge_point(value, values, hib, rule)
+            series.points.append(TrendPoint(**{**asdict(judged), "run_id": run_id, "started": run["started"]}))
+            values.append(value)
+        out.append(series)
+    return out
