@@ -205,7 +205,8 @@ COMMANDS = {"run": _cmd_run, "checks": _cmd_checks}
 # ``register(subparsers) -> None`` that adds its parsers and sets a default
 # ``handler`` (a callable taking the parsed args and returning an exit code).
 # Such modules import nothing heavy at module level.
-SUBCOMMAND_MODULES: tuple[str, ...] = ("gpuaccept.results.cli",)
+SUBCOMMAND_MODULES: tuple[str, ...] = ("gpuaccept.results.cli", "gpuaccept.results.baseline_cli",
+                                      "gpuaccept.results.analysis_cli", "gpuaccept.report.cli")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,186 @@
+"""Subcommands ``report`` (render a run as HTML, Markdown, JSON, JUnit or Prometheus) and ``serve-metrics``.
+
+``gpuaccept report REF --format FMT [--output PATH]``: REF is a run id (or a
+unique prefix) from the history, a ``report.json`` or cluster report file, or
+a run directory. Output goes to stdout, except HTML, which is written to
+``gpuaccept-<run-id>.html`` in the current directory unless ``--output`` says
+otherwise (``--output -`` for stdout). ``--output DIR`` writes
+``DIR/gpuaccept.prom`` for Prometheus (a stable name for node_exporter's
+textfile directory) and ``DIR/gpuaccept-<run-id>.<ext>`` otherwise. Files are
+written atomically. Exit 0 once rendered (with ``--exit-code``: 1 when the run
+did not succeed), 2 when REF cannot be read.
+
+Nothing here imports torch or prometheus_client at module level.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from gpuaccept.errors import GpuacceptError, UsageError
+
+FORMATS = {"html": "html", "md": "md", "markdown": "md", "json": "json", "junit": "xml", "prom": "prom",
+           "prometheus": "prom"}
+DEFAULT_PORT = 9835
+REPORT_DIR_ENV = "GPUACCEPT_REPORT_DIR"
+
+
+def _default_report_dir() -> str:
+    return os.environ.get(REPORT_DIR_ENV, "gpuaccept-reports")
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 0 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0-65535)")
+    return int(text)
+
+
+_SPAN = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$", re.IGNORECASE)
+_SPAN_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def _duration(text: str) -> float:
+    """Seconds in a span such as ``90m``, ``12h``, ``7d``, ``2w``."""
+    m = _SPAN.match(text.strip())
+    if not m or float(m.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration such as 90m, 12h, 7d or 2w")
+    return float(m.group(1)) * _SPAN_S[m.group(2).lower()]
+
+
+def register(subparsers: Any) -> None:
+    rep = subparsers.add_parser(
+        "report", help="render a run as HTML, Markdown, JSON, JUnit XML or a Prometheus textfile",
+        description="Render a node or cluster run. REF is a run id (or unique prefix) in the history, a report.json "
+                    "or cluster report file, or a run directory. Output goes to stdout, except HTML, which goes to "
+                    "./gpuaccept-<run-id>.html unless --output says otherwise ('-' for stdout).")
+    rep.add_argument("ref", metavar="REF", help="run id, report file or run directory")
+    rep.add_argument("--format", "-f", choices=sorted(FORMATS), default="html",
+                     help="html (default), md, json, junit (JUnit XML), prom (node_exporter textfile)")
+    rep.add_argument("--output", "-o", default=None, metavar="PATH",
+                     help="file or directory to write ('-' for stdout); written atomically")
+    rep.add_argument("--host", default=None, help="only this node of a cluster run (or of a run id shared by nodes)")
+    rep.add_argument("--db", default=None, metavar="URL",
+                     help="history store to look run ids up in (default: $GPUACCEPT_DB or the user's history.db)")
+    rep.add_argument("--report-dir", default=None, metavar="DIR",
+                     help=f"where run directories are looked up by run id (default: ${REPORT_DIR_ENV} "
+                          "or ./gpuaccept-reports)")
+    rep.add_argument("--exit-code", action="store_true",
+                     help="exit 1 when the run did not succeed (like 'git diff --exit-code')")
+    rep.set_defaults(handler=cmd_report)
+
+    srv = subparsers.add_parser(
+        "serve-metrics", help="serve the latest results on HTTP for Prometheus",
+        description="Expose the newest report of every host (and the newest cluster run) as Prometheus metrics, "
+                    "read afresh at each scrape. Source: a report directory (default: $GPUACCEPT_REPORT_DIR or "
+                    "./gpuaccept-reports) or the history store (--db).")
+    srv.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"TCP port (default {DEFAULT_PORT}; 0: any free)")
+    srv.add_argument("--bind", default="0.0.0.0", metavar="ADDR", help="address to listen on (default 0.0.0.0)")
+    src = srv.add_mutually_exclusive_group()
+    src.add_argument("--from", dest="source_dir", default=None, metavar="DIR",
+                     help="report directory with <run-id>/report.json and cluster-report.json files")
+    src.add_argument("--db", default=None, metavar="URL", help="history store URL (sqlite:///... or postgresql://...)")
+    srv.add_argument("--max-age", type=_duration, default=None, metavar="SPAN",
+                     help="ignore runs that started longer ago than this (e.g. 30d)")
+    srv.set_defaults(handler=cmd_serve_metrics)
+
+
+def render(report: Any, fmt: str, analysis: dict[str, Any] | None = None) -> str:
+    """``report`` in format ``fmt`` (a key of FORMATS) as text; ``analysis`` marks outliers (not used by json)."""
+    kind = FORMATS[fmt]
+    if kind == "html":
+        from gpuaccept.report.html import render_html
+
+        return render_html(report, analysis=analysis)
+    if kind == "md":
+        from gpuaccept.report.markdown import render_markdown
+
+        return render_markdown(report, analysis)
+    if kind == "xml":
+        from gpuaccept.report.junit import render_junit
+
+        return render_junit(report, analysis)
+    if kind == "prom":
+        from gpuaccept.report.prometheus import render_prometheus
+
+        return render_prometheus(report, analysis)
+    import json
+
+    return json.dumps(report.to_dict(), indent=2, allow_nan=False) + "\n"
+
+
+def analysis_for(report: Any) -> dict[str, Any] | None:
+    """The report's outlier analysis: a cluster report's stored one, else computed now (None if that fails)."""
+    from gpuaccept.model import ClusterReport
+
+    if isinstance(report, ClusterReport) and report.analysis:
+        return None  # the renderers use the stored analysis
+    try:
+        from gpuaccept.results.analysis import analyze
+
+        result: dict[str, Any] = analyze(report)
+        return result
+    except (GpuacceptError, ValueError, KeyError, TypeError) as exc:
+        print(f"gpuaccept: warning: outlier analysis skipped: {exc}", file=sys.stderr)
+        return None
+
+
+def output_path(output: str | None, fmt: str, run_id: str) -> Path | None:
+    """Where to write (None: stdout)."""
+    kind = FORMATS[fmt]
+    if output == "-":
+        return None
+    name = "gpuaccept.prom" if kind == "prom" else f"gpuaccept-{run_id}.{kind}"
+    if output is None:
+        return Path(name) if kind == "html" else None
+    path = Path(output).expanduser()
+    if path.is_dir():
+        return path / name
+    if not path.parent.is_dir():
+        raise UsageError(f"--output {output}: directory {path.parent} does not exist")
+    return path
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from gpuaccept.model import Verdict
+    from gpuaccept.report.load import load_report
+    from gpuaccept.report.prometheus import write_atomic
+
+    report = load_report(args.ref, db=args.db, host=args.host,
+                         report_dir=args.report_dir or _default_report_dir())
+    analysis = analysis_for(report) if FORMATS[args.format] != "json" else None
+    text = render(report, args.format, analysis)
+    path = output_path(args.output, args.format, report.run_id)
+    if path is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        write_atomic(path, text)
+        print(f"gpuaccept: wrote {path}", file=sys.stderr)
+    if args.exit_code and report.verdict is not Verdict.SUCCESS:
+        return 1
+    return 0
+
+
+def cmd_serve_metrics(args: argparse.Namespace) -> int:
+    from gpuaccept.report import serve
+
+    serve._import_prometheus_client()
+    source: serve.Source
+    if args.db is not None:
+        from gpuaccept.results.dburl import parse_db_url
+
+        parse_db_url(args.db, "--db")
+        db_source = serve.DbSource(args.db, args.max_age)
+        db_source.check()
+        source = db_source
+    else:
+        root = Path(args.source_dir or _default_report_dir()).expanduser()
+        if not root.is_dir():
+            raise UsageError(f"--from {root}: no such directory")
+        source = serve.DirSource(root, args.max_age)
+    return serve.serve(source, args.port, args.bind)

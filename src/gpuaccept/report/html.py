@@ -1,0 +1,414 @@
+"""The HTML report: one self-contained file (inline CSS, script and SVG) that opens offline.
+
+Sections: the verdict and run facts; what needs attention (failed, errored
+and warned checks, missing nodes); outliers from the cluster analysis; a node
+× metric heatmap (cluster reports); value-vs-message-size curves for swept
+metrics such as collectives' bus bandwidth; and a section per check with a
+table of nodes, per-GPU bars against the expectation and threshold, and the
+metrics. Every string from a report is HTML-escaped, and a
+Content-Security-Policy allows no network access and no script but the
+page's own.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import math
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from gpuaccept import __version__
+from gpuaccept.model import CheckResult, ClusterReport, Metric, NodeReport, Status
+from gpuaccept.report import svg
+from gpuaccept.report.html_assets import CSS, JS
+from gpuaccept.report.svg import e
+from gpuaccept.report.views import (
+    STATUS_ORDER,
+    Heatmap,
+    NodeView,
+    Outlier,
+    OutlierIndex,
+    Sweep,
+    analysis_of,
+    check_host,
+    check_names,
+    device_sort_key,
+    fmt_duration,
+    fmt_number,
+    fmt_tags,
+    fmt_value,
+    headline_metric,
+    heatmap,
+    metric_status,
+    node_views,
+    outliers,
+    problems,
+    size_of,
+    status_counts,
+    sweeps,
+    swept_names,
+    tags_key,
+)
+
+DETAIL_ALL_NODES_UP_TO = 64
+"""Above this many nodes, per-node metric details are kept only for nodes with a problem or an outlier."""
+
+
+def _csp() -> str:
+    digest = base64.b64encode(hashlib.sha256(JS.encode()).digest()).decode()
+    return (f"default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src 'sha256-{digest}'; "
+            "base-uri 'none'; form-action 'none'")
+
+
+def _badge(status: Status | str, text: str | None = None) -> str:
+    value = status.value if isinstance(status, Status) else status
+    return f'<span class="badge {e(value)}">{e(text if text is not None else value.upper())}</span>'
+
+
+def _st(status: Status) -> str:
+    return f'<span class="st {status.value}">{status.value.upper()}</span>'
+
+
+def _num_td(x: float | None, text: str | None = None) -> str:
+    v = "" if x is None or not math.isfinite(x) else repr(float(x))
+    return f'<td class="num" data-v="{v}">{e(text if text is not None else fmt_number(x))}</td>'
+
+
+def _iso_seconds(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        t = text[:-1] + "+00:00" if text.endswith("Z") else text
+        dt = datetime.fromisoformat(t)
+        return (dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)).timestamp()
+    except ValueError:
+        return None
+
+
+def _describe_metric(m: Metric) -> str:
+    where = f" [{m.device}]" if m.device else ""
+    text = f"{m.name}{where} = {fmt_value(m.value, m.unit)}"
+    if m.threshold is not None:
+        text += f" (threshold {m.threshold.op} {fmt_number(m.threshold.value)})"
+    elif m.expected is not None:
+        text += f" (expected {fmt_number(m.expected)})"
+    return text
+
+
+def _header(report: NodeReport | ClusterReport, nodes: Sequence[NodeView]) -> str:
+    verdict = report.verdict.value
+    counts = status_counts(nodes)
+    facts: list[tuple[str, str]] = [("run", f"<code>{e(report.run_id)}</code>")]
+    if isinstance(report, ClusterReport):
+        reported = sum(1 for n in nodes if not n.missing)
+        failed = sum(1 for n in nodes if n.verdict.value != "success")
+        expected = max(report.expected_nodes, len(nodes))
+        facts.append(("nodes", f"{reported} reported of {expected} expected"
+                               + (f", <b>{failed} not successful</b>" if failed else "")))
+        job = f" job {e(report.job_id)}" if report.job_id else ""
+        facts.append(("launched by", f"{e(report.backend)}{job}"))
+    else:
+        facts.append(("host", e(report.host)))
+        facts.append(("profile", e(report.profile)))
+        if report.device:
+            facts.append(("device", e(report.device)))
+    facts.append(("started", e(report.started)))
+    if report.finished:
+        t0, t1 = _iso_seconds(report.started), _iso_seconds(report.finished)
+        took = f" ({fmt_duration(t1 - t0)})" if t0 is not None and t1 is not None and t1 >= t0 else ""
+        facts.append(("finished", e(report.finished) + took))
+    gpus = {(check_host(c, n), m.device) for n in nodes for c in n.checks for m in c.metrics
+            if m.device and m.device.startswith("cuda")}
+    if gpus:
+        facts.append(("GPUs measured", str(len(gpus))))
+    facts.append(("checks", " ".join(_badge(s, f"{counts[s]} {s.value}") for s in STATUS_ORDER if counts[s])
+                  or "none"))
+    version = report.version if isinstance(report, NodeReport) else ""
+    if version:
+        facts.append(("gpuaccept", e(version)))
+    kind = "cluster" if isinstance(report, ClusterReport) else "node"
+    dl = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts)
+    return (f'<header><h1>gpuaccept {kind} report</h1>'
+            f'<div id="verdict" class="verdict {e(verdict)}" data-verdict="{e(verdict)}">{e(verdict.upper())}</div>'
+            f'<dl class="facts">{dl}</dl></header>')
+
+
+def _problems_section(nodes: Sequence[NodeView]) -> str:
+    rows = []
+    for n in nodes:
+        if n.missing:
+            rows.append(f'<tr class="missing"><td>{e(n.host)}</td><td>{_badge("missing")}</td><td>(node)</td>'
+                        f'<td class="reason">{e(n.reason or "no report")}</td><td></td></tr>')
+    for n, c in problems(nodes):
+        hm = headline_metric(c)
+        rows.append(f'<tr class="st-{c.status.value}"><td>{e(check_host(c, n))}</td><td>{_st(c.status)}</td>'
+                    f'<td><a href="#check-{e(c.name)}">{e(c.name)}</a></td><td class="reason">{e(c.reason)}</td>'
+                    f'<td>{e(_describe_metric(hm)) if hm is not None else ""}</td></tr>')
+    if not rows:
+        body = '<p class="ok-note">Nothing failed, errored or warned.</p>'
+    else:
+        body = ('<table class="sortable problems"><thead><tr><th>host</th><th>status</th><th>check</th>'
+                f'<th>reason</th><th>key metric</th></tr></thead><tbody>{"".join(rows)}</tbody></table>')
+    return f'<section id="problems"><h2>Needs attention</h2>{body}</section>'
+
+
+def _outlier_section(items: Sequence[Outlier], analysis: dict[str, Any]) -> str:
+    stats = analysis.get("stats")
+    n_stats = len(stats) if isinstance(stats, dict) else 0
+    if not items:
+        note = f" across {n_stats} SKU/metric groups" if n_stats else ""
+        return (f'<section id="outliers"><h2>Outliers</h2><p>No GPU or node was flagged as an outlier{note}.</p>'
+                '</section>')
+    rows = []
+    for o in items:
+        dev = o.device or "(node)"
+        tags = fmt_tags(o.tags, skip=("stat", "mode", "size"))
+        rows.append(f'<tr class="outlier"><td>{e(o.host)}</td><td>{e(dev)}</td><td>{e(o.check)}</td>'
+                    f'<td><code>{e(o.metric)}</code> <span class="muted">{e(tags)}</span></td>'
+                    f'{_num_td(o.value)}{_num_td(o.median)}{_num_td(o.mad)}{_num_td(o.z)}'
+                    f'<td>{e(o.direction)}</td><td>{e(o.scope)}</td></tr>')
+    return (f'<section id="outliers"><h2>Outliers {_badge("outlier", str(len(items)))}</h2>'
+            '<p class="muted">Robust z-score against the group median (z = 0.6745 (value - median) / MAD), '
+            'from the cluster analysis.</p>'
+            '<table class="sortable outliers"><thead><tr><th>host</th><th>GPU</th><th>check</th><th>metric</th>'
+            '<th>value</th><th>median</th><th>MAD</th><th>z</th><th>direction</th><th>scope</th></tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table></section>')
+
+
+def _cell_style(ratio: float | None, dirn: int) -> str:
+    if ratio is None:
+        return ""
+    bad = (1.0 - ratio) * dirn if dirn else abs(1.0 - ratio)
+    t = min(abs(bad) / 0.15, 1.0)
+    if bad > 0:
+        r, g, b = (255 + (229 - 255) * t, 255 + (57 - 255) * t, 255 + (53 - 255) * t)
+    else:
+        r, g, b = (255 + (200 - 255) * t, 255 + (230 - 255) * t, 255 + (201 - 255) * t)
+    fg = "#fff" if bad > 0 and t > 0.6 else "#1d1d1f"
+    return f' style="background:rgb({r:.0f},{g:.0f},{b:.0f});color:{fg}"'
+
+
+def _heatmap_section(hm: Heatmap, nodes: Sequence[NodeView], idx: OutlierIndex) -> str:
+    if not hm.columns:
+        return ('<section id="heatmap"><h2>Nodes × metrics</h2><p>No metric differs between nodes.</p>'
+                '</section>')
+    head = "".join(f'<th class="col" title="{e(c.check)}: {e(c.label)} ({e(c.unit)})">{e(c.label)}</th>'
+                   for c in hm.columns)
+    by_host = {n.host: n for n in nodes}
+    rows = []
+    for host in hm.hosts:
+        node = by_host[host]
+        if node.missing:
+            rows.append(f'<tr class="missing"><th>{e(host)}</th><td class="na" colspan="{len(hm.columns)}">'
+                        f'missing: {e(node.reason or "no report")}</td></tr>')
+            continue
+        cells = []
+        for col, cell in zip(hm.columns, hm.cells[host], strict=True):
+            if cell is None:
+                cells.append('<td class="na">&ndash;</td>')
+                continue
+            value, ratio = cell
+            flagged = idx.for_host_metric(host, col.check, col.name)
+            tip = f"{host} {col.label}: {fmt_value(value, col.unit)}"
+            if ratio is not None:
+                tip += f" ({ratio:.1%} of the median over nodes)"
+            for o in flagged:
+                tip += f"; outlier {o.device or ''} z={fmt_number(o.z)}"
+            cls = "cell outlier" if flagged else "cell"
+            cells.append(f'<td class="{cls}" data-v="{value!r}" title="{e(tip)}"'
+                         f'{_cell_style(ratio, col.direction)}>{e(fmt_number(value))}</td>')
+        status_cls = "ok" if node.verdict.value == "success" and host not in idx.hosts() else "bad"
+        rows.append(f'<tr class="{status_cls}"><th>{e(host)}</th>{"".join(cells)}</tr>')
+    hidden = (f" {hm.hidden_constant} metrics with the same value on every node are not shown."
+              if hm.hidden_constant else "")
+    legend = ('<div class="legendbar">worse than the median over nodes <span class="sw" '
+              'style="background:rgb(229,57,53)"></span><span class="sw" style="background:rgb(242,156,154)"></span>'
+              '<span class="sw" style="background:#fff"></span><span class="sw" style="background:rgb(200,230,201)">'
+              '</span> better; outlined: outlier GPU on that node</div>')
+    return (f'<section id="heatmap"><h2>Nodes × metrics</h2><p class="muted">Each cell is the node\'s weakest GPU '
+            f'(median for metrics without a direction), coloured by its distance from the median over nodes '
+            f'(full colour at 15%).{hidden}</p>{legend}<div class="scroll"><table class="heatmap sortable"><thead>'
+            f'<tr><th>node</th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div></section>')
+
+
+def _sweep_section(items: Sequence[Sweep], highlight: set[str]) -> str:
+    if not items:
+        return ""
+    charts = []
+    for sw in items:
+        label = f"bus bandwidth ({sw.unit})" if "busbw" in sw.name else f"{sw.name} ({sw.unit})"
+        charts.append(f'<figure class="sweep" data-metric="{e(sw.name)}"><h3>{e(sw.check)}: {e(sw.title)}</h3>'
+                      f'{svg.curves(sw, highlight, label)}</figure>')
+    return ('<section id="collectives"><h2>Bandwidth vs message size</h2>'
+            '<p class="muted">As nccl-tests plots it: bus bandwidth against message size on a log scale. '
+            'Hover a point for its value.</p>'
+            f'<div class="charts">{"".join(charts)}</div></section>')
+
+
+def _bar_groups(check: CheckResult, host: str, idx: OutlierIndex, skip_names: set[str]) -> str:
+    """Per-device bar charts, one per metric (and tag set) measured on devices, with a reference or siblings.
+
+    Metrics measured over several message sizes are left to the curves.
+    """
+    sizes: dict[str, set[float]] = {}
+    for m in check.metrics:
+        s = size_of(m)
+        if s is not None:
+            sizes.setdefault(m.name, set()).add(s)
+    skip = skip_names | {name for name, ss in sizes.items() if len(ss) > 1}
+    groups: dict[tuple[str, str], list[Metric]] = {}
+    for m in check.metrics:
+        if m.device is None or m.name in skip:
+            continue
+        key_tags = {k: v for k, v in m.tags.items() if k not in ("rank", "count")}
+        groups.setdefault((m.name, tags_key(key_tags)), []).append(m)
+    charts = []
+    for (name, _), ms in groups.items():
+        has_ref = any(m.expected is not None or m.threshold is not None for m in ms)
+        if not has_ref and len(ms) < 2:
+            continue
+        ms = sorted(ms, key=lambda m: device_sort_key(m.device))
+        items = []
+        for m in ms:
+            rank = m.tags.get("rank", check.rank)
+            label = (m.device or "") + (f" r{rank}" if rank is not None and len(ms) > 1 and
+                                         len({x.device for x in ms}) < len(ms) else "")
+            o = idx.find(host, check.name, m)
+            state = "plain" if m.threshold is None else metric_status(m).value
+            note = f"outlier: z={fmt_number(o.z)} vs median {fmt_number(o.median)}" if o else ""
+            items.append(svg.Bar(label=label, value=m.value, expected=m.expected,
+                                 threshold=m.threshold.value if m.threshold else None,
+                                 threshold_op=m.threshold.op if m.threshold else ">=", state=state,
+                                 outlier=o is not None, note=note))
+        tags = fmt_tags(ms[0].tags, skip=("stat",))
+        title = f"{name} ({ms[0].unit})"
+        whole = "".join(_badge("outlier", f"node median outlier z={fmt_number(o.z)}")
+                        for o in idx.node_level(host, check.name, name))
+        charts.append(f'<figure class="bars" data-metric="{e(name)}"><h4>{e(title)} '
+                      f'<span class="muted">{e(tags)}</span> {whole}</h4>{svg.bars(items, ms[0].unit, title)}</figure>')
+    return f'<div class="charts">{"".join(charts)}</div>' if charts else ""
+
+
+def _metrics_table(check: CheckResult, host: str, idx: OutlierIndex) -> str:
+    if not check.metrics:
+        return ""
+    rows = []
+    for m in sorted(check.metrics, key=lambda m: (m.name, device_sort_key(m.device))):
+        st = metric_status(m) if m.threshold is not None else None
+        o = idx.find(host, check.name, m)
+        cls = "outlier" if o else (f"st-{st.value}" if st and st is not Status.PASS else "ok")
+        pct = m.value / m.expected if m.expected and math.isfinite(m.value) else None
+        pct_text = f"{pct:.0%}" if pct is not None else ""
+        expected_td = _num_td(m.expected, "" if m.expected is None else None)
+        thr = f"{m.threshold.op} {fmt_number(m.threshold.value)}" if m.threshold else ""
+        src = f" ({m.threshold.source})" if m.threshold and m.threshold.source != "default" else ""
+        verdict = _st(st) if st is not None else ""
+        if o:
+            verdict += f' {_badge("outlier", f"outlier z={fmt_number(o.z)}")}'
+        rows.append(f'<tr class="{cls}"><td><code>{e(m.name)}</code></td><td>{e(m.device or "")}</td>'
+                    f'<td class="muted">{e(fmt_tags(m.tags))}</td>{_num_td(m.value)}<td>{e(m.unit)}</td>'
+                    f'{expected_td}{_num_td(pct, pct_text)}'
+                    f'<td>{e(thr)}<span class="muted">{e(src)}</span></td><td>{verdict}</td></tr>')
+    return ('<table class="sortable metrics"><thead><tr><th>metric</th><th>device</th><th>tags</th><th>value</th>'
+            '<th>unit</th><th>expected</th><th>% of expected</th><th>threshold</th><th>judged</th></tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table>')
+
+
+def _raw_details(check: CheckResult) -> str:
+    if not check.details:
+        return ""
+    text = json.dumps(check.details, indent=2, sort_keys=True, default=str)
+    return f'<details class="raw"><summary>details</summary><pre>{e(text)}</pre></details>'
+
+
+def _check_section(name: str, nodes: Sequence[NodeView], idx: OutlierIndex, swept: set[str],
+                   detail_hosts: set[str] | None, cluster: bool) -> str:
+    entries = [(n, c) for n in nodes for c in n.checks if c.name == name]
+    counts = dict.fromkeys(STATUS_ORDER, 0)
+    for _, c in entries:
+        counts[c.status] += 1
+    badges = "".join(_badge(s, f"{counts[s]} {s.value}") for s in STATUS_ORDER if counts[s])
+    ok = not any(c.status in (Status.FAIL, Status.ERROR, Status.WARN) for _, c in entries)
+    rows = []
+    for n, c in entries:
+        host = check_host(c, n)
+        hm = headline_metric(c)
+        cls = "ok" if c.status in (Status.PASS, Status.SKIP) else f"st-{c.status.value}"
+        rank = f" rank {c.rank}" if c.rank is not None else ""
+        rows.append(f'<tr class="{cls}"><td>{e(host)}{e(rank)}</td><td>{_st(c.status)}</td>'
+                    f'{_num_td(c.duration_s, fmt_duration(c.duration_s))}'
+                    f'<td>{e(_describe_metric(hm)) if hm is not None else ""}</td>'
+                    f'<td class="reason">{e(c.reason)}</td></tr>')
+    table = ('<table class="sortable check-nodes"><thead><tr><th>host</th><th>status</th><th>time</th>'
+             f'<th>key metric</th><th>reason</th></tr></thead><tbody>{"".join(rows)}</tbody></table>')
+    parts = []
+    left_out = 0
+    for n, c in entries:
+        host = check_host(c, n)
+        if detail_hosts is not None and host not in detail_hosts:
+            left_out += 1
+            continue
+        inner = _bar_groups(c, host, idx, swept) + _metrics_table(c, host, idx) + _raw_details(c)
+        if not inner:
+            continue
+        flagged = any(idx.for_host_metric(host, c.name, m.name) for m in c.metrics)
+        node_ok = c.status in (Status.PASS, Status.SKIP) and not flagged
+        opened = " open" if not cluster or not node_ok else ""
+        mark = f' {_badge("outlier")}' if flagged else ""
+        parts.append(f'<details class="node {"ok" if node_ok else "bad"}"{opened} data-host="{e(host)}">'
+                     f'<summary><b>{e(host)}</b> {_st(c.status)}{mark} <span class="muted">{e(c.reason)}</span>'
+                     f'</summary>{inner}</details>')
+    note = (f'<p class="muted">Metrics of {left_out} healthy nodes are left out of this page; render one with '
+            '<code>gpuaccept report RUN --host HOST</code>.</p>' if left_out else "")
+    return (f'<section class="check {"ok" if ok else "bad"}" id="check-{e(name)}" data-check="{e(name)}">'
+            f'<h2>{e(name)} {badges}</h2>{table}{"".join(parts)}{note}</section>')
+
+
+def render_html(report: NodeReport | ClusterReport, *, analysis: dict[str, Any] | None = None,
+                generated: str | None = None) -> str:
+    """The report as one self-contained HTML page (UTF-8 text).
+
+    Outliers come from ``analysis`` (gpuaccept.results.analysis's dict), by
+    default the cluster report's own; ``generated`` is the time in the footer.
+    """
+    nodes = node_views(report)
+    analysis = analysis_of(report, analysis)
+    outs = outliers(report, analysis)
+    idx = OutlierIndex(outs)
+    sweep_list = sweeps(nodes)
+    swept = {name for _, name in swept_names(sweep_list)}
+    cluster = isinstance(report, ClusterReport)
+    highlight = {n.host for n in nodes if n.verdict.value != "success"} | idx.hosts()
+    detail_hosts = None
+    if len(nodes) > DETAIL_ALL_NODES_UP_TO:
+        detail_hosts = {n.host for n in nodes if n.verdict.value != "success"} | idx.hosts()
+    sections = [_header(report, nodes), _problems_section(nodes)]
+    nav = ['<a href="#problems">needs attention</a>']
+    if cluster or outs:
+        sections.append(_outlier_section(outs, analysis))
+        nav.append('<a href="#outliers">outliers</a>')
+    if cluster:
+        sections.append(_heatmap_section(heatmap(nodes), nodes, idx))
+        nav.append('<a href="#heatmap">heatmap</a>')
+    if sweep_list:
+        sections.append(_sweep_section(sweep_list, highlight))
+        nav.append('<a href="#collectives">bandwidth vs size</a>')
+    for name in check_names(nodes):
+        sections.append(_check_section(name, nodes, idx, swept, detail_hosts, cluster))
+        nav.append(f'<a href="#check-{e(name)}">{e(name)}</a>')
+    toolbar = (f'<div class="toolbar"><nav>{"".join(nav)}</nav><label><input type="checkbox" id="only-problems"> '
+               'show only problems</label></div>')
+    sections.insert(1, toolbar)
+    when = generated or datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    title = f"gpuaccept {report.verdict.value.upper()} {report.run_id}"
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f'<meta http-equiv="Content-Security-Policy" content="{e(_csp())}">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f'<meta name="generator" content="gpuaccept {e(__version__)}">'
+            f'<title>{e(title)}</title><style>{CSS}</style></head>\n<body>\n'
+            + "\n".join(sections)
+            + f'\n<footer>Generated by gpuaccept {e(__version__)} at {e(when)}. This file is self-contained and '
+              f'opens offline.</footer>\n<script>{JS}</script>\n</body></html>\n')

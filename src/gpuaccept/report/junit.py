@@ -1,0 +1,118 @@
+"""JUnit XML for CI systems (Jenkins, GitLab, GitHub test reporters): one testcase per check per node.
+
+Layout: ``<testsuites>`` holding one ``<testsuite>`` per node (``name`` and
+``hostname`` = host); each check is a ``<testcase classname=HOST name=CHECK
+time=duration_s>``. ``fail`` becomes ``<failure>``, ``error`` ``<error>``,
+``skip`` ``<skipped>``, each with the reason as ``message`` and the
+out-of-bound metrics as text; ``warn`` passes with the reason in
+``<system-out>``. A node of a cluster that never reported is a testcase named
+``report`` with an ``<error>``. Characters XML 1.0 cannot hold (terminal
+escapes from tool output) are replaced.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import xml.etree.ElementTree as ET
+from typing import Any
+
+from gpuaccept.model import CheckResult, ClusterReport, NodeReport, Status
+from gpuaccept.report.views import NodeView, check_host, fmt_tags, fmt_value, metric_status, node_views, outliers
+
+_XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+
+def xml_text(text: object) -> str:
+    """``text`` with terminal colour codes removed and characters illegal in XML 1.0 replaced by U+FFFD."""
+    return _XML_BAD.sub("\ufffd", _ANSI.sub("", str(text)))
+
+
+def _seconds(x: float) -> str:
+    return f"{x:.3f}" if math.isfinite(x) and x >= 0 else "0.000"
+
+
+def _judged_lines(check: CheckResult) -> list[str]:
+    """One line per metric that missed its threshold."""
+    out = []
+    for m in check.metrics:
+        st = metric_status(m)
+        if m.threshold is None or st is Status.PASS:
+            continue
+        where = f" on {m.device}" if m.device else ""
+        tags = fmt_tags(m.tags, skip=("stat", "mode"))
+        out.append(f"{st.value.upper()}: {m.name}{where} = {fmt_value(m.value, m.unit)} "
+                   f"(threshold {m.threshold.op} {fmt_value(m.threshold.value, m.unit)}, {m.threshold.source})"
+                   + (f" [{tags}]" if tags else ""))
+    return out
+
+
+def _testcase(suite: ET.Element, node: NodeView, check: CheckResult, outlier_lines: list[str]) -> None:
+    host = check_host(check, node)
+    name = check.name + (f" rank {check.rank}" if check.rank is not None else "")
+    case = ET.SubElement(suite, "testcase", classname=xml_text(host), name=xml_text(name),
+                         time=_seconds(check.duration_s))
+    reason = xml_text(check.reason)
+    body = "\n".join([reason, *_judged_lines(check), *outlier_lines]).strip()
+    if check.status is Status.FAIL:
+        ET.SubElement(case, "failure", message=reason, type="fail").text = xml_text(body)
+    elif check.status is Status.ERROR:
+        ET.SubElement(case, "error", message=reason, type="error").text = xml_text(body)
+    elif check.status is Status.SKIP:
+        ET.SubElement(case, "skipped", message=reason)
+    else:
+        lines = ([f"WARN: {reason}"] if check.status is Status.WARN else [reason]) + _judged_lines(check) + \
+            outlier_lines
+        ET.SubElement(case, "system-out").text = xml_text("\n".join(lines))
+
+
+def render_junit(report: NodeReport | ClusterReport, analysis: dict[str, Any] | None = None) -> str:
+    """The report as a JUnit XML document (UTF-8 text with an XML declaration).
+
+    Outliers (from ``analysis``, default the cluster report's own) are listed
+    in the output of their check's testcase; they do not fail it.
+    """
+    nodes = node_views(report)
+    outs = outliers(report, analysis)
+    root = ET.Element("testsuites", name=xml_text(f"gpuaccept {report.run_id}"))
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    total_time = 0.0
+    for node in nodes:
+        suite = ET.SubElement(root, "testsuite", name=xml_text(node.host), hostname=xml_text(node.host))
+        props = ET.SubElement(suite, "properties")
+        for key, prop in (("run_id", report.run_id), ("verdict", node.verdict.value),
+                           ("profile", node.report.profile if node.report else ""),
+                           ("backend", report.backend if isinstance(report, ClusterReport) else "")):
+            if prop:
+                ET.SubElement(props, "property", name=key, value=xml_text(prop))
+        counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+        time_s = 0.0
+        if node.missing:
+            case = ET.SubElement(suite, "testcase", classname=xml_text(node.host), name="report", time="0.000")
+            msg = xml_text(f"node did not report: {node.reason or 'missing'}")
+            ET.SubElement(case, "error", message=msg, type="missing").text = msg
+            counts["tests"] += 1
+            counts["errors"] += 1
+        for check in node.checks:
+            lines = [f"OUTLIER: {o.metric}" + (f" on {o.device}" if o.device else "")
+                     + f" = {o.value:g} (median {o.median if o.median is not None else float('nan'):g}, "
+                     f"z={o.z if o.z is not None else float('nan'):.2f})"
+                     for o in outs if o.host == check_host(check, node) and o.check == check.name]
+            _testcase(suite, node, check, lines)
+            counts["tests"] += 1
+            counts["failures"] += check.status is Status.FAIL
+            counts["errors"] += check.status is Status.ERROR
+            counts["skipped"] += check.status is Status.SKIP
+            time_s += check.duration_s if math.isfinite(check.duration_s) else 0.0
+        for key, value in counts.items():
+            suite.set(key, str(value))
+            totals[key] += value
+        suite.set("time", _seconds(time_s))
+        suite.set("timestamp", xml_text((node.report.started if node.report else report.started).rstrip("Z")))
+        total_time += time_s
+    for key, value in totals.items():
+        root.set(key, str(value))
+    root.set("time", _seconds(total_time))
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

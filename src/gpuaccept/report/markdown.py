@@ -1,0 +1,143 @@
+"""The Markdown report, for tickets and pull requests (GitHub-flavoured tables).
+
+Order: the verdict and run facts, then what failed (failed and errored
+checks first, then warnings, then missing nodes), outliers, a node summary for
+cluster runs, and a table per node (nodes with problems first). Text from
+reports is escaped so that a reason cannot break a table or inject markup.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from gpuaccept.model import ClusterReport, Metric, NodeReport, Status, Verdict
+from gpuaccept.report.views import (
+    STATUS_ORDER,
+    NodeView,
+    check_host,
+    fmt_duration,
+    fmt_number,
+    fmt_tags,
+    fmt_value,
+    headline_metric,
+    node_views,
+    outliers,
+    problems,
+    status_counts,
+)
+
+ALL_NODE_TABLES_UP_TO = 16
+"""Above this many nodes, per-node tables are written only for nodes that did not succeed."""
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
+_ICON = {Verdict.SUCCESS: "✅", Verdict.FAILURE: "❌", Verdict.RUNNING: "⏳", Verdict.INTERRUPTED: "⚠️"}
+
+
+def md(text: object) -> str:
+    """Escape text for a Markdown table cell: one line, markup characters and HTML neutralized."""
+    s = " ".join(str(text).split())
+    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MD_SPECIAL.sub(r"\\\1", s)
+
+
+def code(text: object) -> str:
+    """An inline code span that holds any text (backticks in it are replaced)."""
+    s = " ".join(str(text).split()).replace("`", "'").replace("|", "\\|")
+    return f"`{s}`" if s else ""
+
+
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return [*out, ""]
+
+
+def _key(m: Metric | None) -> str:
+    if m is None:
+        return ""
+    where = f" on {md(m.device)}" if m.device else ""
+    text = f"{code(m.name)}{where} = {md(fmt_value(m.value, m.unit))}"
+    if m.threshold is not None:
+        text += f" ({md(m.threshold.op)} {md(fmt_number(m.threshold.value))})"
+    elif m.expected is not None:
+        text += f" (expected {md(fmt_number(m.expected))})"
+    return text
+
+
+def _counts_line(nodes: list[NodeView]) -> str:
+    counts = status_counts(nodes)
+    return ", ".join(f"{counts[s]} {s.value}" for s in STATUS_ORDER if counts[s]) or "none"
+
+
+def _node_table(node: NodeView) -> list[str]:
+    if node.missing:
+        return [f"No report: {md(node.reason or 'missing')}", ""]
+    order = sorted(node.checks, key=lambda c: -c.status.severity if c.status is not Status.SKIP else 0)
+    rows = [[code(c.name) + (f" rank {c.rank}" if c.rank is not None else ""), f"**{c.status.value.upper()}**"
+             if c.status.is_failure else c.status.value.upper(), _key(headline_metric(c)),
+             md(fmt_duration(c.duration_s)), md(c.reason)] for c in order]
+    return _table(["check", "status", "key metric", "time", "reason"], rows)
+
+
+def render_markdown(report: NodeReport | ClusterReport, analysis: dict[str, Any] | None = None) -> str:
+    """The report as Markdown text; outliers from ``analysis`` (default: the cluster report's own)."""
+    nodes = node_views(report)
+    verdict = report.verdict
+    cluster = isinstance(report, ClusterReport)
+    lines = [f"## {_ICON.get(verdict, '')} gpuaccept: **{verdict.value.upper()}**", ""]
+    facts = [f"run {code(report.run_id)}"]
+    if isinstance(report, ClusterReport):
+        reported = sum(1 for n in nodes if not n.missing)
+        facts.append(f"{reported}/{max(report.expected_nodes, len(nodes))} nodes reported")
+        facts.append(f"backend {md(report.backend)}" + (f" job {code(report.job_id)}" if report.job_id else ""))
+    else:
+        facts.append(f"host {code(report.host)}")
+        facts.append(f"profile {md(report.profile)}")
+    facts.append(f"started {md(report.started)}")
+    if report.finished:
+        facts.append(f"finished {md(report.finished)}")
+    lines += [" · ".join(facts), "", f"Checks: {_counts_line(nodes)}", ""]
+
+    bad = problems(nodes)
+    missing = [n for n in nodes if n.missing]
+    if bad or missing:
+        lines += ["### Failures and warnings", ""]
+        rows = [[code(n.host), "**MISSING**", "", md(n.reason or "no report"), ""] for n in missing]
+        rows += [[code(check_host(c, n)), f"**{c.status.value.upper()}**" if c.status.is_failure
+                  else c.status.value.upper(), code(c.name), md(c.reason), _key(headline_metric(c))]
+                 for n, c in bad]
+        lines += _table(["host", "status", "check", "reason", "key metric"], rows)
+    else:
+        lines += ["No check failed, errored or warned.", ""]
+
+    outs = outliers(report, analysis)
+    if outs:
+        lines += ["### Outliers", "", "Robust z-score against the group median (from the cluster analysis).", ""]
+        rows = [[code(o.host), md(o.device or "node"), code(o.check),
+                 code(o.metric) + (" " + md(fmt_tags(o.tags, skip=("stat", "mode", "size"))) if o.tags else ""),
+                 md(fmt_number(o.value)), md(fmt_number(o.median)), md(fmt_number(o.z)), md(o.direction)]
+                for o in outs]
+        lines += _table(["host", "GPU", "check", "metric", "value", "median", "z", "direction"], rows)
+
+    if cluster:
+        lines += ["### Nodes", ""]
+        rows = []
+        for n in sorted(nodes, key=lambda n: (n.verdict is Verdict.SUCCESS, n.host)):
+            failed = [c.name for c in n.checks if c.status.is_failure]
+            rows.append([code(n.host), "missing" if n.missing else n.verdict.value,
+                         ", ".join(code(f) for f in failed) or ("" if not n.missing else md(n.reason)),
+                         md(_counts_line([n]) if not n.missing else "")])
+        lines += _table(["host", "verdict", "failed checks", "checks"], rows)
+
+    ordered = sorted(nodes, key=lambda n: (n.verdict is Verdict.SUCCESS, n.host)) if cluster else nodes
+    if cluster and len(nodes) > ALL_NODE_TABLES_UP_TO:
+        left_out = [n for n in ordered if n.verdict is Verdict.SUCCESS]
+        ordered = [n for n in ordered if n.verdict is not Verdict.SUCCESS]
+        if left_out:
+            lines += [f"Tables of the {len(left_out)} successful nodes are left out "
+                      f"(see `gpuaccept report {report.run_id} --host HOST --format md`).", ""]
+    for n in ordered:
+        if cluster:
+            lines += [f"#### {md(n.host)}: {n.verdict.value if not n.missing else 'missing'}", ""]
+        lines += _node_table(n)
+    return "\n".join(lines).rstrip() + "\n"

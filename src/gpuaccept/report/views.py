@@ -1,0 +1,460 @@
+"""What every rendering needs from a report: node list, counts, outliers, metric groupings, number formats.
+
+Pure functions over :mod:`gpuaccept.model`; nothing here writes or imports
+anything heavy. Node reports and cluster reports are both seen as a list of
+:class:`NodeView` so each renderer has one code path.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuaccept.model import CheckResult, ClusterReport, Metric, NodeReport, NodeState, Status, Verdict
+
+STATUS_ORDER = (Status.ERROR, Status.FAIL, Status.WARN, Status.PASS, Status.SKIP)
+# Units whose larger values are better when no threshold says otherwise.
+_HIGHER_BETTER_UNITS = {"TFLOP/s", "GFLOP/s", "GB/s", "GiB/s", "MB/s", "Gbit/s", "it/s", "samples/s"}
+_LOWER_BETTER_UNITS = {"ms", "us", "s", "C"}
+
+
+@dataclass
+class NodeView:
+    """One node of a run: its report, or the reason it has none (a missing node of a cluster)."""
+
+    host: str
+    report: NodeReport | None
+    reason: str = ""
+    node_rank: int | None = None
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.report.verdict if self.report is not None else Verdict.FAILURE
+
+    @property
+    def missing(self) -> bool:
+        return self.report is None
+
+    @property
+    def checks(self) -> list[CheckResult]:
+        return self.report.checks if self.report is not None else []
+
+
+def node_views(report: NodeReport | ClusterReport) -> list[NodeView]:
+    """The nodes of ``report`` in report order (a node report is one node)."""
+    if isinstance(report, NodeReport):
+        return [NodeView(report.host, report)]
+    views = []
+    for entry in report.nodes:
+        rep = entry.report if entry.state is NodeState.REPORTED else None
+        reason = entry.reason or ("" if rep is not None else "no report")
+        views.append(NodeView(entry.host, rep, reason, entry.node_rank))
+    return views
+
+
+def verdict_of(report: NodeReport | ClusterReport) -> Verdict:
+    return report.verdict
+
+
+def check_host(check: CheckResult, node: NodeView) -> str:
+    """The host a check ran on (a rank's own host when recorded, else the node's)."""
+    return check.host or node.host
+
+
+def status_counts(nodes: Iterable[NodeView]) -> dict[Status, int]:
+    """Checks by status over ``nodes``, every status present (0 when none)."""
+    counts = dict.fromkeys(STATUS_ORDER, 0)
+    for n in nodes:
+        for c in n.checks:
+            counts[c.status] += 1
+    return counts
+
+
+def check_names(nodes: Iterable[NodeView]) -> list[str]:
+    """Check names in the order they first appear."""
+    seen: dict[str, None] = {}
+    for n in nodes:
+        for c in n.checks:
+            seen.setdefault(c.name, None)
+    return list(seen)
+
+
+def problems(nodes: Sequence[NodeView]) -> list[tuple[NodeView, CheckResult]]:
+    """(node, check) for every check that is not pass or skip, worst first, then by host."""
+    rows = [(n, c) for n in nodes for c in n.checks if c.status in (Status.ERROR, Status.FAIL, Status.WARN)]
+    return sorted(rows, key=lambda r: (-r[1].status.severity, r[0].host, r[1].name))
+
+
+def tags_key(tags: dict[str, Any]) -> str:
+    """Canonical text of a tag dict (sorted keys): equal tags give equal keys."""
+    return json.dumps(tags, sort_keys=True, separators=(",", ":"), default=str)
+
+
+@dataclass(frozen=True)
+class Outlier:
+    """One entry of ``ClusterReport.analysis["outliers"]`` (computed by gpuaccept.results.analysis).
+
+    ``z`` is the robust z-score, ``median``/``mad`` the reference group's
+    statistics in the metric's unit, ``direction`` ``low`` or ``high``.
+    """
+
+    host: str
+    device: str | None
+    check: str
+    metric: str
+    tags: dict[str, Any]
+    value: float
+    median: float | None
+    mad: float | None
+    z: float | None
+    direction: str
+    scope: str
+
+    @property
+    def key(self) -> tuple[str, str | None, str, str, str]:
+        return (self.host, self.device, self.check, self.metric, tags_key(self.tags))
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a == b:
+        return True
+    return a is not None and b is not None and str(a) == str(b)
+
+
+def _num(x: Any) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    return float(x)
+
+
+def analysis_of(report: NodeReport | ClusterReport, analysis: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``analysis`` when given, else the cluster report's own analysis (a node report has none)."""
+    if analysis is not None:
+        return analysis
+    return report.analysis if isinstance(report, ClusterReport) else {}
+
+
+def outliers(report: NodeReport | ClusterReport, analysis: dict[str, Any] | None = None) -> list[Outlier]:
+    """The outliers of ``analysis`` (default: the report's own), largest |z| first.
+
+    Entries without host, check, metric and a numeric value are ignored.
+    """
+    analysis = analysis_of(report, analysis)
+    raw = analysis.get("outliers") if isinstance(analysis, dict) else None
+    out: list[Outlier] = []
+    for item in raw if isinstance(raw, list) else []:
+        if not isinstance(item, dict):
+            continue
+        host, check, metric = item.get("host"), item.get("check"), item.get("metric")
+        value = _num(item.get("value"))
+        if not all(isinstance(s, str) for s in (host, check, metric)) or value is None:
+            continue
+        device = item.get("device")
+        tags = item.get("tags")
+        out.append(Outlier(host=str(host), device=device if isinstance(device, str) else None, check=str(check),
+                           metric=str(metric), tags=dict(tags) if isinstance(tags, dict) else {}, value=value,
+                           median=_num(item.get("median")), mad=_num(item.get("mad")), z=_num(item.get("z")),
+                           direction=str(item.get("direction") or ""), scope=str(item.get("scope") or "")))
+    return sorted(out, key=lambda o: -abs(o.z) if o.z is not None else 0.0)
+
+
+class OutlierIndex:
+    """Looks up whether a metric (or a host and metric name) was flagged as an outlier."""
+
+    def __init__(self, items: Sequence[Outlier]) -> None:
+        self.items = list(items)
+        self._by_host_metric: dict[tuple[str, str, str], list[Outlier]] = {}
+        for o in items:
+            self._by_host_metric.setdefault((o.host, o.check, o.metric), []).append(o)
+
+    def find(self, host: str, check: str, m: Metric) -> Outlier | None:
+        """The outlier entry for metric ``m`` of ``check`` on ``host``: same device, and every tag of the entry
+        equal in ``m`` (the analysis drops tags such as ``stat`` that do not identify a measurement)."""
+        for o in self._by_host_metric.get((host, check, m.name), []):
+            if o.device == m.device and all(_same(m.tags.get(k), v) for k, v in o.tags.items()):
+                return o
+        return None
+
+    def node_level(self, host: str, check: str, name: str) -> list[Outlier]:
+        """Entries without a device for a metric measured per GPU: the node as a whole is off."""
+        return [o for o in self._by_host_metric.get((host, check, name), []) if o.device is None]
+
+    def for_host_metric(self, host: str, check: str, name: str) -> list[Outlier]:
+        return self._by_host_metric.get((host, check, name), [])
+
+    def hosts(self) -> set[str]:
+        return {o.host for o in self.items}
+
+
+def direction(m: Metric) -> int:
+    """+1 when larger values are better, -1 when smaller are, 0 when unknown (threshold first, then unit)."""
+    if m.threshold is not None:
+        return 1 if m.threshold.op == ">=" else -1
+    if m.unit in _HIGHER_BETTER_UNITS:
+        return 1
+    if m.unit in _LOWER_BETTER_UNITS or m.name.endswith("_errors"):
+        return -1
+    return 0
+
+
+def threshold_met(m: Metric) -> bool | None:
+    """Whether ``m`` meets its threshold (None when it has none)."""
+    if m.threshold is None:
+        return None
+    return m.threshold.met_by(m.value)
+
+
+def metric_status(m: Metric) -> Status:
+    """PASS, or the threshold's severity when the value misses it (PASS when there is no threshold)."""
+    met = threshold_met(m)
+    if met is None or met:
+        return Status.PASS
+    return m.threshold.severity if m.threshold is not None else Status.PASS
+
+
+def headline_metric(check: CheckResult) -> Metric | None:
+    """The metric that best explains a check's status: the one furthest below its bound, else the weakest
+    against its reference, else None."""
+    judged = [m for m in check.metrics if m.threshold is not None and math.isfinite(m.value)]
+    if judged:
+        def margin(m: Metric) -> float:
+            thr = m.threshold
+            assert thr is not None
+            scale = abs(thr.value) or 1.0
+            return (m.value - thr.value) / scale if thr.op == ">=" else (thr.value - m.value) / scale
+        return min(judged, key=margin)
+    ref = [m for m in check.metrics if m.expected and math.isfinite(m.value) and direction(m) != 0]
+    if ref:
+        return min(ref, key=lambda m: direction(m) * m.value / float(m.expected or 1.0))
+    return None
+
+
+def fmt_number(x: float | None) -> str:
+    """A short human form of a number: 3 significant digits below 1000, integers above."""
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    if x == 0:
+        return "0"
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    if abs(x) >= 100:
+        return f"{x:.1f}"
+    if abs(x) < 0.001:
+        return f"{x:.3g}"
+    return f"{x:.3g}"
+
+
+def fmt_value(x: float | None, unit: str) -> str:
+    """``612 TFLOP/s``; counts and unitless values without a unit."""
+    text = fmt_number(x)
+    if text == "n/a" or unit in ("", "count"):
+        return text
+    return f"{text} {unit}"
+
+
+def fmt_bytes(n: float) -> str:
+    """Binary-prefixed byte count as nccl-tests labels sizes: ``1 KiB``, ``256 MiB``, ``8 GiB``."""
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= scale:
+            v = n / scale
+            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def fmt_duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, s = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {s:02d} s"
+    h, minutes = divmod(minutes, 60)
+    return f"{h} h {minutes:02d} min"
+
+
+def fmt_tags(tags: dict[str, Any], skip: Iterable[str] = ()) -> str:
+    """``dtype=bf16 size_bytes=1 GiB`` (sizes in binary units), keys sorted."""
+    skip_set = set(skip)
+    parts = []
+    for k in sorted(tags):
+        if k in skip_set:
+            continue
+        v = tags[k]
+        if k.endswith("_bytes") and isinstance(v, (int, float)) and not isinstance(v, bool):
+            parts.append(f"{k}={fmt_bytes(v)}")
+        else:
+            parts.append(f"{k}={v}")
+    return " ".join(parts)
+
+
+def device_sort_key(device: str | None) -> tuple[int, int, str]:
+    """Order ``cuda:2`` before ``cuda:10``; node-wide (None) first."""
+    if device is None:
+        return (0, 0, "")
+    head, _, idx = device.partition(":")
+    return (1, int(idx), head) if idx.isdigit() else (2, 0, device)
+
+
+def size_of(m: Metric) -> float | None:
+    """The message size in bytes of a swept metric (its ``size_bytes`` tag), or None."""
+    v = m.tags.get("size_bytes")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+        return None
+    return float(v)
+
+
+@dataclass
+class Sweep:
+    """A metric measured over message sizes (collectives): one series per host and device.
+
+    ``series`` maps a label (host, or ``host cuda:N``) to (size_bytes, value,
+    expected) points sorted by size.
+    """
+
+    check: str
+    name: str
+    unit: str
+    tags: dict[str, Any]
+    series: dict[str, list[tuple[float, float, float | None]]] = field(default_factory=dict)
+    hosts: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def title(self) -> str:
+        extra = fmt_tags(self.tags, skip=("op",))
+        return f"{self.name}" + (f" ({extra})" if extra else "")
+
+
+MIN_SWEEP_SIZES = 2
+# Tags that change with the message size (an element count) or name the series (a rank), not the measurement.
+_SWEEP_FREE_TAGS = ("size_bytes", "count", "nelems", "numel", "elements", "rank")
+
+
+def sweeps(nodes: Sequence[NodeView]) -> list[Sweep]:
+    """Metrics that vary over ``size_bytes`` with at least 2 sizes in one series, grouped for plotting.
+
+    Groups are keyed by check, metric name and the other tags (an element
+    count and the rank left out); each series is one host (with device and
+    rank, when set). A metric measured at one size (a memory copy) is not a
+    sweep. When bus bandwidths (``*_busbw_gbs``) are among them, only those are
+    returned: algorithm bandwidth and time are the same measurement (nccl-tests
+    plots busbw).
+    """
+    groups: dict[tuple[str, str, str], Sweep] = {}
+    for n in nodes:
+        for c in n.checks:
+            for m in c.metrics:
+                size = size_of(m)
+                if size is None:
+                    continue
+                other = {k: v for k, v in m.tags.items() if k not in _SWEEP_FREE_TAGS}
+                key = (c.name, m.name, tags_key(other))
+                sw = groups.get(key)
+                if sw is None:
+                    sw = groups[key] = Sweep(c.name, m.name, m.unit, other)
+                host = check_host(c, n)
+                rank = m.tags.get("rank", c.rank)
+                label = host + (f" {m.device}" if m.device else "") + (f" rank {rank}" if rank is not None else "")
+                sw.series.setdefault(label, []).append((size, m.value, m.expected))
+                sw.hosts[label] = host
+    out = []
+    for sw in groups.values():
+        for pts in sw.series.values():
+            pts.sort(key=lambda p: p[0])
+        if max(len({p[0] for p in pts}) for pts in sw.series.values()) >= MIN_SWEEP_SIZES:
+            out.append(sw)
+    busbw = [s for s in out if s.name.endswith("_busbw_gbs")]
+    return busbw or out
+
+
+def swept_names(sweep_list: Sequence[Sweep]) -> set[tuple[str, str]]:
+    """(check, metric) pairs that belong to a sweep."""
+    return {(s.check, s.name) for s in sweep_list}
+
+
+@dataclass(frozen=True)
+class Column:
+    """One metric column of the node × metric heatmap."""
+
+    check: str
+    name: str
+    unit: str
+    tags: str
+    direction: int
+
+    @property
+    def label(self) -> str:
+        return self.name + (f" [{self.tags}]" if self.tags else "")
+
+
+@dataclass
+class Heatmap:
+    """Per node and metric column: the node's worst value across its GPUs and its ratio to the column median.
+
+    ``cells[host][i]`` is (value, ratio to the median over nodes) or None.
+    """
+
+    columns: list[Column]
+    hosts: list[str]
+    cells: dict[str, list[tuple[float, float | None] | None]]
+    hidden_constant: int = 0
+
+
+_VOLATILE_TAGS = ("size_bytes", "size", "threads", "bytes_verified", "stat", "mode", "count", "rank")
+
+
+def heatmap(nodes: Sequence[NodeView], max_columns: int = 80) -> Heatmap:
+    """A node × metric table for a cluster: one column per (check, metric, dtype/op) seen on two nodes or more.
+
+    For a swept metric, the largest size measured on every node is used. The
+    cell is the node's worst value over its devices (min where larger is
+    better, max where smaller is better, median when unknown). Columns whose
+    value is the same on every node are left out (counted in ``hidden_constant``).
+    """
+    sweep_pairs = swept_names(sweeps(nodes))
+    # (column key) -> host -> values; and the size chosen for sweeps
+    raw: dict[tuple[str, str, str], dict[str, list[tuple[Metric, float | None]]]] = {}
+    units: dict[tuple[str, str, str], Metric] = {}
+    for n in nodes:
+        for c in n.checks:
+            for m in c.metrics:
+                if not math.isfinite(m.value):
+                    continue
+                stable = {k: v for k, v in m.tags.items() if k not in _VOLATILE_TAGS}
+                key = (c.name, m.name, fmt_tags(stable, skip=("op",) if "op" in stable and
+                                                str(stable["op"]) in m.name else ()))
+                raw.setdefault(key, {}).setdefault(n.host, []).append((m, size_of(m)))
+                units.setdefault(key, m)
+    columns: list[Column] = []
+    cells: dict[str, list[tuple[float, float | None] | None]] = {n.host: [] for n in nodes}
+    hidden = 0
+    for key, per_host in raw.items():
+        if len(per_host) < 2:
+            continue
+        check, name, tags = key
+        sample = units[key]
+        if (check, name) in sweep_pairs:
+            common = set.intersection(*({s for _, s in vals if s is not None} for vals in per_host.values()))
+            if not common:
+                continue
+            size = max(common)
+            per_host = {h: [(m, s) for m, s in vals if s == size] for h, vals in per_host.items()}
+            tags = (tags + " " if tags else "") + f"size={fmt_bytes(size)}"
+        dirn = direction(sample)
+        node_values: dict[str, float] = {}
+        for host, vals in per_host.items():
+            xs = [m.value for m, _ in vals]
+            node_values[host] = min(xs) if dirn > 0 else max(xs) if dirn < 0 else statistics.median(xs)
+        if len(set(node_values.values())) == 1:
+            hidden += 1
+            continue
+        if len(columns) >= max_columns:
+            continue
+        med = statistics.median(node_values.values())
+        columns.append(Column(check, name, sample.unit, tags, dirn))
+        for n in nodes:
+            v = node_values.get(n.host)
+            cells[n.host].append(None if v is None else (v, v / med if med else None))
+    return Heatmap(columns=columns, hosts=[n.host for n in nodes], cells=cells, hidden_constant=hidden)

@@ -1,0 +1,97 @@
+"""``gpuaccept analyze``: outlier GPUs and nodes in reports, on the command line.
+
+``gpuaccept analyze PATH...`` reads cluster reports, node reports or
+directories of them (as ``baseline create --from``), runs
+:func:`gpuaccept.results.analysis.analyze` over all of them together and
+prints the outliers, worst first. ``--json`` prints the analysis dict (the
+shape of ``ClusterReport.analysis``); ``--output`` writes it to a file.
+
+Exit codes: 0 done, 1 outliers found and ``--fail-on-outliers`` given, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from typing import Any
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number > 0")
+    return value
+
+
+def _at_least_3(text: str) -> int:
+    if not text.isdigit() or int(text) < 3:
+        raise argparse.ArgumentTypeError(f"{text!r} must be an integer >= 3")
+    return int(text)
+
+
+def _nonneg_int(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a non-negative integer")
+    return int(text)
+
+
+def format_outlier(o: dict[str, Any]) -> str:
+    """One line: ``node017 cuda:3 compute/gemm_bf16_tflops 574.7 TFLOP/s vs 699.3 median (-17.8%, z -12.0, node)``."""
+    where = f"{o['host']} {o['device'] or '(node)'}"
+    tags = ",".join(f"{k}={v}" for k, v in o["tags"].items() if k not in ("dtype",))
+    frac = o.get("deviation_fraction")
+    pct = f"{100 * frac:+.1f}%, " if isinstance(frac, (int, float)) else ""
+    against = {"node": "sibling median", "cluster": "fleet median"}.get(o["scope"], "median")
+    if o["scope"] == "cluster" and o["device"] is None:
+        against = f"median of nodes (over {o.get('gpus', '?')} GPUs)"
+    return (f"{where} {o['check']}/{o['metric']}{'[' + tags + ']' if tags else ''} {o['value']:.4g} {o['unit']} "
+            f"vs {o['median']:.4g} {against} ({pct}z {o['z']:+.1f}, {o['direction']}, {o['sku']})")
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from gpuaccept.errors import InputError
+    from gpuaccept.results.analysis import OutlierPolicy, analyze
+    from gpuaccept.results.baseline_cli import read_report_files, write_output
+
+    items = read_report_files(args.paths)
+    if not items:
+        raise InputError(f"no gpuaccept reports found in {', '.join(args.paths)}")
+    policy = OutlierPolicy(max_z=args.max_z, min_siblings=args.min_siblings, min_nodes=args.min_nodes)
+    result = analyze(items, policy)
+    text = json.dumps(result, indent=2) + "\n"
+    if args.output:
+        write_output(args.output, text)
+    if args.json:
+        print(text, end="")
+    else:
+        outliers = result["outliers"]
+        print(f"{result['nodes']} node report(s), {result['samples']} value(s), {len(result['stats'])} "
+              f"SKU/metric group(s); {len(outliers)} outlier(s) at |z| >= {policy.max_z:g}")
+        for o in outliers[: args.limit or None]:
+            print("  " + format_outlier(o))
+        if args.limit and len(outliers) > args.limit:
+            print(f"  ... and {len(outliers) - args.limit} more (--limit 0 for all, --json for everything)")
+    return 1 if args.fail_on_outliers and result["outliers"] else 0
+
+
+def register(sub: Any) -> None:
+    """Add ``analyze`` to the top-level subparsers."""
+    a = sub.add_parser("analyze", help="find outlier GPUs and nodes in reports",
+                       description="Robust z-scores (median/MAD) of every metric: each GPU against its siblings "
+                                   "in the node, each node against the other nodes of its GPU SKU.")
+    a.add_argument("paths", nargs="+", metavar="PATH", help="cluster or node report files, or directories of them")
+    a.add_argument("--max-z", type=_positive_float, default=5.0, metavar="Z",
+                   help="flag values at least Z robust deviations out on the bad side (default 5)")
+    a.add_argument("--min-siblings", type=_at_least_3, default=3, metavar="N",
+                   help="GPUs a node needs for the within-node comparison (default 3)")
+    a.add_argument("--min-nodes", type=_at_least_3, default=3, metavar="N",
+                   help="nodes of a SKU needed for the cross-node comparison (default 3)")
+    a.add_argument("--limit", type=_nonneg_int, default=50, metavar="N", help="outliers listed (0: all; default 50)")
+    a.add_argument("--json", action="store_true", help="print the analysis as JSON")
+    a.add_argument("--output", "-o", default=None, metavar="PATH", help="also write the analysis JSON here")
+    a.add_argument("--fail-on-outliers", action="store_true", help="exit 1 when any outlier is found")
+    a.set_defaults(handler=cmd_analyze)

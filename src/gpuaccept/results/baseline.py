@@ -1,0 +1,626 @@
+"""Fleet baselines: the file model, strict YAML loading, learning from reports, and judging against them.
+
+A baseline file holds, per SKU (``skus.yaml`` id, ``cpu``, or a slug of an
+unknown GPU's name), the robust centre of each metric as a fleet measured it,
+and optionally the declarative thresholds to judge by::
+
+    schema: 1
+    source: {created: "2025-01-31T12:00:00Z", nodes: 64, runs: 120, tool: gpuaccept 0.1.0}
+    skus:
+      h100_sxm:
+        metrics:
+          - {metric: gemm_bf16_tflops, dtype: bf16, value: 745.2, unit: TFLOP/s, mad: 6.1, n: 512}
+          - {metric: allreduce_busbw_gbs, size_bytes: 1073741824, value: 362.0, unit: GB/s, mad: 2.0, n: 64}
+    thresholds:                       # optional; last matching rule wins, as in a config file
+      - {metric: "*", max_z: 5}
+      - {metric: "gemm_*_tflops", min_fraction: 0.95}
+      - {metric: "train_step_ms", sku: "h100_*", max_fraction: 1.1, severity: warn}
+
+An entry's ``value`` is the median and ``mad`` the median absolute deviation
+(same unit) of ``n`` samples left after outlier trimming; ``dtype`` and
+``size_bytes``, when present, must equal the metric's tags of that name.
+
+A **threshold rule** has a ``metric`` glob, an optional ``sku`` glob and
+exactly one bound: ``min``/``max`` (absolute, in the metric's unit),
+``min_fraction``/``max_fraction`` (of the baseline value) or ``max_z``: at
+most that many robust deviations (``mad / 0.6745``, MAD floored at 1 % of the
+value) from the baseline on the metric's bad side (below for throughput,
+above for latency and errors, either side when unknown; see
+:func:`gpuaccept.results.samples.direction`). Rules are data, never code.
+Without rules, :data:`DEFAULT_RULES` applies (``max_z: 5``).
+
+Every parse error is a :class:`~gpuaccept.errors.ConfigError` naming the
+file, the key (``skus.h100_sxm.metrics[2].mad``) and the reason.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as _dt
+import fnmatch
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from gpuaccept.errors import ConfigError
+from gpuaccept.model import CheckResult, ClusterReport, Metric, NodeReport, Status, Threshold, Verdict, worst
+from gpuaccept.results.samples import SkuResolver, collect, direction
+from gpuaccept.results.stats import DEFAULT_REL_FLOOR, bound_at_z, trim_outliers
+
+SCHEMA = 1
+_TOP_KEYS = ("schema", "source", "skus", "thresholds")
+_SOURCE_KEYS = ("created", "nodes", "runs", "tool", "from", "trim_z", "note")
+_ENTRY_KEYS = ("metric", "value", "unit", "mad", "n", "dtype", "size_bytes", "nodes", "runs", "dropped")
+_BOUND_KEYS = ("min", "max", "min_fraction", "max_fraction", "max_z")
+_RULE_KEYS = ("metric", "sku", "severity", *_BOUND_KEYS)
+
+
+# ---------------------------------------------------------------------------------------------- model
+
+
+@dataclass(frozen=True)
+class BaselineEntry:
+    """One metric's fleet reference for one SKU (``value``/``mad`` in ``unit``)."""
+
+    metric: str
+    value: float
+    unit: str
+    mad: float
+    n: int
+    dtype: str | None = None
+    size_bytes: int | None = None
+    nodes: int | None = None
+    runs: int | None = None
+    dropped: int = 0
+
+    def matches(self, metric: Metric) -> bool:
+        """Same name and unit, and the entry's ``dtype``/``size_bytes`` (when set) equal the metric's tags."""
+        if metric.name != self.metric or metric.unit != self.unit:
+            return False
+        if self.dtype is not None and metric.tags.get("dtype") != self.dtype:
+            return False
+        return self.size_bytes is None or _as_int(metric.tags.get("size_bytes")) == self.size_bytes
+
+    @property
+    def specificity(self) -> int:
+        return (self.dtype is not None) + (self.size_bytes is not None)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"metric": self.metric}
+        if self.dtype is not None:
+            d["dtype"] = self.dtype
+        if self.size_bytes is not None:
+            d["size_bytes"] = self.size_bytes
+        d.update(value=_round(self.value), unit=self.unit, mad=_round(self.mad), n=self.n)
+        for k in ("nodes", "runs"):
+            if getattr(self, k) is not None:
+                d[k] = getattr(self, k)
+        if self.dropped:
+            d["dropped"] = self.dropped
+        return d
+
+
+def _as_int(v: Any) -> int | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return None
+
+
+def _round(x: float) -> float:
+    return float(f"{x:.6g}")
+
+
+@dataclass(frozen=True)
+class BaselineRule:
+    """A declarative bound on metrics matching ``metric`` (glob) on SKUs matching ``sku`` (glob)."""
+
+    metric: str
+    sku: str = "*"
+    min: float | None = None
+    max: float | None = None
+    min_fraction: float | None = None
+    max_fraction: float | None = None
+    max_z: float | None = None
+    severity: Status = Status.FAIL
+
+    def __post_init__(self) -> None:
+        set_bounds = [k for k in _BOUND_KEYS if getattr(self, k) is not None]
+        if len(set_bounds) != 1:
+            raise ValueError(f"a rule needs exactly one of {', '.join(_BOUND_KEYS)}, got {set_bounds or 'none'}")
+        object.__setattr__(self, set_bounds[0], float(getattr(self, set_bounds[0])))
+
+    @property
+    def bound_key(self) -> str:
+        return next(k for k in _BOUND_KEYS if getattr(self, k) is not None)
+
+    @property
+    def bound_value(self) -> float:
+        return float(getattr(self, self.bound_key))
+
+    def matches(self, metric: Metric, sku: str) -> bool:
+        return fnmatch.fnmatchcase(metric.name, self.metric) and fnmatch.fnmatchcase(sku, self.sku)
+
+    def describe(self) -> str:
+        where = f" on {self.sku}" if self.sku != "*" else ""
+        return f"{self.metric}{where}: {self.bound_key} {self.bound_value:g} ({self.severity.value})"
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"metric": self.metric}
+        if self.sku != "*":
+            d["sku"] = self.sku
+        d[self.bound_key] = self.bound_value
+        if self.severity is not Status.FAIL:
+            d["severity"] = self.severity.value
+        return d
+
+    def bound(self, metric: Metric, entry: BaselineEntry | None, *, rel_floor: float = DEFAULT_REL_FLOOR
+              ) -> tuple[str, float] | None:
+        """(op, value) of this rule for ``metric`` against ``entry``; None when it cannot apply."""
+        key, v = self.bound_key, self.bound_value
+        if key == "min":
+            return ">=", v
+        if key == "max":
+            return "<=", v
+        if entry is None:
+            return None
+        if key == "min_fraction":
+            return ">=", v * entry.value
+        if key == "max_fraction":
+            return "<=", v * entry.value
+        side = direction(metric.name, metric.unit) or "both"
+        if side == "both":
+            side = "low" if metric.value < entry.value else "high"
+        if side == "low":
+            return ">=", bound_at_z(entry.value, entry.mad, -v, rel_floor=rel_floor)
+        return "<=", bound_at_z(entry.value, entry.mad, v, rel_floor=rel_floor)
+
+
+DEFAULT_RULES: tuple[BaselineRule, ...] = (BaselineRule(metric="*", max_z=5.0),)
+"""Used when neither the caller nor the baseline file gives rules: fail beyond 5 robust deviations."""
+
+
+@dataclass
+class Baseline:
+    """A parsed baseline: entries per SKU, where they came from, and optional rules."""
+
+    skus: dict[str, tuple[BaselineEntry, ...]]
+    created: str | None = None
+    nodes: int | None = None
+    runs: int | None = None
+    tool: str | None = None
+    origin: tuple[str, ...] = ()
+    trim_z: float | None = None
+    note: str | None = None
+    thresholds: tuple[BaselineRule, ...] = ()
+    path: str = "<baseline>"
+    _index: dict[tuple[str, str], list[BaselineEntry]] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for sku, entries in self.skus.items():
+            for e in entries:
+                self._index.setdefault((sku, e.metric), []).append(e)
+        for lst in self._index.values():
+            lst.sort(key=lambda e: -e.specificity)
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self.skus.values())
+
+    def lookup(self, sku: str, metric: Metric) -> BaselineEntry | None:
+        """The most specific entry of ``sku`` matching ``metric`` (dtype and size before neither)."""
+        for e in self._index.get((sku, metric.name), ()):
+            if e.matches(metric):
+                return e
+        return None
+
+    def rules(self, override: Sequence[BaselineRule] | None = None) -> tuple[BaselineRule, ...]:
+        """``override`` if given, else the file's thresholds, else :data:`DEFAULT_RULES`."""
+        if override is not None:
+            return tuple(override)
+        return self.thresholds or DEFAULT_RULES
+
+    def to_dict(self) -> dict[str, Any]:
+        source: dict[str, Any] = {}
+        for key, val in (("created", self.created), ("nodes", self.nodes), ("runs", self.runs),
+                         ("tool", self.tool), ("trim_z", self.trim_z), ("note", self.note)):
+            if val is not None:
+                source[key] = val
+        if self.origin:
+            source["from"] = list(self.origin)
+        d: dict[str, Any] = {"schema": SCHEMA, "source": source,
+                             "skus": {sku: {"metrics": [e.to_dict() for e in entries]}
+                                      for sku, entries in sorted(self.skus.items())}}
+        if self.thresholds:
+            d["thresholds"] = [r.to_dict() for r in self.thresholds]
+        return d
+
+    def to_yaml(self) -> str:
+        head = ("# gpuaccept baseline: per SKU, the median (value) and median absolute deviation (mad)\n"
+                "# of each metric over a fleet. Load with `gpuaccept run --baseline FILE`.\n")
+        return head + yaml.safe_dump(self.to_dict(), sort_keys=False, width=120)
+
+
+# ---------------------------------------------------------------------------------------------- parsing
+
+
+def _err(source: str, key: str, reason: str) -> ConfigError:
+    return ConfigError(source, key, reason)
+
+
+def _mapping(raw: Any, source: str, key: str, allowed: Sequence[str]) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise _err(source, key, f"expected a mapping, got {type(raw).__name__}")
+    for k in raw:
+        if k not in allowed:
+            where = f"{key}.{k}" if key else str(k)
+            raise _err(source, where, f"unknown key; allowed: {', '.join(allowed)}")
+    return raw
+
+
+def _number(raw: Any, source: str, key: str, *, minimum: float | None = None, positive: bool = False) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw):
+        raise _err(source, key, f"expected a finite number, got {raw!r}")
+    if positive and not raw > 0:
+        raise _err(source, key, f"must be > 0, got {raw!r}")
+    if minimum is not None and raw < minimum:
+        raise _err(source, key, f"must be >= {minimum:g}, got {raw!r}")
+    return float(raw)
+
+
+def _int(raw: Any, source: str, key: str, *, minimum: int) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        raise _err(source, key, f"expected an integer, got {raw!r}")
+    if raw < minimum:
+        raise _err(source, key, f"must be >= {minimum}, got {raw!r}")
+    return raw
+
+
+def _text(raw: Any, source: str, key: str) -> str:
+    if not isinstance(raw, str) or not raw.strip():
+        raise _err(source, key, f"expected a non-empty string, got {raw!r}")
+    return raw
+
+
+def parse_rule(raw: Any, source: str, key: str) -> BaselineRule:
+    """One threshold rule from YAML data (see the module docstring)."""
+    d = _mapping(raw, source, key, _RULE_KEYS)
+    metric = _text(d.get("metric"), source, f"{key}.metric")
+    sku = _text(d.get("sku", "*"), source, f"{key}.sku")
+    bounds = [k for k in _BOUND_KEYS if k in d]
+    if len(bounds) != 1:
+        raise _err(source, key, f"needs exactly one of {', '.join(_BOUND_KEYS)}, got "
+                                f"{', '.join(bounds) or 'none'}")
+    bkey = bounds[0]
+    positive = bkey != "min" and bkey != "max"
+    value = _number(d[bkey], source, f"{key}.{bkey}", positive=positive)
+    sev = d.get("severity", "fail")
+    if sev not in ("fail", "warn"):
+        raise _err(source, f"{key}.severity", f"must be 'fail' or 'warn', got {sev!r}")
+    return BaselineRule(metric=metric, sku=sku, severity=Status(sev), **{bkey: value})
+
+
+def parse_rules(raw: Any, source: str, key: str = "thresholds") -> tuple[BaselineRule, ...]:
+    if not isinstance(raw, list):
+        raise _err(source, key, f"expected a list of rules, got {type(raw).__name__}")
+    return tuple(parse_rule(r, source, f"{key}[{i}]") for i, r in enumerate(raw))
+
+
+def _parse_entry(raw: Any, source: str, key: str) -> BaselineEntry:
+    d = _mapping(raw, source, key, _ENTRY_KEYS)
+    for req in ("metric", "value", "unit", "mad", "n"):
+        if req not in d:
+            raise _err(source, f"{key}.{req}", "required key is missing")
+    dtype = d.get("dtype")
+    size = d.get("size_bytes")
+    n = _int(d["n"], source, f"{key}.n", minimum=1)
+    return BaselineEntry(
+        metric=_text(d["metric"], source, f"{key}.metric"),
+        value=_number(d["value"], source, f"{key}.value"),
+        unit=_text(d["unit"], source, f"{key}.unit"),
+        mad=_number(d["mad"], source, f"{key}.mad", minimum=0),
+        n=n,
+        dtype=_text(dtype, source, f"{key}.dtype") if dtype is not None else None,
+        size_bytes=_int(size, source, f"{key}.size_bytes", minimum=0) if size is not None else None,
+        nodes=_int(d["nodes"], source, f"{key}.nodes", minimum=1) if "nodes" in d else None,
+        runs=_int(d["runs"], source, f"{key}.runs", minimum=1) if "runs" in d else None,
+        dropped=_int(d.get("dropped", 0), source, f"{key}.dropped", minimum=0),
+    )
+
+
+def parse_baseline(data: Any, source: str) -> Baseline:
+    """Validate a parsed YAML document and build the :class:`Baseline`."""
+    top = _mapping(data, source, "", _TOP_KEYS)
+    if "schema" not in top:
+        raise _err(source, "schema", "required key is missing (this gpuaccept writes schema: 1)")
+    schema = _int(top["schema"], source, "schema", minimum=1)
+    if schema > SCHEMA:
+        raise _err(source, "schema", f"schema {schema} is newer than this gpuaccept reads ({SCHEMA}); upgrade it")
+    src = _mapping(top.get("source") or {}, source, "source", _SOURCE_KEYS)
+    created = src.get("created")
+    if isinstance(created, (_dt.datetime, _dt.date)):
+        created = created.isoformat()
+    raw_skus = top.get("skus")
+    if not isinstance(raw_skus, dict):
+        raise _err(source, "skus", "expected a mapping of SKU id to {metrics: [...]}")
+    skus: dict[str, tuple[BaselineEntry, ...]] = {}
+    for sku, body in raw_skus.items():
+        where = f"skus.{sku}"
+        if not isinstance(sku, str) or not sku.strip():
+            raise _err(source, where, "a SKU id must be a non-empty string (e.g. h100_sxm, cpu)")
+        b = _mapping(body, source, where, ("metrics",))
+        raw_metrics = b.get("metrics")
+        if not isinstance(raw_metrics, list):
+            raise _err(source, f"{where}.metrics", "expected a list of metric entries")
+        entries = [_parse_entry(e, source, f"{where}.metrics[{i}]") for i, e in enumerate(raw_metrics)]
+        seen: dict[tuple[str, str | None, int | None], int] = {}
+        for i, e in enumerate(entries):
+            ident = (e.metric, e.dtype, e.size_bytes)
+            if ident in seen:
+                raise _err(source, f"{where}.metrics[{i}]", f"duplicate of metrics[{seen[ident]}] "
+                                                            f"(same metric, dtype and size_bytes)")
+            seen[ident] = i
+        skus[sku] = tuple(entries)
+    origin = src.get("from", [])
+    if not isinstance(origin, list) or not all(isinstance(o, str) for o in origin):
+        raise _err(source, "source.from", "expected a list of strings")
+    return Baseline(
+        skus=skus,
+        created=str(created) if created is not None else None,
+        nodes=_int(src["nodes"], source, "source.nodes", minimum=0) if "nodes" in src else None,
+        runs=_int(src["runs"], source, "source.runs", minimum=0) if "runs" in src else None,
+        tool=_text(src["tool"], source, "source.tool") if "tool" in src else None,
+        origin=tuple(origin),
+        trim_z=_number(src["trim_z"], source, "source.trim_z", positive=True) if "trim_z" in src else None,
+        note=_text(src["note"], source, "source.note") if "note" in src else None,
+        thresholds=parse_rules(top["thresholds"], source) if "thresholds" in top else (),
+        path=source,
+    )
+
+
+def _load_yaml(path: str | Path) -> tuple[Any, str]:
+    p = Path(path)
+    source = str(p)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise _err(source, "", f"cannot read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise _err(source, "", f"not a text file ({exc.reason})") from exc
+    try:
+        return yaml.safe_load(text), source
+    except yaml.YAMLError as exc:
+        raise _err(source, "", f"not valid YAML: {' '.join(str(exc).split())}") from exc
+
+
+def load_baseline(path: str | Path) -> Baseline:
+    """Read and validate a baseline file; :class:`ConfigError` on any problem."""
+    data, source = _load_yaml(path)
+    return parse_baseline(data, source)
+
+
+def load_rules(path: str | Path) -> tuple[BaselineRule, ...]:
+    """Threshold rules from a YAML file holding ``thresholds: [...]`` (a baseline file works too)."""
+    data, source = _load_yaml(path)
+    top = _mapping(data, source, "", _TOP_KEYS)
+    if "thresholds" not in top:
+        raise _err(source, "thresholds", "required key is missing (a list of rules)")
+    return parse_rules(top["thresholds"], source)
+
+
+# ---------------------------------------------------------------------------------------------- learning
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def learn_baseline(reports: Iterable[NodeReport | ClusterReport], *, trim_z: float = 3.5, min_samples: int = 3,
+                   origin: Sequence[str] = (), created: str | None = None) -> Baseline:
+    """Learn a baseline from a fleet's reports (node reports, or cluster reports' nodes).
+
+    Samples are grouped by SKU, metric, unit, ``dtype`` tag and -- for metrics
+    measured at several sizes in one run on one device, like collective sweeps
+    -- the ``size_bytes`` tag. Per group, values with |robust z| > ``trim_z``
+    are dropped and the median recomputed until none is dropped; groups left
+    with fewer than ``min_samples`` values are omitted. Metrics that are never
+    judged (instantaneous power, ...), skipped or errored checks and
+    non-finite values are ignored. ``runs`` counts node reports.
+    """
+    if not trim_z > 0 or min_samples < 1:
+        raise ValueError("trim_z must be > 0 and min_samples >= 1")
+    s = collect(reports)
+    host_ids: dict[str, int] = {}
+    host_of_node = np.array([host_ids.setdefault(h, len(host_ids)) for h, _ in s.nodes], dtype=np.int64)
+    entries: dict[str, list[BaselineEntry]] = {}
+    if len(s):
+        # Per (key, sku) pair: the group identity without size, and the key's size_bytes (or -1).
+        n_sku = len(s.skus)
+        idents: dict[tuple[str, str, str, str | None], int] = {}
+        pair_codes, pair_of_row = np.unique(s.key.astype(np.int64) * n_sku + s.sku, return_inverse=True)
+        pair_group = np.empty(pair_codes.size, dtype=np.int64)
+        for i, code in enumerate(pair_codes.tolist()):
+            key = s.keys[code // n_sku]
+            dtype = dict(key.tags).get("dtype")
+            ident = (s.skus[code % n_sku], key.metric, key.unit, dtype if isinstance(dtype, str) else None)
+            pair_group[i] = idents.setdefault(ident, len(idents))
+        group = pair_group[pair_of_row.reshape(-1)]
+        size_of_key = np.array([_size_tag(k.tags) for k in s.keys], dtype=np.int64)
+        size = size_of_key[s.key]
+
+        # A group is a sweep when one (report, device) measured it at more than one size.
+        where = (group * len(s.nodes) + s.node) * len(s.devices) + s.device
+        order = np.lexsort((size, where))
+        w, sz = where[order], size[order]
+        new_size = np.ones(w.size, dtype=bool)
+        new_size[1:] = (w[1:] != w[:-1]) | (sz[1:] != sz[:-1])
+        second_size = new_size.copy()
+        second_size[1:] &= w[1:] == w[:-1]
+        second_size[0] = False
+        sweeps = np.unique(group[order][second_size])
+        size_key = np.where(np.isin(group, sweeps), size, -1)
+
+        # Final groups: (group, size or -1), rows sorted by them.
+        order = np.lexsort((size_key, group))
+        g_sorted, s_sorted = group[order], size_key[order]
+        starts = np.flatnonzero(np.r_[True, (g_sorted[1:] != g_sorted[:-1]) | (s_sorted[1:] != s_sorted[:-1])])
+        ends = np.r_[starts[1:], order.size]
+        ident_list = list(idents)
+        for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+            rows = order[a:b]
+            t = trim_outliers(s.value[rows], max_z=trim_z)
+            if t.n < min_samples:
+                continue
+            sku, metric, unit, dtype = ident_list[int(g_sorted[a])]
+            size_bytes = int(s_sorted[a])
+            entries.setdefault(sku, []).append(BaselineEntry(
+                metric=metric, value=t.center, unit=unit, mad=t.mad, n=t.n, dtype=dtype,
+                size_bytes=size_bytes if size_bytes >= 0 else None,
+                nodes=int(np.unique(host_of_node[s.node[rows]]).size), runs=int(np.unique(s.node[rows]).size),
+                dropped=t.dropped))
+    skus: dict[str, tuple[BaselineEntry, ...]] = {}
+    for sku in sorted(entries):
+        skus[sku] = tuple(sorted(entries[sku], key=lambda e: (e.metric, e.dtype or "",
+                                                              -1 if e.size_bytes is None else e.size_bytes)))
+    return Baseline(skus=skus, created=created or _now(), nodes=len(host_ids), runs=len(s.nodes), tool=_tool(),
+                    origin=tuple(origin), trim_z=trim_z)
+
+
+def _size_tag(tags: tuple[tuple[str, str | int | float], ...]) -> int:
+    size = _as_int(dict(tags).get("size_bytes"))
+    return size if size is not None and size >= 0 else -1
+
+
+def _tool() -> str:
+    try:
+        from gpuaccept import __version__
+    except ImportError:  # pragma: no cover - the package always has one
+        return "gpuaccept"
+    return f"gpuaccept {__version__}"
+
+
+# ---------------------------------------------------------------------------------------------- judging
+
+
+@dataclass(frozen=True)
+class Overlaid:
+    """What :func:`overlay_baseline` did to one metric: the entry and the bound it set (if any)."""
+
+    metric: Metric
+    entry: BaselineEntry | None
+    bound: Threshold | None
+
+
+def _label(baseline: Baseline) -> str:
+    return Path(baseline.path).name if baseline.path else "baseline"
+
+
+def overlay_baseline(check: CheckResult, node: NodeReport, baseline: Baseline,
+                     rules: Sequence[BaselineRule] | None = None) -> list[Overlaid]:
+    """Set ``expected`` and ``threshold`` of ``check``'s metrics from ``baseline``, in place.
+
+    ``node`` supplies the SKUs (its env check, or the check's own details).
+    For each judged metric with a baseline entry, ``expected`` becomes the
+    baseline value; the last matching rule that yields a bound replaces
+    ``threshold`` (source ``baseline:<file>:<rule>``). Metrics without an
+    entry only get absolute (``min``/``max``) rules. Returns what changed.
+    """
+    resolver = SkuResolver(node)
+    active = baseline.rules(rules)
+    label = _label(baseline)
+    changed: list[Overlaid] = []
+    for m in check.metrics:
+        if direction(m.name, m.unit) is None:
+            continue
+        sku = resolver.for_device(check, m.device, m)
+        entry = baseline.lookup(sku, m)
+        bound: Threshold | None = None
+        for rule in reversed(active):
+            if not rule.matches(m, sku):
+                continue
+            b = rule.bound(m, entry)
+            if b is not None:
+                bound = Threshold(b[0], _round(b[1]), rule.severity,
+                                  f"baseline:{label}:{rule.bound_key}={rule.bound_value:g}")
+                break
+        if entry is None and bound is None:
+            continue
+        if entry is not None:
+            m.expected = entry.value
+        if bound is not None:
+            m.threshold = bound
+        changed.append(Overlaid(m, entry, bound))
+    return changed
+
+
+def _violation(m: Metric, t: Threshold) -> str:
+    where = f" on {m.device}" if m.device else ""
+    rel = "<" if t.op == ">=" else ">"
+    return f"{m.name}{where} {m.value:.4g} {rel} {t.value:.4g} {m.unit} ({t.source})"
+
+
+def apply_baseline(report: NodeReport, baseline: Baseline, rules: Sequence[BaselineRule] | None = None,
+                   ) -> NodeReport:
+    """A copy of ``report`` judged against ``baseline`` as well; ``report`` is not modified.
+
+    Each metric with a baseline entry gets ``expected`` = the baseline value
+    and the bound of the last matching rule (:func:`overlay_baseline`). A
+    violated baseline bound lowers the check's status to the rule's severity
+    and is listed first in its reason; ``details.baseline`` records the file,
+    how many metrics matched, and the violations. Applied after the fact, a
+    baseline can only make a status worse: a metric that failed its run-time
+    bound (e.g. the SKU spec) keeps that bound and its failure, listed under
+    ``details.baseline.not_excused`` when the baseline alone would pass it --
+    give the baseline to ``gpuaccept run`` to judge by it instead of the spec.
+    Skipped and errored checks are left as they are. The verdict of a finished
+    report is decided again.
+    """
+    out = copy.deepcopy(report)
+    for check in out.checks:
+        if check.status in (Status.SKIP, Status.ERROR) or not check.metrics:
+            continue
+        before = {id(m): (m.expected, m.threshold) for m in check.metrics}
+        changes = overlay_baseline(check, out, baseline, rules)
+        if not changes:
+            continue
+        violations: list[tuple[Status, str]] = []
+        not_excused: list[str] = []
+        for ch in changes:
+            m, bound = ch.metric, ch.bound
+            old_expected, old_threshold = before[id(m)]
+            if bound is None:
+                continue
+            if old_threshold is not None and not old_threshold.met_by(m.value) and bound.met_by(m.value) \
+                    and old_threshold.severity.severity >= Status.WARN.severity:
+                m.expected, m.threshold = old_expected, old_threshold
+                not_excused.append(_violation(m, old_threshold))
+            elif not bound.met_by(m.value):
+                violations.append((bound.severity, _violation(m, bound)))
+        violations.sort(key=lambda v: -v[0].severity)
+        check.details = dict(check.details)
+        check.details["baseline"] = {
+            "file": baseline.path, "matched": sum(1 for c in changes if c.entry is not None),
+            "violations": [text for _, text in violations],
+            **({"not_excused": not_excused} if not_excused else {}),
+        }
+        if violations:
+            check.status = worst(check.status, *(s for s, _ in violations))
+            listed = "; ".join(text for _, text in violations[:3])
+            if len(violations) > 3:
+                listed += f"; and {len(violations) - 3} more"
+            check.reason = f"{listed} ({check.reason})" if check.reason else listed
+    if out.verdict in (Verdict.SUCCESS, Verdict.FAILURE):
+        out.verdict = out.decide()
+    return out
+
+
+def summary(baseline: Baseline) -> Mapping[str, Any]:
+    """Counts for a one-line description: SKUs, entries, nodes, runs."""
+    return {"skus": len(baseline.skus), "metrics": len(baseline), "nodes": baseline.nodes, "runs": baseline.runs}
