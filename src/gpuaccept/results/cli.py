@@ -69,7 +69,7 @@ def register(sub: Any) -> None:
     h.set_defaults(handler=cmd_history)
 
     c = sub.add_parser("compare", help="per-metric deltas between two runs",
-                       description="Per-metric differences from RUN_A to RUN_B (absolute and %%). A run is a run id "
+                       description="Per-metric differences from RUN_A to RUN_B (absolute and %). A run is a run id "
                                    "from 'gpuaccept history' (a unique prefix will do) or a report.json file.")
     c.add_argument("run_a", metavar="RUN_A")
     c.add_argument("run_b", metavar="RUN_B")
