@@ -20,6 +20,7 @@ from typing import Any
 
 from gpuaccept import __version__
 from gpuaccept.errors import GpuacceptError
+from gpuaccept.model import Verdict
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 PROFILES = ("quick", "standard", "full")
@@ -44,6 +45,12 @@ def _positive_float(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
     return value
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return int(text)
 
 
 def _nonneg_int(text: str) -> int:
@@ -81,6 +88,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--plan", action="store_true", help="print the suite plan as JSON and run nothing")
     run.add_argument("--run-id", default=None, help=argparse.SUPPRESS)
     run.add_argument("--verbose", "-v", action="store_true", help="more detail, tracebacks of internal errors")
+    d = run.add_argument_group("distributed")
+    d.add_argument("--distributed", action="store_true",
+                   help="run as one rank of a multi-process job started by torchrun, srun, mpirun or the "
+                        "Kubeflow/Run:ai operators (rank and world size from their environment); node checks "
+                        "run once per node, collectives and ddp_train on every rank, rank 0 writes the report")
+    d.add_argument("--dist-timeout", type=_positive_float, default=120.0, metavar="S",
+                   help="seconds allowed for rendezvous, process-group init and each collective; a rank silent "
+                        "this long is declared dead (default: 120)")
+    d.add_argument("--nproc", type=_positive_int, default=None, metavar="N",
+                   help="without --distributed: processes for the distributed checks on this node "
+                        "(default: one per selected GPU; 2 gloo ranks on CPU)")
 
     checks = sub.add_parser("checks", help="list every check with its parameters and default thresholds")
     checks.add_argument("--profile", choices=PROFILES, default="standard")
@@ -157,15 +175,26 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from gpuaccept.checks import registry
     from gpuaccept.hw.devices import resolve_device
     from gpuaccept.report.console import PlainConsole, RichConsole
-    from gpuaccept.runner import Interrupted, Runner
+    from gpuaccept.runner import Interrupted, RunEvents, Runner, is_distributed
     from gpuaccept.suite import plan_suite
 
     opts, cfg, report_dir = _merge_options(args)
+    info = _rank_info(args)
     reg = registry()
     device = resolve_device(opts.device)
     plan = plan_suite(opts, cfg, reg, device)
+    nproc = 1
+    if info is None and any(is_distributed(c) for c in plan.checks):
+        from gpuaccept.dist.local import default_nproc
+
+        nproc = args.nproc or default_nproc(plan.device, plan.gpus, os.environ)
     if args.plan:
-        print(json.dumps(plan.to_dict(), indent=2))
+        shown = plan.to_dict()
+        if info is not None:
+            shown["distributed"] = info.to_dict()
+        else:
+            shown["nproc"] = nproc
+        print(json.dumps(shown, indent=2))
         return EXIT_OK
 
     to_stdout = args.json == "-"
@@ -173,17 +202,40 @@ def _cmd_run(args: argparse.Namespace) -> int:
     keys = {c.name: c.key_metric for c in plan.checks}
     console: PlainConsole | RichConsole
     console = RichConsole(stream, keys) if stream.isatty() else PlainConsole(stream, keys)
-    runner = Runner(plan, Path(report_dir), run_id=args.run_id, argv=sys.argv[1:],
-                    events=console.events(), verbose=args.verbose)
-    console.header(plan, str(runner.run_dir))
+    runner: Runner
+    if info is not None:
+        from gpuaccept.dist.control import RendezvousError
+        from gpuaccept.dist.session import DistributedRunner
+
+        leader = info.rank == 0
+        runner = DistributedRunner(plan, Path(report_dir), info, run_id=args.run_id, argv=sys.argv[1:],
+                                   events=console.events() if leader else RunEvents(), verbose=args.verbose,
+                                   dist_timeout_s=args.dist_timeout)
+        try:
+            runner.join()
+        except RendezvousError as exc:
+            print(f"gpuaccept: error: rank {info.rank}: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        if leader:
+            console.header(plan, str(runner.run_dir))
+    else:
+        runner = Runner(plan, Path(report_dir), run_id=args.run_id, argv=sys.argv[1:],
+                        events=console.events(), verbose=args.verbose, nproc=nproc,
+                        dist_timeout_s=args.dist_timeout)
+        console.header(plan, str(runner.run_dir))
     try:
         report = runner.run()
     except Interrupted as exc:
         if isinstance(console, RichConsole):
             console.stop()
         console.summary(exc.report, {})
-        print(f"gpuaccept: interrupted; partial report in {runner.report_path}", file=sys.stderr)
+        kept = runner.report_path if info is None or info.rank == 0 else runner.results_path
+        print(f"gpuaccept: interrupted; partial report in {kept}", file=sys.stderr)
         return EXIT_INTERRUPTED
+    if info is not None and info.rank != 0:
+        print(f"[RESULT] rank {info.rank}: {report.verdict.value.upper()}; own results in {runner.results_path}",
+              file=stream, flush=True)
+        return EXIT_OK if report.verdict is Verdict.SUCCESS else EXIT_FAILED
     console.summary(report, {})
     if args.json:
         text = json.dumps(report.to_dict(), indent=2)
@@ -199,14 +251,35 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK if not report.failed_checks() else EXIT_FAILED
 
 
+def _rank_info(args: argparse.Namespace) -> Any:
+    """The RankInfo under --distributed (UsageError when the environment is wrong), else None.
+
+    A plain run refuses to be one of several launcher processes on a node:
+    each would run the whole node suite on the same GPUs.
+    """
+    from gpuaccept.dist.env import detect_rank, processes_on_node
+    from gpuaccept.errors import UsageError
+
+    if args.distributed:
+        if args.nproc is not None:
+            raise UsageError("--nproc is for a plain run; under --distributed the launcher starts the processes")
+        return detect_rank(os.environ)
+    found = processes_on_node(os.environ)
+    if found is not None and found[0] > 1:
+        raise UsageError(f"{found[1]}={found[0]}: a launcher started {found[0]} processes on this node, and each "
+                         "would run the whole node suite; add --distributed (or start one process per node)")
+    return None
+
+
 COMMANDS = {"run": _cmd_run, "checks": _cmd_checks}
 
 # Further subcommands live in their own modules, each with a function
 # ``register(subparsers) -> None`` that adds its parsers and sets a default
 # ``handler`` (a callable taking the parsed args and returning an exit code).
 # Such modules import nothing heavy at module level.
-SUBCOMMAND_MODULES: tuple[str, ...] = ("gpuaccept.results.cli", "gpuaccept.results.baseline_cli",
-                                      "gpuaccept.results.analysis_cli", "gpuaccept.report.cli")
+SUBCOMMAND_MODULES: tuple[str, ...] = ("gpuaccept.results.cli", "gpuaccept.launch.cli",
+                                      "gpuaccept.results.baseline_cli", "gpuaccept.results.analysis_cli",
+                                      "gpuaccept.report.cli")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -6,6 +6,13 @@ Files in ``<report_dir>/<run_id>/``:
 - ``report.json``: the NodeReport, rewritten atomically after each check (verdict
   ``running`` until the end), so a SIGKILL loses only the check in flight;
 - ``logs/<check>.log``: the check's stdout and stderr.
+
+A distributed check (a class with ``distributed = True``, see
+:mod:`gpuaccept.dist.group`) runs as ``nproc`` processes, one per GPU (two gloo
+ranks on CPU), that meet on a c10d store rank 0 serves on a free loopback
+port; their outcomes are merged into one result (``logs/<check>.rank<r>.log``).
+With fewer than two ranks it is skipped. ``gpuaccept run --distributed``
+uses :class:`gpuaccept.dist.session.DistributedRunner` instead.
 """
 
 from __future__ import annotations
@@ -99,9 +106,12 @@ class Runner:
 
     def __init__(self, plan: SuitePlan, report_dir: Path, *, run_id: str | None = None,
                  host: str | None = None, argv: list[str] | None = None,
-                 events: RunEvents | None = None, verbose: bool = False) -> None:
+                 events: RunEvents | None = None, verbose: bool = False,
+                 nproc: int = 1, dist_timeout_s: float = 120.0) -> None:
         self.plan = plan
-        self.host = host or socket.gethostname().split(".")[0]
+        self.nproc = nproc
+        self.dist_timeout_s = dist_timeout_s
+        self.host = host or os.environ.get("GPUACCEPT_HOSTNAME") or socket.gethostname().split(".")[0]
         self.run_id = run_id or new_run_id(self.host)
         self.run_dir = Path(report_dir) / self.run_id
         self.events = events or RunEvents()
@@ -109,7 +119,7 @@ class Runner:
         self.report = NodeReport(run_id=self.run_id, host=self.host, profile=plan.profile,
                                  started=utc_now(), device=plan.device, argv=list(argv or []),
                                  version=__version__)
-        self._child: subprocess.Popen[bytes] | None = None
+        self._children: list[subprocess.Popen[bytes]] = []
 
     @property
     def report_path(self) -> Path:
@@ -119,12 +129,22 @@ class Runner:
     def results_path(self) -> Path:
         return self.run_dir / "results.jsonl"
 
+    @property
+    def log_dir(self) -> Path:
+        """Where each check's log goes (``logs/<check>.log``)."""
+        return self.run_dir / "logs"
+
+    @property
+    def scratch_dir(self) -> Path:
+        """Where check processes drop their outcome files before the runner reads them."""
+        return self.run_dir
+
     def _save(self) -> None:
         _write_json_atomic(self.report_path, self.report.to_dict())
 
     def run(self) -> NodeReport:
         """Run every planned check. Raises :class:`Interrupted` on SIGINT/SIGTERM."""
-        (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
         self._save()
         old_term = signal.getsignal(signal.SIGTERM)
 
@@ -155,13 +175,10 @@ class Runner:
         return self.report
 
     def _kill_child(self) -> None:
-        child = self._child
-        if child is not None and child.poll() is None:
-            try:
-                os.killpg(child.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            child.wait()
+        """Kill every check process still running (and their process groups)."""
+        for child in self._children:
+            kill_tree(child)
+        self._children = []
 
     def _request(self, check: PlannedCheck, out: Path) -> dict[str, Any]:
         return {
@@ -180,52 +197,105 @@ class Runner:
             },
         }
 
-    def _run_one(self, check: PlannedCheck) -> CheckResult:
-        out = self.run_dir / f".{check.name}.outcome.json"
-        log = self.run_dir / "logs" / f"{check.name}.log"
+    def _spawn(self, check: PlannedCheck, out: Path, log: Path, *, env: dict[str, str] | None = None,
+               module: str = "gpuaccept.child") -> subprocess.Popen[bytes]:
+        """Start one check process in its own session, its output appended to ``log``."""
         out.unlink(missing_ok=True)
-        started = time.monotonic()
-        with open(log, "wb") as log_fh:
-            self._child = subprocess.Popen(
-                [sys.executable, "-m", "gpuaccept.child"],
+        with open(log, "ab") as log_fh:
+            child = subprocess.Popen(
+                [sys.executable, "-m", module],
                 stdin=subprocess.PIPE, stdout=log_fh, stderr=subprocess.STDOUT,
-                start_new_session=True,
+                start_new_session=True, env=env,
             )
-            assert self._child.stdin is not None
-            self._child.stdin.write(json.dumps(self._request(check, out)).encode())
-            self._child.stdin.close()
-            try:
-                returncode: int | None = self._child.wait(timeout=check.timeout_s)
-            except subprocess.TimeoutExpired:
-                returncode = None
-                self._kill_child()
+        self._children.append(child)
+        assert child.stdin is not None
+        child.stdin.write(json.dumps(self._request(check, out)).encode())
+        child.stdin.close()
+        return child
+
+    def _run_one(self, check: PlannedCheck) -> CheckResult:
+        if is_distributed(check):
+            return self._run_group(check)
+        out = self.scratch_dir / f".{check.name}.outcome.json"
+        log = self.log_dir / f"{check.name}.log"
+        log.unlink(missing_ok=True)
+        started = time.monotonic()
+        child = self._spawn(check, out, log)
+        try:
+            returncode: int | None = child.wait(timeout=check.timeout_s)
+        except subprocess.TimeoutExpired:
+            returncode = None
+            self._kill_child()
         elapsed = time.monotonic() - started
-        self._child = None
+        self._children = []
         if returncode is None:
             return CheckResult(check.name, Status.FAIL,
                                f"timed out after {elapsed:.1f} s (limit {check.timeout_s:g} s); killed",
                                duration_s=elapsed, details={"timeout": True, "log": str(log)})
-        try:
-            raw = json.loads(out.read_text())
-            out.unlink()
-        except (OSError, ValueError):
-            how = _signal_name(returncode) if returncode < 0 else f"exit code {returncode}"
-            tail = _log_tail(log)
-            return CheckResult(check.name, Status.ERROR,
-                               f"check process died ({how}) without a result" + (f": {tail}" if tail else ""),
+        raw = read_outcome(out)
+        if raw is None:
+            return CheckResult(check.name, Status.ERROR, died_reason(returncode, log),
                                duration_s=elapsed, details={"log": str(log)})
         return self._judge(check, raw, elapsed)
 
-    def _judge(self, check: PlannedCheck, raw: dict[str, Any], elapsed: float) -> CheckResult:
-        try:
-            outcome = Outcome(status=Status(raw["status"]), reason=str(raw.get("reason", "")),
-                              metrics=[Metric.from_dict(m) for m in raw.get("metrics", [])],
-                              details=dict(raw.get("details", {})), needs_gpu=bool(raw.get("needs_gpu")))
-        except (KeyError, TypeError, ValueError) as exc:
-            return CheckResult(check.name, Status.ERROR, f"malformed check result: {exc}", duration_s=elapsed)
+    def _run_group(self, check: PlannedCheck) -> CheckResult:
+        """A distributed check on this node: ``nproc`` rank processes, merged into one result."""
+        from gpuaccept.dist.local import run_local_group
+
+        return run_local_group(self, check)
+
+    def outcome_of(self, raw: dict[str, Any]) -> Outcome:
+        """An Outcome from a check process's JSON (ValueError/KeyError/TypeError when malformed)."""
+        outcome = Outcome(status=Status(raw["status"]), reason=str(raw.get("reason", "")),
+                          metrics=[Metric.from_dict(m) for m in raw.get("metrics", [])],
+                          details=dict(raw.get("details", {})), needs_gpu=bool(raw.get("needs_gpu")))
         for m in outcome.metrics:
             if m.value is None or (isinstance(m.value, float) and math.isnan(m.value)):
                 m.value = math.nan
+        return outcome
+
+    def judge_outcome(self, check: PlannedCheck, outcome: Outcome, elapsed: float) -> CheckResult:
+        """Apply the plan's thresholds to ``outcome``; the result carries this runner's host."""
         j = judge(outcome, check.defaults, check.overrides, require_gpu=self.plan.require_gpu)
         return CheckResult(check.name, j.status, j.reason, duration_s=elapsed, metrics=j.metrics,
                            details=outcome.details, host=self.host)
+
+    def _judge(self, check: PlannedCheck, raw: dict[str, Any], elapsed: float) -> CheckResult:
+        try:
+            outcome = self.outcome_of(raw)
+        except (KeyError, TypeError, ValueError) as exc:
+            return CheckResult(check.name, Status.ERROR, f"malformed check result: {exc}", duration_s=elapsed)
+        return self.judge_outcome(check, outcome, elapsed)
+
+
+def is_distributed(check: PlannedCheck) -> bool:
+    """Whether ``check`` runs as one process per rank (its class sets ``distributed = True``)."""
+    from gpuaccept.checks import load_check
+
+    return bool(getattr(load_check(check.path), "distributed", False))
+
+
+def read_outcome(out: Path) -> dict[str, Any] | None:
+    """The outcome JSON a check process wrote (the file is removed), or None when there is none."""
+    try:
+        raw: dict[str, Any] = json.loads(out.read_text())
+    except (OSError, ValueError):
+        return None
+    out.unlink(missing_ok=True)
+    return raw
+
+
+def died_reason(returncode: int, log: Path) -> str:
+    """Why a check process left no result: its exit status and the tail of its log."""
+    how = _signal_name(returncode) if returncode < 0 else f"exit code {returncode}"
+    tail = _log_tail(log)
+    return f"check process died ({how}) without a result" + (f": {tail}" if tail else "")
+
+
+def kill_tree(child: subprocess.Popen[bytes]) -> None:
+    if child.poll() is None:
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    child.wait()

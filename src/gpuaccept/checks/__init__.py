@@ -24,6 +24,8 @@ BUILTIN_MODULES = (
     "gpuaccept.checks.memtest",
     "gpuaccept.checks.train",
     "gpuaccept.checks.nbody",
+    "gpuaccept.checks.collectives",
+    "gpuaccept.checks.ddp",
 )
 
 

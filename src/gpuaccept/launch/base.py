@@ -103,6 +103,15 @@ class Backend(abc.ABC):
     def plan(self, spec: JobSpec) -> Plan:
         """Pure: the artefacts and argv for ``spec``."""
 
+    def check_ready(self, plan: Plan, spec: JobSpec) -> None:
+        """Preflight before anything is written or submitted (a missing ``sbatch``, an unreachable host).
+
+        Raise UsageError/ConfigError with one clear line; the launch then stops
+        with exit 2 and nothing submitted. Not called for ``--dry-run``.
+        Default: nothing to check.
+        """
+        return None
+
     @abc.abstractmethod
     def submit(self, plan: Plan, spec: JobSpec, workdir: Path) -> Submission:
         """Execute the plan's commands; return a handle."""

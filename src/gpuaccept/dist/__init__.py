@@ -1,0 +1,14 @@
+"""Running checks across ranks: launcher detection, rendezvous, bounded waits, result gathering.
+
+- :mod:`~gpuaccept.dist.hostlist`: Slurm hostlist expansion (pure);
+- :mod:`~gpuaccept.dist.env`: rank, world size, local rank and node rank from the
+  environment of torchrun, srun, mpirun or the Kubeflow/Run:ai operators (pure);
+- :mod:`~gpuaccept.dist.control`: the run's control plane on a c10d TCPStore
+  (membership, heartbeats, barriers that name dead ranks, result exchange);
+- :mod:`~gpuaccept.dist.group`: what a distributed check's process sees
+  (:class:`~gpuaccept.dist.group.RankContext`) and process-group set-up with timeouts;
+- :mod:`~gpuaccept.dist.gather`: merging per-rank outcomes and reading a run directory;
+- :mod:`~gpuaccept.dist.session`: ``gpuaccept run --distributed``.
+
+Only ``control``, ``group`` and ``session`` import torch, and only inside functions.
+"""

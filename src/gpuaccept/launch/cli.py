@@ -1,0 +1,460 @@
+"""``gpuaccept launch <backend>`` and ``gpuaccept gather``: spec -> plan -> submit -> watch -> gather.
+
+Each backend's own flags come from ``Backend.add_arguments``; its module is
+imported only when that backend is named (``gpuaccept --help`` imports none
+of them, and nothing here imports torch). Exit codes follow the CLI's map:
+0 every node passed, 1 a node failed or is missing (or the job failed, or
+the timeout hit), 2 bad usage, spec or input with nothing submitted, 130
+interrupted (the job is cancelled and what came back is gathered).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import sys
+import uuid
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from gpuaccept.cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, _csv, _Parser, _positive_float, add_suite_options
+from gpuaccept.errors import InputError, UsageError
+from gpuaccept.launch.registry import BACKENDS
+
+CLUSTER_REPORT = "cluster-report.json"
+JOB_FILE = "job.json"
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+#: One line per backend for ``gpuaccept launch --help`` (the backend's own ``help`` once it is loaded).
+BACKEND_HELP = {
+    "slurm": "sbatch + srun, torchrun per node, Pyxis/Enroot containers",
+    "ssh": "hosts over ssh, torchrun per host, reports back with scp",
+    "k8s": "Kubernetes Job, JobSet, PyTorchJob, MPIJob or TrainJob manifests",
+    "runai": "runai training pytorch|mpi submit",
+    "mpi": "mpirun (Open MPI) with a hostfile: MPI programs, nccl-tests",
+    "local": "N nodes as processes on this machine (try the flow, tests)",
+}
+#: Backends whose nodes normally see this machine's filesystem: without --image they default to this interpreter.
+SHARED_FS_BACKENDS = ("local", "slurm", "mpi")
+#: Suite option dests (``gpuaccept run`` flags) other than --report-dir.
+SUITE_DESTS = ("profile", "checks", "skip", "device", "gpus", "expect_gpus", "require_gpu", "timeout_scale", "config")
+
+
+def _count(text: str) -> int:
+    if not re.fullmatch(r"-?\d+", text.strip()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer")
+    return int(text)
+
+
+class BackendParser(_Parser):
+    """The parser of ``launch <backend>``: loads the backend's flags on first use and splits off ``-- cmd``."""
+
+    def __init__(self, *args: Any, backend_name: str = "", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.backend_name = backend_name
+        self.backend_dests: set[str] = set()
+        self._backend: Any = None
+
+    def load(self) -> Any:
+        """The backend class, with its flags added to this parser (once)."""
+        if self._backend is None:
+            from gpuaccept.launch.registry import backend_class
+
+            try:
+                cls = backend_class(self.backend_name)
+            except ImportError as exc:
+                self.error(f"backend {self.backend_name!r} is not available here: {exc}")
+            before = {a.dest for a in self._actions}
+            cls.add_arguments(self)
+            self.backend_dests = {a.dest for a in self._actions} - before
+            doc = (sys.modules[cls.__module__].__doc__ or "").strip().split("\n\n")
+            if len(doc) > 1:  # the module's second paragraph says how the backend works
+                self.description = (self.description or "") + "\n\n" + doc[1].replace("``", "")
+            self._backend = cls
+        return self._backend
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        self.load()
+        argv = list(sys.argv[1:] if args is None else args)
+        command: list[str] | None = None
+        if "--" in argv:
+            i = argv.index("--")
+            argv, command = argv[:i], argv[i + 1:]
+        ns, rest = super().parse_known_args(argv, namespace)
+        if rest:
+            self.error(f"unrecognized arguments: {' '.join(rest)} (a command goes after --)")
+        ns.command_argv = command
+        return ns, []
+
+    def format_help(self) -> str:
+        self.load()
+        return super().format_help()
+
+
+def _add_job_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("job")
+    g.add_argument("--nodes", type=_count, default=None, metavar="N",
+                   help="number of nodes (default: 1, or the number of hosts given)")
+    g.add_argument("--gpus-per-node", type=_count, default=None, metavar="G", help="GPUs to request per node")
+    g.add_argument("--procs-per-node", type=_count, default=None, metavar="P",
+                   help="processes (ranks) per node under torchrun/mpirun (default: GPUs per node, at least 1)")
+    g.add_argument("--image", default=None, help="container image (Pyxis on slurm, the pod image on k8s)")
+    g.add_argument("--env", action="append", default=None, metavar="NAME=VALUE", help="job environment (repeatable)")
+    g.add_argument("--mount", action="append", default=None, metavar="SRC:DST[:ro]",
+                   help="bind mount into the container (repeatable)")
+    g.add_argument("--time", type=_count, default=None, metavar="MIN", help="scheduler time limit in minutes")
+    g.add_argument("--name", default=None, help="job name (made a DNS label: My_Job -> my-job)")
+    g.add_argument("--workdir", default=None, metavar="DIR",
+                   help="working directory of the job (default for a command: this directory)")
+    g.add_argument("--python", default=None, metavar="PATH",
+                   help="interpreter on the nodes that has gpuaccept/torch (default: this one for local, slurm "
+                        "and mpi without --image, as their nodes share the filesystem; else python3)")
+    g.add_argument("--distributed", action="store_true", default=None,
+                   help="run the suite as torchrun ranks (gpuaccept run --distributed) instead of once per node")
+    g.add_argument("--no-torchrun", action="store_true", default=None,
+                   help="run the command once per node instead of under torchrun")
+    o = p.add_argument_group("launch")
+    o.add_argument("--results-dir", default=None, metavar="DIR",
+                   help="shared directory for <run-id>/ (same as --report-dir; default: $GPUACCEPT_REPORT_DIR "
+                        "or ./gpuaccept-reports)")
+    o.add_argument("--run-id", default=None, help="name of this run (default: UTC time, job name, random suffix)")
+    o.add_argument("--spec", default=None, metavar="FILE.yaml", help="job spec file; flags override it")
+    o.add_argument("--dry-run", action="store_true",
+                   help="print the plan (scripts, manifests, commands); submit nothing")
+    o.add_argument("--output", default=None, metavar="DIR", help="also write the plan's files to DIR")
+    o.add_argument("--detach", action="store_true", help="submit and return; gather later with 'gpuaccept gather'")
+    o.add_argument("--timeout", type=_positive_float, default=None, metavar="SECONDS",
+                   help="cancel the job if it has not ended after this long (default: wait)")
+    o.add_argument("--poll-interval", type=_positive_float, default=None, metavar="SECONDS",
+                   help="seconds between status queries (default: 2)")
+    o.add_argument("--cluster-report", default=None, metavar="PATH", help="also write the cluster report here")
+    o.add_argument("--verbose", "-v", action="store_true", help="tracebacks of internal errors")
+
+
+def register(subparsers: Any) -> None:
+    """Add ``launch`` (one sub-parser per backend) and ``gather``."""
+    launch = subparsers.add_parser(
+        "launch", help="run the suite (or a command) across nodes through a scheduler",
+        description="Turn one job description into a scheduler's native job, submit it, wait, gather the "
+                    "per-node reports into one cluster report. The default job is the acceptance suite "
+                    "(same options as 'gpuaccept run'); put a command after -- to run that instead.")
+    backends = launch.add_subparsers(dest="backend", metavar="BACKEND", parser_class=BackendParser)
+    for name in BACKENDS:
+        p = backends.add_parser(name, help=BACKEND_HELP.get(name, ""), backend_name=name, allow_abbrev=False,
+                                usage=f"gpuaccept launch {name} [options] [-- command args...]",
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                description=f"gpuaccept launch {name}: {BACKEND_HELP.get(name, '')}.")
+        add_suite_options(p)
+        _add_job_options(p)
+        p.set_defaults(handler=_cmd_launch, launch_parser=p)
+    launch.set_defaults(handler=_launch_without_backend, launch_parser=launch)
+
+    gather = subparsers.add_parser(
+        "gather", help="merge the node reports of a launched run into a cluster report",
+        description="Read <run-dir>/**/report.json (and launch/job.json when present), write "
+                    "<run-dir>/cluster-report.json, print the per-node verdicts; exit 0 when every node passed.")
+    gather.add_argument("run_dir", metavar="RUN_DIR", help="<results-dir>/<run-id> of a launch")
+    gather.add_argument("--nodes", type=_count, default=None, help="nodes expected (default: from job.json)")
+    gather.add_argument("--hosts", type=_csv, default=None, metavar="H1,H2",
+                        help="hosts expected (default: from job.json)")
+    gather.add_argument("--cluster-report", default=None, metavar="PATH", help="also write the cluster report here")
+    gather.set_defaults(handler=_cmd_gather)
+
+
+def _launch_without_backend(args: argparse.Namespace) -> int:
+    raise UsageError(f"launch needs a backend: {', '.join(BACKENDS)} (see 'gpuaccept launch --help')")
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def new_run_id(name: str) -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{name}-{uuid.uuid4().hex[:4]}"
+
+
+def _suite_given(args: argparse.Namespace) -> list[str]:
+    return [d for d in SUITE_DESTS if getattr(args, d, None) not in (None, False)]
+
+
+def suite_args(args: argparse.Namespace) -> list[str]:
+    """The ``gpuaccept run`` flags of the default job (``--report-dir`` is added by the spec)."""
+    out: list[str] = []
+    if args.profile:
+        out += ["--profile", args.profile]
+    if args.checks is not None:
+        out += ["--checks", ",".join(args.checks)]
+    if args.skip:
+        out += ["--skip", ",".join(args.skip)]
+    if args.device:
+        out += ["--device", args.device]
+    if args.gpus:
+        out += ["--gpus", args.gpus]
+    if args.expect_gpus is not None:
+        out += ["--expect-gpus", str(args.expect_gpus)]
+    if args.require_gpu:
+        out.append("--require-gpu")
+    if args.timeout_scale is not None:
+        out += ["--timeout-scale", f"{args.timeout_scale:g}"]
+    if args.config:
+        out += ["--config", os.path.abspath(args.config)]
+    return out
+
+
+def _validate_suite(args: argparse.Namespace) -> Any:
+    """Check the suite options here, before anything is submitted. Returns the loaded config."""
+    from gpuaccept.checks import registry
+    from gpuaccept.cli import _merge_options
+    from gpuaccept.suite import plan_suite
+
+    opts, cfg, _ = _merge_options(args)
+    plan_suite(opts, cfg, registry(), "cpu" if opts.device == "auto" else opts.device)
+    return cfg
+
+
+def _run_supports_distributed() -> bool:
+    from gpuaccept.cli import build_parser
+
+    parser = build_parser()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            run = action.choices.get("run")
+            return run is not None and "--distributed" in run._option_string_actions
+    return False
+
+
+def build_spec(args: argparse.Namespace, backend_cls: Any) -> Any:
+    """The validated JobSpec from parsed flags (and the spec file already applied to them)."""
+    from gpuaccept.launch.spec import JobSpec, Mount, parse_env, sanitize_name
+
+    command: list[str] | None = args.command_argv
+    if command is not None and not command:
+        raise UsageError("nothing after --: give a command, or leave -- out to run the acceptance suite")
+    given = _suite_given(args)
+    if command is not None and given:
+        raise UsageError(f"--{given[0].replace('_', '-')} is a suite option; it does not apply to a command after --")
+    if command is not None and args.distributed:
+        raise UsageError("--distributed is for the suite; a command runs under torchrun already (see --no-torchrun)")
+    if command is None and args.no_torchrun:
+        raise UsageError("--no-torchrun applies to a command after --; the suite runs once per node by default")
+
+    cfg = _validate_suite(args) if command is None else None
+    if args.results_dir and args.report_dir and os.path.abspath(args.results_dir) != os.path.abspath(args.report_dir):
+        raise UsageError("--results-dir and --report-dir name the same thing; give one")
+    results = (args.results_dir or args.report_dir or (cfg.report_dir if cfg is not None else None)
+               or os.environ.get("GPUACCEPT_REPORT_DIR") or "gpuaccept-reports")
+    options = backend_cls.options_from_args(args)
+    hosts = options.get("hosts") if isinstance(options, dict) else None
+    nodes = args.nodes if args.nodes is not None else (len(hosts) if hosts else 1)
+
+    name = sanitize_name(args.name or ("gpuaccept" if command is None else Path(command[0]).name))
+    run_id = args.run_id or new_run_id(name)
+    if not _RUN_ID.match(run_id):
+        raise UsageError(f"--run-id {run_id!r}: use letters, digits, '.', '_' and '-' (it names a directory)")
+    distributed = bool(args.distributed) if command is None else not args.no_torchrun
+    s_args = suite_args(args) if command is None else []
+    if command is None and distributed:
+        if not _run_supports_distributed():
+            raise UsageError("--distributed: this gpuaccept's 'run' has no --distributed mode")
+        s_args.append("--distributed")
+    python = args.python or (sys.executable if backend_cls.name in SHARED_FS_BACKENDS and not args.image
+                             else "python3")
+    workdir = args.workdir or (os.getcwd() if command is not None and not args.image else None)
+    return JobSpec(
+        name=name, nodes=nodes, run_id=run_id, results_dir=os.path.abspath(results),
+        gpus_per_node=args.gpus_per_node or 0, procs_per_node=args.procs_per_node, command=command,
+        suite_args=s_args, image=args.image, env=parse_env(args.env or []),
+        mounts=[Mount.parse(m) for m in args.mount or []], time_limit_min=args.time, workdir=workdir,
+        distributed=distributed, python=python, options=options,
+    )
+
+
+def _progress(run_dir: Path, nodes: int) -> Any:
+    """``reports K/N``: nodes with a finished report (a distributed run's one report counts each host in it)."""
+    def count() -> str:
+        hosts: set[str] = set()
+        for path in run_dir.glob("**/report.json"):
+            try:
+                data = json.loads(path.read_text())
+                if data.get("verdict") in (None, "running"):
+                    continue
+                hosts.add(str(data.get("host")))
+                hosts.update(str(c["host"]) for c in data.get("checks", []) if c.get("host"))
+            except (OSError, ValueError, AttributeError, TypeError, KeyError):
+                continue
+        return f"reports {len(hosts)}/{nodes}" if hosts else ""
+    return count
+
+
+def read_reports_tolerant(directory: Path) -> tuple[list[Any], list[str]]:
+    """Every readable ``**/report.json`` under ``directory``, and one line per file that is not a report."""
+    from gpuaccept.model import NodeReport
+
+    reports, problems = [], []
+    for path in sorted(directory.glob("**/report.json")):
+        try:
+            reports.append(NodeReport.from_dict(json.loads(path.read_text())))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            problems.append(f"{path}: not a gpuaccept report ({type(exc).__name__}: {exc})")
+    return reports, problems
+
+
+def _write_cluster(cluster: Any, run_dir: Path, extra: str | None) -> Path:
+    text = json.dumps(cluster.to_dict(), indent=2, allow_nan=False) + "\n"
+    path = run_dir / CLUSTER_REPORT
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    if extra:
+        try:
+            Path(extra).parent.mkdir(parents=True, exist_ok=True)
+            Path(extra).write_text(text)
+        except OSError as exc:
+            raise InputError(f"cannot write --cluster-report {extra}: {exc.strerror}; "
+                             f"the cluster report is in {path}") from None
+    return path
+
+
+def _cmd_launch(args: argparse.Namespace) -> int:
+    from gpuaccept.launch import specfile
+    from gpuaccept.launch.jobargv import launch_dir
+
+    parser: BackendParser = args.launch_parser
+    backend_cls = parser.load()
+    if args.spec:
+        specfile.apply(specfile.load(args.spec), args.spec, parser, args, parser.backend_name, list(BACKENDS),
+                       parser.backend_dests)
+    spec = build_spec(args, backend_cls)
+    backend = backend_cls()
+    plan = backend.plan(spec)
+    if args.output:
+        try:
+            plan.write(Path(args.output))
+        except OSError as exc:
+            raise InputError(f"cannot write the plan to --output {args.output}: {exc.strerror}") from None
+        print(f"[LAUNCH] plan files written to {args.output}", file=sys.stderr)
+    if args.dry_run:
+        sys.stdout.write(plan.render())
+        return EXIT_OK
+
+    backend.check_ready(plan, spec)
+    run_dir = Path(spec.run_results_dir)
+    workdir = Path(launch_dir(spec))
+    if (workdir / JOB_FILE).exists() or (run_dir / CLUSTER_REPORT).exists():
+        raise UsageError(f"run {spec.run_id} already exists in {spec.results_dir}; choose another --run-id")
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+        plan.write(workdir)
+    except OSError as exc:
+        raise InputError(f"cannot write to the results directory {spec.results_dir}: {exc.strerror}") from None
+    started = utc_now()
+    submission = backend.submit(plan, spec, workdir)
+    job = {"backend": backend.name, "run_id": spec.run_id, "job_id": submission.job_id, "started": started,
+           "nodes": spec.nodes, "expected_hosts": list(submission.hosts or plan.expected_hosts),
+           "spec": dataclasses.asdict(spec)}
+    (workdir / JOB_FILE).write_text(json.dumps(job, indent=2, default=str) + "\n")
+    print(f"[LAUNCH] {backend.name} job {submission.job_id} submitted: {spec.nodes} node(s), run {spec.run_id}",
+          flush=True)
+    print(f"[LAUNCH] results: {run_dir}", flush=True)
+    if args.detach:
+        print(f"[LAUNCH] detached; when it ends: gpuaccept gather {run_dir}", flush=True)
+        return EXIT_OK
+
+    from gpuaccept.launch.watch import watch
+
+    outcome = watch(backend, submission, stream=sys.stdout, timeout_s=args.timeout,
+                    poll_s=args.poll_interval or 2.0, progress=_progress(run_dir, spec.nodes))
+    return _finish(backend, submission, spec, plan, outcome, started, args, run_dir)
+
+
+def _finish(backend: Any, submission: Any, spec: Any, plan: Any, outcome: Any, started: str,
+            args: argparse.Namespace, run_dir: Path) -> int:
+    from gpuaccept.launch.gather import merge_reports, summary_lines
+    from gpuaccept.launch.jobargv import launch_dir
+    from gpuaccept.model import Verdict
+
+    state = outcome.state
+    try:
+        reports = backend.gather(submission, spec)
+        problems: list[str] = []
+    except InputError:
+        reports, problems = read_reports_tolerant(run_dir)
+    for line in problems:
+        print(f"[LAUNCH] warning: {line}", file=sys.stderr)
+    job_failed = state.done and not state.ok and state.state != "UNKNOWN"
+    if job_failed or outcome.timed_out or outcome.interrupted or spec.command is not None:
+        tail = backend.logs(submission)
+        if tail:
+            print(f"[LAUNCH] last output of the job ({state.state}):", file=sys.stderr)
+            print(tail, file=sys.stderr)
+        print(f"[LAUNCH] job output: {Path(launch_dir(spec))}", file=sys.stderr)
+    cluster = None
+    if spec.command is None or reports:
+        cluster = merge_reports(reports, run_id=spec.run_id, backend=backend.name, started=started,
+                                finished=utc_now(), expected_hosts=submission.hosts or plan.expected_hosts,
+                                expected_nodes=spec.nodes, job_id=submission.job_id)
+        cluster.analysis["job"] = {"state": state.state, "ok": state.ok, "detail": state.detail,
+                                   "timed_out": outcome.timed_out, "interrupted": outcome.interrupted}
+        path = _write_cluster(cluster, run_dir, args.cluster_report)
+        for line in summary_lines(cluster):
+            print(line, flush=True)
+        print(f"[RESULT] cluster report: {path}", flush=True)
+    if outcome.interrupted:
+        return EXIT_INTERRUPTED
+    if outcome.timed_out:
+        return EXIT_FAILED
+    ended = f"the {backend.name} job ended {state.state}" + (f" ({state.detail})" if state.detail else "")
+    if cluster is not None:
+        if cluster.verdict is not Verdict.SUCCESS:
+            return EXIT_FAILED
+        if job_failed:
+            print(f"[RESULT] FAILURE: every node reported success, but {ended}", flush=True)
+            return EXIT_FAILED
+        return EXIT_OK
+    if job_failed or not state.ok:
+        print(f"[RESULT] FAILURE: {ended}", flush=True)
+        return EXIT_FAILED
+    print("[RESULT] SUCCESS", flush=True)
+    return EXIT_OK
+
+
+def _cmd_gather(args: argparse.Namespace) -> int:
+    from gpuaccept.launch.gather import merge_reports, summary_lines
+    from gpuaccept.model import Verdict
+
+    run_dir = Path(args.run_dir)
+    if not run_dir.is_dir():
+        raise UsageError(f"{run_dir}: no such run directory")
+    job: dict[str, Any] = {}
+    job_path = run_dir / "launch" / JOB_FILE
+    if job_path.exists():
+        try:
+            job = json.loads(job_path.read_text())
+            if not isinstance(job, dict):
+                raise ValueError("not a mapping")
+        except (OSError, ValueError) as exc:
+            raise InputError(f"{job_path}: unreadable ({exc})") from None
+    reports, problems = read_reports_tolerant(run_dir)
+    for line in problems:
+        print(f"[LAUNCH] warning: {line}", file=sys.stderr)
+    hosts = args.hosts if args.hosts is not None else list(job.get("expected_hosts") or [])
+    nodes = args.nodes if args.nodes is not None else int(job.get("nodes") or 0)
+    cluster = merge_reports(reports, run_id=str(job.get("run_id") or run_dir.name),
+                            backend=str(job.get("backend") or "unknown"), started=str(job.get("started") or utc_now()),
+                            finished=utc_now(), expected_hosts=hosts, expected_nodes=nodes,
+                            job_id=job.get("job_id"))
+    path = _write_cluster(cluster, run_dir, args.cluster_report)
+    for line in summary_lines(cluster):
+        print(line)
+    print(f"[RESULT] cluster report: {path}")
+    return EXIT_OK if cluster.verdict is Verdict.SUCCESS else EXIT_FAILED
+
+

@@ -1,0 +1,133 @@
+"""Merge per-node reports into one ClusterReport; a node that never reported is listed as missing.
+
+Results are attributed to a node by ``CheckResult.host``, falling back to
+``NodeReport.host``: under ``gpuaccept run --distributed`` rank 0 may write
+one report holding every rank's results, and several ranks of one node may
+each write their own. Either way the cluster report has one entry per host.
+Everything here is pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from gpuaccept.model import CheckResult, ClusterReport, NodeEntry, NodeReport, NodeState, Verdict
+
+
+def _node_verdict(sources: list[NodeReport], checks: list[CheckResult]) -> Verdict:
+    if any(r.verdict is Verdict.RUNNING for r in sources):
+        return Verdict.RUNNING
+    if any(r.verdict is Verdict.INTERRUPTED for r in sources):
+        return Verdict.INTERRUPTED
+    return Verdict.FAILURE if any(c.status.is_failure for c in checks) else Verdict.SUCCESS
+
+
+def split_by_host(reports: Iterable[NodeReport]) -> dict[str, NodeReport]:
+    """One NodeReport per host, in order of first appearance.
+
+    A report whose checks all belong to its own host is kept as it is;
+    otherwise each host gets the checks attributed to it, the metadata of its
+    first source report, and a verdict recomputed from those checks (a report
+    still ``running`` or ``interrupted`` passes that on).
+    """
+    sources: dict[str, list[NodeReport]] = {}
+    checks: dict[str, list[CheckResult]] = {}
+    for report in reports:
+        hosts_here = [report.host] if not report.checks else []
+        for c in report.checks:
+            host = c.host or report.host
+            checks.setdefault(host, []).append(c)
+            if host not in hosts_here:
+                hosts_here.append(host)
+        for host in hosts_here:
+            sources.setdefault(host, []).append(report)
+            checks.setdefault(host, [])
+    merged: dict[str, NodeReport] = {}
+    for host, srcs in sources.items():
+        mine = checks[host]
+        if len(srcs) == 1 and srcs[0].host == host and len(mine) == len(srcs[0].checks):
+            merged[host] = srcs[0]
+            continue
+        first = srcs[0]
+        finished = [r.finished for r in srcs if r.finished]
+        merged[host] = NodeReport(
+            run_id=first.run_id, host=host, profile=first.profile, started=min(r.started for r in srcs),
+            finished=max(finished) if len(finished) == len(srcs) else None,
+            verdict=_node_verdict(srcs, mine), checks=list(mine), device=first.device, argv=list(first.argv),
+            version=first.version,
+        )
+    return merged
+
+
+def _reason(report: NodeReport) -> str:
+    if report.verdict is Verdict.RUNNING:
+        done = len(report.checks)
+        return f"the report never finished ({done} check(s) done): the node stopped during the run"
+    if report.verdict is Verdict.INTERRUPTED:
+        return "the run was interrupted"
+    failed = report.failed_checks()
+    return "failed: " + ", ".join(failed) if failed else ""
+
+
+def merge_reports(reports: Iterable[NodeReport], *, run_id: str, backend: str, started: str,
+                  finished: str | None = None, expected_hosts: Iterable[str] = (), expected_nodes: int = 0,
+                  job_id: str | None = None) -> ClusterReport:
+    """The cluster report of a run.
+
+    Entries follow ``expected_hosts`` (their index is the node rank), then
+    any other reporting host in name order. Expected hosts without a report
+    are MISSING; when fewer hosts are known than ``expected_nodes``, the
+    shortfall is listed as ``missing-K`` placeholders, so nothing is silently
+    dropped.
+    """
+    by_host = split_by_host(reports)
+    expected = list(dict.fromkeys(expected_hosts))
+    entries: list[NodeEntry] = []
+    for rank, host in enumerate(expected):
+        report = by_host.get(host)
+        if report is None:
+            entries.append(NodeEntry(host, NodeState.MISSING, node_rank=rank,
+                                     reason="no report: the node never ran the job or its report did not come back"))
+        else:
+            entries.append(NodeEntry(host, NodeState.REPORTED, report=report, node_rank=rank, reason=_reason(report)))
+    extra = sorted(h for h in by_host if h not in expected)
+    for host in extra:
+        report = by_host[host]
+        note = "not in the expected host list" if expected else ""
+        reason = "; ".join(x for x in (_reason(report), note) if x)
+        entries.append(NodeEntry(host, NodeState.REPORTED, report=report, reason=reason))
+    for k in range(len(entries), expected_nodes):
+        entries.append(NodeEntry(f"missing-{k}", NodeState.MISSING,
+                                 reason=f"{expected_nodes} node(s) expected; no report from this one "
+                                        "(its name is unknown)"))
+    cluster = ClusterReport(run_id=run_id, backend=backend, started=started, finished=finished,
+                            expected_nodes=max(expected_nodes, len(expected)), nodes=entries, job_id=job_id)
+    cluster.analysis["gather"] = {
+        "reported": sum(e.state is NodeState.REPORTED for e in entries),
+        "missing": [e.host for e in entries if e.state is NodeState.MISSING],
+        "failed": cluster.failed_nodes(),
+        "unexpected": extra if expected else [],
+    }
+    return cluster
+
+
+def summary_lines(cluster: ClusterReport) -> list[str]:
+    """Plain, greppable lines: one per node, then the verdict (``[RESULT] SUCCESS`` or ``FAILURE: hosts``)."""
+    reported = sum(e.state is NodeState.REPORTED for e in cluster.nodes)
+    job = f" ({cluster.backend} job {cluster.job_id})" if cluster.job_id else f" ({cluster.backend})"
+    lines = [f"[CLUSTER] run {cluster.run_id}{job}: {reported}/{cluster.expected_nodes or len(cluster.nodes)} "
+             "node(s) reported"]
+    for e in cluster.nodes:
+        if e.state is NodeState.MISSING:
+            lines.append(f"[NODE] {e.host}: MISSING - {e.reason}")
+            continue
+        assert e.report is not None
+        n = len(e.report.checks)
+        verdict = e.verdict.value.upper()
+        detail = e.reason or f"{n} check(s)"
+        lines.append(f"[NODE] {e.host}: {verdict} - {detail}")
+    if cluster.verdict is Verdict.SUCCESS:
+        lines.append("[RESULT] SUCCESS")
+    else:
+        lines.append("[RESULT] FAILURE: " + (", ".join(cluster.failed_nodes()) or "no node reported"))
+    return lines

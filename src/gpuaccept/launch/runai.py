@@ -1,0 +1,415 @@
+"""The Run:ai backend: ``runai training pytorch submit`` / ``runai training mpi submit`` built from the JobSpec.
+
+``--kind pytorch`` starts one torchrun per pod, which reads the PET_*
+variables the training operator injects; ``--kind mpi`` runs mpirun with
+``--hostfile /etc/mpi/hostfile`` on the launcher and checks that the ranks
+land on the workers. Submitting needs the ``runai`` CLI, logged in; reports
+come back through ``runai training <kind> logs``. ``--dry-run`` prints the
+command and ``--output DIR`` writes it as ``runai-submit.sh``. A --mount
+whose source is an absolute path is a ``--host-path``; any other source
+names an existing PVC (``--existing-pvc``).
+
+Flag names follow the Run:ai v2 CLI reference (``runai training pytorch
+submit --help``): ``--project``, ``--image``, ``--workers``,
+``--gpu-devices-request``, ``--slots-per-worker``, ``--large-shm``,
+``--node-pools`` (once per pool, in priority order), ``-e NAME=VALUE``
+(``--environment`` in older CLIs, ``--environment-variable`` in newer ones;
+the short form works in both), ``--toleration``, ``--existing-pvc``,
+``--host-path``, ``--working-dir`` and ``--command -- ARGV``.
+
+Assumptions, since no Run:ai cluster is reachable from here (the tests use a
+recorded fake ``runai`` that checks the argv):
+
+- ``pytorch``: ``--no-master --workers N`` gives N identical pods (worker 0 is
+  the rendezvous master); the training operator injects ``PET_NNODES``,
+  ``PET_NODE_RANK``, ``PET_MASTER_ADDR`` and ``PET_MASTER_PORT``, which
+  ``torchrun`` and the suite's rank detection read.
+- ``mpi``: ``--master-command`` takes one string that the CLI splits like a
+  shell; it is built with ``shlex.join``. Workers run ``/usr/sbin/sshd -De``.
+- ``describe -o json`` has the workload phase under ``phase`` or ``status``
+  (top level or in ``general``) and the pods under ``pods``; ``logs --pod``
+  reads one pod.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shlex
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuaccept.errors import ConfigError, GpuacceptError, InputError, UsageError
+from gpuaccept.launch.base import Backend, JobState, Plan, Submission
+from gpuaccept.launch.jobargv import node_argv, torchrun_argv
+from gpuaccept.launch.k8s_manifests import MPI_LAUNCHER_ENV, mpi_forward_env, mpi_ranks_per_worker
+from gpuaccept.launch.k8s_options import check_dns_label, check_dns_subdomain, parse_toleration
+from gpuaccept.launch.log_reports import reports_from_log
+from gpuaccept.launch.pod_script import NODE_SCRIPT, RESULTS_ENV, mpi_launcher_script
+from gpuaccept.launch.spec import JobSpec
+from gpuaccept.model import NodeReport
+
+KINDS = ("pytorch", "mpi")
+_OK = ("completed", "succeeded", "success")
+_FAILED = ("failed", "error", "stopped", "deleted", "timeout")
+
+
+@dataclass(frozen=True)
+class RunaiOptions:
+    """Options of the runai backend. ``tolerations`` are in Run:ai's ``operator=...,key=...`` form."""
+
+    kind: str = "pytorch"
+    project: str | None = None
+    node_pools: list[str] = field(default_factory=list)
+    large_shm: bool = True
+    tolerations: list[str] = field(default_factory=list)
+    image_pull_policy: str | None = None
+    pod_results_dir: str = "/tmp/gpuaccept-results"
+    runai_bin: str = "runai"
+    extra_args: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], source: str = "runai options") -> RunaiOptions:
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise ConfigError(source, unknown[0], f"unknown runai option; known: {', '.join(sorted(known))}")
+        values = {k: v for k, v in raw.items() if v is not None}
+        for name in ("node_pools", "tolerations", "extra_args"):
+            if name in values:
+                items = [values[name]] if isinstance(values[name], str) else values[name]
+                if not isinstance(items, list):
+                    raise ConfigError(source, name, "expected a list")
+                values[name] = [str(i) for i in items]
+        if "large_shm" in values and not isinstance(values["large_shm"], bool):
+            raise ConfigError(source, "large_shm", "must be true or false")
+        opts = cls(**values)
+        opts.validate()
+        return opts
+
+    def validate(self) -> None:
+        if self.kind not in KINDS:
+            raise ConfigError("--kind", str(self.kind), f"must be one of {', '.join(KINDS)}")
+        if self.project is not None:
+            check_dns_label(self.project, "--project")
+        for pool in self.node_pools:
+            check_dns_subdomain(pool, "--node-pool")
+        if self.image_pull_policy not in (None, "Always", "IfNotPresent", "Never"):
+            raise ConfigError("--image-pull-policy", str(self.image_pull_policy),
+                              "must be Always, IfNotPresent or Never")
+        if not self.pod_results_dir.startswith("/"):
+            raise ConfigError("--pod-results-dir", self.pod_results_dir, "must be an absolute path in the container")
+        if not self.runai_bin:
+            raise ConfigError("--runai-bin", "", "must name the runai executable")
+
+
+def runai_toleration(text: str) -> str:
+    """``KEY[=VALUE][:EFFECT]`` (kubectl taint syntax) in Run:ai's ``operator=...,key=...`` form."""
+    tol = parse_toleration(text)
+    parts = [f"operator={tol['operator']}"]
+    if "key" in tol:
+        parts.append(f"key={tol['key']}")
+    if "value" in tol:
+        parts.append(f"value={tol['value']}")
+    if "effect" in tol:
+        parts.append(f"effect={tol['effect']}")
+    return ",".join(parts)
+
+
+def _mount_value(text: str, flag: str) -> str:
+    if "," in text or "=" in text:
+        raise ConfigError(flag, text, "Run:ai volume flags are comma-separated key=value lists: "
+                                      "a path with ',' or '=' cannot be passed")
+    return text
+
+
+def build_argv(spec: JobSpec, opts: RunaiOptions) -> list[str]:
+    """The ``runai training <kind> submit`` argv. Pure; raises ConfigError for what Run:ai cannot express."""
+    if not spec.image:
+        raise ConfigError("--image", "", "the runai backend needs a container image (with gpuaccept installed "
+                                         "for the suite)")
+    pod = _pod_spec(spec, opts)
+    argv = [opts.runai_bin, "training", opts.kind, "submit", spec.name]
+    if opts.project:
+        argv += ["--project", opts.project]
+    argv += ["--image", spec.image]
+    if opts.image_pull_policy:
+        argv += ["--image-pull-policy", opts.image_pull_policy]
+    argv += ["--workers", str(spec.nodes)]
+    if opts.kind == "pytorch":
+        argv.append("--no-master")
+    else:
+        argv += ["--slots-per-worker", str(spec.nproc)]
+    if spec.gpus_per_node:
+        argv += ["--gpu-devices-request", str(spec.gpus_per_node)]
+    if opts.large_shm:
+        argv.append("--large-shm")
+    for pool in opts.node_pools:
+        argv += ["--node-pools", pool]
+    for tol in opts.tolerations:
+        argv += ["--toleration", tol]
+    for m in spec.mounts:
+        target = _mount_value(m.target, "--mount")
+        if m.source.startswith("/"):
+            argv += ["--host-path", f"path={_mount_value(m.source, '--mount')},mount={target}"
+                     + ("" if m.readonly else ",readwrite")]
+        else:
+            if m.readonly:
+                raise ConfigError("--mount", str(m), "Run:ai mounts an existing PVC read-write; drop :ro")
+            argv += ["--existing-pvc", f"claimname={check_dns_subdomain(m.source, '--mount')},path={target}"]
+    for name, value in spec.env.items():
+        argv += ["-e", f"{name}={value}"]
+    if RESULTS_ENV not in spec.env:
+        argv += ["-e", f"{RESULTS_ENV}={pod.run_results_dir}"]
+    if spec.workdir:
+        argv += ["--working-dir", spec.workdir]
+    argv += opts.extra_args
+    if opts.kind == "pytorch":
+        job = torchrun_argv(pod, [], str(spec.nodes)) if spec.distributed else node_argv(pod)
+        return [*argv, "--command", "--", "sh", "-c", NODE_SCRIPT, "gpuaccept", *job]
+    script = mpi_launcher_script(spec.nodes, mpi_ranks_per_worker(spec), mpi_forward_env(spec), [])
+    master = shlex.join(["sh", "-c", script, "gpuaccept-launcher", *node_argv(pod)])
+    for name, value in MPI_LAUNCHER_ENV.items():
+        if name not in spec.env:
+            argv += ["--master-environment", f"{name}={value}"]
+    return [*argv, "--master-command", master, "--command", "--", "/usr/sbin/sshd", "-De"]
+
+
+def _pod_spec(spec: JobSpec, opts: RunaiOptions) -> JobSpec:
+    return dataclasses.replace(spec, results_dir=opts.pod_results_dir)
+
+
+def _shell_lines(argv: list[str]) -> str:
+    """``argv`` quoted for sh, one option per line (continued with backslashes) up to ``--``."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    lines = [shlex.join(argv[:5])]
+    for token in argv[5:end]:
+        if token.startswith("-"):
+            lines.append(shlex.quote(token))
+        else:
+            lines[-1] += " " + shlex.quote(token)
+    if end < len(argv):
+        lines.append(shlex.join(argv[end:]))
+    return " \\\n  ".join(lines)
+
+
+def parse_describe(text: str) -> tuple[str, list[str]]:
+    """(phase, pod names) from ``runai training <kind> describe NAME -o json``. InputError when unreadable."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise InputError(f"runai describe: not JSON ({exc}): {text.strip()[:200]!r}") from None
+    if not isinstance(data, dict):
+        raise InputError("runai describe: expected a JSON object")
+    phase = ""
+    for scope in (data, data.get("general"), data.get("General"), data.get("workload")):
+        if isinstance(scope, dict):
+            for key in ("phase", "status", "Phase", "Status"):
+                if isinstance(scope.get(key), str):
+                    phase = scope[key]
+                    break
+        if phase:
+            break
+    if not phase:
+        raise InputError("runai describe: no phase or status in the output")
+    pods: list[str] = []
+    for item in data.get("pods") or data.get("Pods") or []:
+        if isinstance(item, dict):
+            name = item.get("name") or item.get("Name") or item.get("podName")
+            if isinstance(name, str) and name:
+                pods.append(name)
+    return phase, sorted(pods)
+
+
+def phase_state(phase: str) -> JobState:
+    low = phase.strip().lower()
+    if low in _OK:
+        return JobState(low, done=True, ok=True)
+    if low in _FAILED:
+        return JobState(low, done=True, ok=False, detail=f"Run:ai workload {phase}")
+    return JobState(low or "unknown", done=False)
+
+
+@dataclass
+class RunaiHandle:
+    kind: str
+    name: str
+    project: str | None
+    runai_bin: str
+    problems: list[str] = field(default_factory=list)
+    poll_failures: int = 0
+
+
+class RunaiBackend(Backend):
+    """Run:ai: --kind pytorch (runai training pytorch submit, one torchrun per pod reading PET_*) or mpi
+    (runai training mpi submit, mpirun --hostfile /etc/mpi/hostfile on the launcher). --image is required;
+    --dry-run prints the command. Submitting needs the runai CLI, logged in; reports come back through
+    runai ... logs."""
+
+    name = "runai"
+    help = "Run:ai: runai training pytorch|mpi submit"
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        g = parser.add_argument_group("runai")
+        g.add_argument("--kind", choices=KINDS, default="pytorch",
+                       help="pytorch: runai training pytorch submit; mpi: runai training mpi submit (default: pytorch)")
+        g.add_argument("--project", default=None, help="Run:ai project (default: the CLI's current project)")
+        g.add_argument("--node-pool", action="append", default=[], metavar="NAME",
+                       help="node pool to schedule on, in priority order (repeatable)")
+        g.add_argument("--large-shm", action=argparse.BooleanOptionalAction, default=True,
+                       help="mount a large /dev/shm (default: yes)")
+        g.add_argument("--toleration", action="append", default=[], metavar="KEY[=VALUE][:EFFECT]",
+                       help="tolerate a taint (kubectl taint syntax; repeatable)")
+        g.add_argument("--image-pull-policy", choices=("Always", "IfNotPresent", "Never"), default=None)
+        g.add_argument("--pod-results-dir", default="/tmp/gpuaccept-results", metavar="PATH",
+                       help="where reports are written in the containers (default: /tmp/gpuaccept-results)")
+        g.add_argument("--runai-bin", default="runai", metavar="PATH", help="the runai CLI (default: runai)")
+        g.add_argument("--runai-arg", action="append", default=[], metavar="ARG",
+                       help="extra argument for 'runai ... submit', e.g. --runai-arg=--preemptible (repeatable)")
+
+    @classmethod
+    def options_from_args(cls, args: argparse.Namespace) -> dict[str, Any]:
+        raw = {
+            "kind": getattr(args, "kind", "pytorch"),
+            "project": getattr(args, "project", None),
+            "node_pools": list(getattr(args, "node_pool", None) or []),
+            "large_shm": bool(getattr(args, "large_shm", True)),
+            "tolerations": [runai_toleration(t) for t in getattr(args, "toleration", None) or []],
+            "image_pull_policy": getattr(args, "image_pull_policy", None),
+            "pod_results_dir": getattr(args, "pod_results_dir", "/tmp/gpuaccept-results"),
+            "runai_bin": getattr(args, "runai_bin", "runai"),
+            "extra_args": list(getattr(args, "runai_arg", None) or []),
+        }
+        return RunaiOptions.from_dict(raw, "runai").to_dict()
+
+    def plan(self, spec: JobSpec) -> Plan:
+        opts = RunaiOptions.from_dict(spec.options)
+        argv = build_argv(spec, opts)
+        script = ("#!/bin/sh\n# Submits the gpuaccept job to Run:ai (written by gpuaccept launch runai).\n"
+                  "# shellcheck disable=SC2016 # the container's script is passed on literally\n"
+                  "exec " + _shell_lines(argv) + "\n")
+        notes = ["reports come back through the pod logs (runai training "
+                 f"{opts.kind} logs)"]
+        if opts.kind == "mpi":
+            notes.append("the launcher runs mpirun --hostfile /etc/mpi/hostfile and fails (exit 97) unless the ranks "
+                          "land on the workers")
+        if spec.time_limit_min:
+            notes.append("Run:ai has no run-time limit flag for training: use --timeout to bound the wait")
+        return Plan(backend=self.name, files={"runai-submit.sh": script}, commands=[argv], notes=notes)
+
+    def check_ready(self, plan: Plan, spec: JobSpec) -> None:
+        opts = RunaiOptions.from_dict(spec.options)
+        if shutil.which(opts.runai_bin) is None:
+            raise UsageError(f"the runai CLI ({opts.runai_bin}) is not on PATH: install the Run:ai v2 CLI and log in, "
+                             "or use --dry-run to print the command")
+
+    def _run(self, handle: RunaiHandle, args: list[str], what: str, cwd: Path | None = None,
+             check: bool = True) -> subprocess.CompletedProcess[str]:
+        argv = [handle.runai_bin, *args]
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, cwd=cwd, stdin=subprocess.DEVNULL,
+                                  timeout=300)
+        except FileNotFoundError:
+            raise UsageError(f"the runai CLI ({handle.runai_bin}) is not on PATH") from None
+        except subprocess.TimeoutExpired:
+            raise UsageError(f"{what}: runai did not answer in 300 s") from None
+        if check and proc.returncode != 0:
+            last = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
+            raise UsageError(f"{what}: runai exited {proc.returncode}: {last[-1] if last else 'no output'}")
+        return proc
+
+    def _scope(self, handle: RunaiHandle) -> list[str]:
+        return ["--project", handle.project] if handle.project else []
+
+    def submit(self, plan: Plan, spec: JobSpec, workdir: Path) -> Submission:
+        opts = RunaiOptions.from_dict(spec.options)
+        handle = RunaiHandle(opts.kind, spec.name, opts.project, opts.runai_bin)
+        argv = plan.commands[0]
+        self._run(handle, argv[1:], f"submitting {spec.name}", cwd=workdir)
+        job_id = f"{opts.project}/{spec.name}" if opts.project else spec.name
+        return Submission(backend=self.name, job_id=job_id, handle=handle)
+
+    def resume(self, spec: JobSpec) -> Submission:
+        """The handle of a workload submitted earlier from ``spec`` (after ``--detach``)."""
+        opts = RunaiOptions.from_dict(spec.options)
+        handle = RunaiHandle(opts.kind, spec.name, opts.project, opts.runai_bin)
+        return Submission(backend=self.name, job_id=f"{opts.project}/{spec.name}" if opts.project else spec.name,
+                          handle=handle)
+
+    def _describe(self, handle: RunaiHandle) -> tuple[str, list[str]]:
+        proc = self._run(handle, ["training", handle.kind, "describe", handle.name, *self._scope(handle),
+                                  "--output", "json"], f"describing {handle.name}")
+        return parse_describe(proc.stdout)
+
+    def poll(self, submission: Submission) -> JobState:
+        """The workload's phase; a failing ``describe`` gives ``unknown`` until 5 in a row, then UsageError."""
+        handle: RunaiHandle = submission.handle
+        try:
+            phase, pods = self._describe(handle)
+        except GpuacceptError as exc:
+            handle.poll_failures += 1
+            if handle.poll_failures >= 5:
+                raise UsageError(f"{exc} ({handle.poll_failures} reads in a row failed)") from None
+            return JobState("unknown", done=False, detail=f"cannot read the workload: {exc}")
+        handle.poll_failures = 0
+        state = phase_state(phase)
+        return JobState(state.state, state.done, state.ok, state.detail or f"{len(pods)} pods")
+
+    def cancel(self, submission: Submission) -> None:
+        handle = submission.handle
+        if isinstance(handle, RunaiHandle):
+            proc = self._run(handle, ["training", handle.kind, "delete", handle.name, *self._scope(handle)],
+                             f"deleting {handle.name}", check=False)
+            if proc.returncode != 0:
+                handle.problems.append(f"runai delete exited {proc.returncode}: {proc.stderr.strip()[:200]}")
+
+    def _logs(self, handle: RunaiHandle, pod: str | None) -> str:
+        args = ["training", handle.kind, "logs", handle.name, *self._scope(handle)]
+        if pod:
+            args += ["--pod", pod]
+        proc = self._run(handle, args, f"reading the logs of {pod or handle.name}", check=False)
+        if proc.returncode != 0:
+            handle.problems.append(f"{pod or handle.name}: no log (runai exited {proc.returncode}: "
+                                   f"{proc.stderr.strip()[:200]})")
+            return ""
+        return proc.stdout
+
+    def gather(self, submission: Submission, spec: JobSpec) -> list[NodeReport]:
+        """Reports from the pod logs (for mpi, the launcher's); logs are also written under ``spec.run_results_dir``."""
+        handle: RunaiHandle = submission.handle
+        try:
+            _phase, pods = self._describe(handle)
+        except UsageError as exc:
+            raise InputError(f"cannot gather the reports: {exc}") from None
+        targets: list[str | None] = [None] if handle.kind == "mpi" or not pods else list(pods)
+        out_dir = Path(spec.run_results_dir)
+        reports: list[NodeReport] = []
+        for pod in targets:
+            text = self._logs(handle, pod)
+            if not text:
+                continue
+            label = pod or f"{handle.name}-launcher"
+            try:
+                (out_dir / "logs").mkdir(parents=True, exist_ok=True)
+                (out_dir / "logs" / f"{label}.log").write_text(text)
+            except OSError as exc:
+                raise InputError(f"cannot write the logs under {out_dir}: {exc.strerror}") from None
+            found = reports_from_log(text, label)
+            handle.problems.extend(found.problems)
+            reports.extend(found.reports)
+        return reports
+
+    def logs(self, submission: Submission) -> str:
+        handle = submission.handle
+        if not isinstance(handle, RunaiHandle):
+            return ""
+        text = self._logs(handle, None)
+        return "\n".join(text.splitlines()[-40:])

@@ -1,0 +1,126 @@
+"""The mpi backend: real mpirun jobs on this machine (2 ranks), the plan (golden), and bad input."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuaccept.errors import ConfigError
+from gpuaccept.launch.mpi import _NAME_RANK, MpiBackend
+from gpuaccept.launch.spec import JobSpec
+from tests.launch_support import check_golden, cluster_report, gpuaccept, one_error_line, require, shellcheck
+
+
+def _mpi(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    require("mpirun")
+    return gpuaccept("launch", "mpi", "--python", sys.executable, "--results-dir", str(tmp_path), "--run-id", "run",
+                     "--poll-interval", "0.2", *args)
+
+
+def test_two_ranks_on_this_machine_get_the_environment_and_their_host_name(tmp_path: Path) -> None:
+    out = tmp_path / "ranks"
+    out.mkdir()
+    code = ("import os, pathlib; e = os.environ; pathlib.Path(" + repr(str(out)) + ", e['OMPI_COMM_WORLD_RANK'])"
+            ".write_text('|'.join([e['OMPI_COMM_WORLD_SIZE'], e['GPUACCEPT_HOSTNAME'], e['GREETING']]))")
+    r = _mpi(tmp_path, "--hosts", "localhost", "--procs-per-node", "2", "--oversubscribe", "--transport", "tcp",
+             "--env", "GREETING=it's \"quoted\"", "--", sys.executable, "-c", code)
+    assert r.returncode == 0, r.stdout + r.stderr
+    ranks = {p.name: p.read_text().split("|") for p in out.iterdir()}
+    assert ranks == {"0": ["2", "localhost", "it's \"quoted\""], "1": ["2", "localhost", "it's \"quoted\""]}
+    hostfile = (tmp_path / "run" / "launch" / "hostfile").read_text()
+    assert hostfile.splitlines()[-1] == "localhost slots=2"
+
+
+def test_the_suite_through_mpirun_gives_a_cluster_report(tmp_path: Path) -> None:
+    r = _mpi(tmp_path, "--device", "cpu", "--checks", "steady")
+    assert r.returncode == 0, r.stdout + r.stderr
+    report = cluster_report(tmp_path / "run")
+    assert [(n["host"], n["verdict"]) for n in report["nodes"]] == [("localhost", "success")]
+    assert report["backend"] == "mpi"
+
+
+def test_a_failing_mpi_program_exits_1(tmp_path: Path) -> None:
+    r = _mpi(tmp_path, "--procs-per-node", "2", "--oversubscribe", "--", "sh", "-c",
+             'echo "rank $OMPI_COMM_WORLD_RANK"; exit "$OMPI_COMM_WORLD_RANK"')
+    assert r.returncode == 1
+    assert "[RESULT] FAILURE: the mpi job ended FAILED (mpirun exit" in r.stdout
+    assert "rank 1" in r.stderr
+
+
+def _spec(**over: object) -> JobSpec:
+    base: dict[str, object] = {"name": "nccl", "nodes": 2, "gpus_per_node": 8, "run_id": "20260101T000000Z-nccl-0000",
+                               "results_dir": "/shared/r", "command": ["/opt/nccl-tests/all_reduce_perf", "-b", "8",
+                                                                       "-e", "8G", "-f", "2", "-g", "1"],
+                               "env": {"NCCL_DEBUG": "INFO"},
+                               "options": {"hosts": ["gpu01", "gpu02", "gpu03"], "slots": [8, 8, None],
+                                           "transport": "ucx", "ib_devices": "mlx5_0:1", "net_if": "eth0",
+                                           "mca": [["coll_hcoll_enable", "0"]], "forward_env": ["LD_LIBRARY_PATH"],
+                                           "allow_run_as_root": True}}
+    base.update(over)
+    return JobSpec(**base)  # type: ignore[arg-type]
+
+
+def test_plan_matches_the_golden_file() -> None:
+    plan = MpiBackend().plan(_spec())
+    assert MpiBackend().plan(_spec()).render() == plan.render()
+    check_golden("mpi/nccl-tests-2-nodes.txt", plan.render())
+    argv = plan.commands[0]
+    assert argv[argv.index("-np") + 1] == "16" and argv[argv.index("--map-by") + 1] == "ppr:8:node"
+    assert "--allow-run-as-root" in argv
+    assert argv[argv.index("pml") - 1:argv.index("pml") + 2] == ["--mca", "pml", "ucx"]
+    assert "UCX_NET_DEVICES=mlx5_0:1" in argv and "LD_LIBRARY_PATH" in argv
+    assert plan.expected_hosts == ["gpu01", "gpu02"]
+
+
+def test_suite_plan_runs_one_rank_per_host() -> None:
+    plan = MpiBackend().plan(_spec(command=None, suite_args=["--profile", "quick"], distributed=False))
+    argv = plan.commands[0]
+    assert argv[argv.index("-np") + 1] == "2" and argv[argv.index("--map-by") + 1] == "ppr:1:node"
+    assert argv[argv.index("gpuaccept-rank") + 1:] == ["python3", "-m", "gpuaccept", "run", "--profile", "quick",
+                                                        "--report-dir", "/shared/r/20260101T000000Z-nccl-0000"]
+
+
+def test_the_rank_naming_snippet_passes_shellcheck(tmp_path: Path) -> None:
+    script = tmp_path / "name-rank.sh"
+    script.write_text("#!/bin/sh\n" + _NAME_RANK + "\n")
+    shellcheck(script)
+
+
+@pytest.mark.parametrize(("over", "words"), [
+    ({"nodes": 4}, "only 3 host(s) given"),
+    ({"options": {"hosts": ["a"], "slots": [4]}, "nodes": 1}, "has slots=4 but the job runs 8 rank(s)"),
+    ({"options": {"transport": "carrier-pigeon"}, "nodes": 1}, "transport must be one of"),
+    ({"options": {"bogus": 1}}, "bogus: unknown option"),
+    ({"image": "img", "nodes": 1, "options": {}}, "runs no containers"),
+])
+def test_bad_plans_raise(over: dict[str, object], words: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        MpiBackend().plan(_spec(**over))
+    assert words in str(info.value)
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--hosts", "admin@gpu01"], "set User, Port and IdentityFile in ~/.ssh/config"),
+    (["--hosts", "a,b", "--nodes", "3"], "only 2 host(s) given"),
+    (["--mca", "nokey"], "expected an MCA parameter KEY=VALUE"),
+    (["--hosts", "a,a"], "listed twice"),
+    (["--mpirun", "/nonexistent/mpirun"], "/nonexistent/mpirun not found"),
+    (["--hostfile", "/nonexistent/hosts"], "cannot read"),
+])
+def test_bad_mpi_input_exits_2(tmp_path: Path, args: list[str], words: str) -> None:
+    r = gpuaccept("launch", "mpi", "--device", "cpu", "--checks", "steady", "--results-dir", str(tmp_path / "r"),
+                  *args)
+    assert words in one_error_line(r)
+    assert not (tmp_path / "r").exists()
+
+
+def test_hostfile_slots_are_read(tmp_path: Path) -> None:
+    hosts = tmp_path / "hosts"
+    hosts.write_text("# rack 1\ngpu01 slots=8\ngpu02 slots=8\n")
+    r = gpuaccept("launch", "mpi", "--hostfile", str(hosts), "--gpus-per-node", "8", "--results-dir", "/r",
+                  "--run-id", "h", "--dry-run", "--", "all_reduce_perf")
+    assert r.returncode == 0, r.stderr
+    assert "gpu01 slots=8\ngpu02 slots=8\n" in r.stdout and "-np 16" in r.stdout
