@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import os
+from collections.abc import Iterator
 
 import pytest
 
@@ -23,3 +25,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Runs started by the tests store their history in a temporary database, never the user's."""
+    path = tmp_path_factory.mktemp("history") / "history.db"
+    old = os.environ.get("GPUACCEPT_DB")
+    os.environ["GPUACCEPT_DB"] = f"sqlite:///{path}"
+    yield
+    if old is None:
+        os.environ.pop("GPUACCEPT_DB", None)
+    else:
+        os.environ["GPUACCEPT_DB"] = old

@@ -293,3 +293,26 @@ def test_a_run_id_is_not_reused(tmp_path: Path) -> None:
     line = one_error_line(_local(tmp_path, "--device", "cpu", "--checks", "steady"))
     assert "already exists" in line
     assert os.path.exists(tmp_path / "run" / "cluster-report.json")
+
+
+def test_a_launch_is_analysed_and_stored_in_the_history_once(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'history.db'}"
+    r = _local(tmp_path, "--nodes", "2", "--device", "cpu", "--checks", "steady", "--db", db)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "stored cluster run run (2 nodes)" in r.stderr
+    report = cluster_report(tmp_path / "run")
+    assert report["analysis"]["outliers"] == [] and "stats" in report["analysis"]
+    h = gpuaccept("history", "--db", db, "--json", "--all-nodes")
+    assert h.returncode == 0, h.stderr
+    runs = json.loads(h.stdout)
+    assert [x["run_id"] for x in runs if x["kind"] == "cluster"] == ["run"]
+    nodes = [x for x in runs if x["kind"] == "node"]
+    assert sorted(x["host"] for x in nodes) == ["local-0", "local-1"]
+    assert all(x["parent_run_id"] == "run" for x in nodes)
+
+
+def test_no_history_stores_nothing(tmp_path: Path) -> None:
+    r = _local(tmp_path, "--nodes", "1", "--device", "cpu", "--checks", "steady", "--db",
+               f"sqlite:///{tmp_path / 'h.db'}", "--no-history")
+    assert r.returncode == 0, r.stderr
+    assert not (tmp_path / "h.db").exists() and "stored" not in r.stderr

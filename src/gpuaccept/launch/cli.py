@@ -25,6 +25,7 @@ from typing import Any
 from gpuaccept.cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, _csv, _Parser, _positive_float, add_suite_options
 from gpuaccept.errors import InputError, UsageError
 from gpuaccept.launch.registry import BACKENDS
+from gpuaccept.results.autosave import add_history_options, save
 
 CLUSTER_REPORT = "cluster-report.json"
 JOB_FILE = "job.json"
@@ -134,6 +135,7 @@ def _add_job_options(p: argparse.ArgumentParser) -> None:
     o.add_argument("--poll-interval", type=_positive_float, default=None, metavar="SECONDS",
                    help="seconds between status queries (default: 2)")
     o.add_argument("--cluster-report", default=None, metavar="PATH", help="also write the cluster report here")
+    add_history_options(o)
     o.add_argument("--verbose", "-v", action="store_true", help="tracebacks of internal errors")
 
 
@@ -164,6 +166,7 @@ def register(subparsers: Any) -> None:
     gather.add_argument("--hosts", type=_csv, default=None, metavar="H1,H2",
                         help="hosts expected (default: from job.json)")
     gather.add_argument("--cluster-report", default=None, metavar="PATH", help="also write the cluster report here")
+    add_history_options(gather)
     gather.set_defaults(handler=_cmd_gather)
 
 
@@ -306,6 +309,19 @@ def read_reports_tolerant(directory: Path) -> tuple[list[Any], list[str]]:
     return reports, problems
 
 
+def _analysed(cluster: Any) -> Any:
+    """The cluster report with outlier analysis across its GPUs and nodes added (``analysis`` keys
+    ``outliers`` and ``stats``); an outlier is evidence for the operator, not a verdict."""
+    from gpuaccept.results.analysis import analyze
+
+    cluster.analysis.update(analyze(cluster))
+    outliers = cluster.analysis.get("outliers") or []
+    if outliers:
+        print(f"[RESULT] {len(outliers)} outlier(s) among GPUs and nodes; see 'gpuaccept report' or "
+              "'gpuaccept analyze'", flush=True)
+    return cluster
+
+
 def _write_cluster(cluster: Any, run_dir: Path, extra: str | None) -> Path:
     text = json.dumps(cluster.to_dict(), indent=2, allow_nan=False) + "\n"
     path = run_dir / CLUSTER_REPORT
@@ -403,10 +419,11 @@ def _finish(backend: Any, submission: Any, spec: Any, plan: Any, outcome: Any, s
                                 expected_nodes=spec.nodes, job_id=submission.job_id)
         cluster.analysis["job"] = {"state": state.state, "ok": state.ok, "detail": state.detail,
                                    "timed_out": outcome.timed_out, "interrupted": outcome.interrupted}
-        path = _write_cluster(cluster, run_dir, args.cluster_report)
+        path = _write_cluster(_analysed(cluster), run_dir, args.cluster_report)
         for line in summary_lines(cluster):
             print(line, flush=True)
         print(f"[RESULT] cluster report: {path}", flush=True)
+        save(cluster, args, path)
     if outcome.interrupted:
         return EXIT_INTERRUPTED
     if outcome.timed_out:
@@ -451,10 +468,11 @@ def _cmd_gather(args: argparse.Namespace) -> int:
                             backend=str(job.get("backend") or "unknown"), started=str(job.get("started") or utc_now()),
                             finished=utc_now(), expected_hosts=hosts, expected_nodes=nodes,
                             job_id=job.get("job_id"))
-    path = _write_cluster(cluster, run_dir, args.cluster_report)
+    path = _write_cluster(_analysed(cluster), run_dir, args.cluster_report)
     for line in summary_lines(cluster):
         print(line)
     print(f"[RESULT] cluster report: {path}")
+    save(cluster, args, path)
     return EXIT_OK if cluster.verdict is Verdict.SUCCESS else EXIT_FAILED
 
 

@@ -1,0 +1,39 @@
+"""Storing finished reports in the history from ``run``, ``launch`` and ``gather``.
+
+The report file is always written first; a history that cannot be opened or
+written costs a warning, never the measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from gpuaccept.errors import GpuacceptError
+from gpuaccept.model import ClusterReport, NodeReport
+
+DB_HELP = ("history database URL: sqlite:///PATH or postgresql://USER@HOST[:PORT]/DB "
+           "(default: $GPUACCEPT_DB, else ~/.local/share/gpuaccept/history.db)")
+
+
+def add_history_options(parser: argparse.ArgumentParser | Any) -> None:
+    """``--db URL`` and ``--no-history`` on a parser or argument group."""
+    parser.add_argument("--db", default=None, metavar="URL", help=DB_HELP)
+    parser.add_argument("--no-history", action="store_true", help="do not store this run in the history")
+
+
+def save(report: NodeReport | ClusterReport, args: argparse.Namespace, where: Path) -> bool:
+    """Store ``report`` unless ``--no-history``; print one line to stderr either way. Never raises."""
+    if getattr(args, "no_history", False):
+        return False
+    from gpuaccept.results.store import record
+
+    try:
+        note = record(report, getattr(args, "db", None))
+    except GpuacceptError as exc:
+        print(f"gpuaccept: warning: not stored in the history ({exc}); the report is in {where}", file=sys.stderr)
+        return False
+    print(f"[RESULT] {note}", file=sys.stderr, flush=True)
+    return True
