@@ -66,6 +66,19 @@ def test_plain_run_spawns_two_gloo_ranks_and_merges_them(tmp_path: Path) -> None
     assert "[COLLECTIVES] collectives: PASS" in r.stdout
 
 
+def test_ddp_that_does_not_learn_fails_on_the_global_loss(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("checks:\n  ddp_train:\n    params: {lr: 0.0}\n")
+    r = gpuaccept("run", *QUICK, "--checks", "ddp_train", "--config", str(cfg), "--report-dir", str(tmp_path / "r"),
+                  timeout=240)
+    assert r.returncode == 1, r.stdout + r.stderr
+    ddp, = _checks(validate_report(only_run_dir(tmp_path / "r") / "report.json"), "ddp_train")
+    assert ddp["status"] == "fail" and "ddp_loss_drop" in ddp["reason"]
+    drop = next(m for m in ddp["metrics"] if m["name"] == "ddp_loss_drop")
+    assert abs(drop["value"]) < 0.1 and drop["threshold"]["value"] == 0.3
+    assert next(m for m in ddp["metrics"] if m["name"] == "ddp_param_mismatch_ranks")["value"] == 0
+
+
 def test_four_local_ranks(tmp_path: Path) -> None:
     cfg = tmp_path / "c.yaml"
     cfg.write_text("checks:\n  collectives:\n    params: {ops: [allreduce, alltoall, sendrecv], cpu_max_bytes: 4096}\n")

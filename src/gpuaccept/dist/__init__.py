@@ -7,8 +7,12 @@
   (membership, heartbeats, barriers that name dead ranks, result exchange);
 - :mod:`~gpuaccept.dist.group`: what a distributed check's process sees
   (:class:`~gpuaccept.dist.group.RankContext`) and process-group set-up with timeouts;
+- :mod:`~gpuaccept.dist.child`: the entry point of one rank's process for a check;
 - :mod:`~gpuaccept.dist.gather`: merging per-rank outcomes and reading a run directory;
+- :mod:`~gpuaccept.dist.local`: a plain ``gpuaccept run`` spawning one rank per GPU (two on CPU);
 - :mod:`~gpuaccept.dist.session`: ``gpuaccept run --distributed``.
 
-Only ``control``, ``group`` and ``session`` import torch, and only inside functions.
+Ranks are attributed to hosts by ``$GPUACCEPT_HOSTNAME`` when set (launchers and
+tests that run several "nodes" on one machine set it), else the short host name.
+Only ``control`` and ``group`` import torch, and only inside functions.
 """

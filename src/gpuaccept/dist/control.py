@@ -78,6 +78,7 @@ class Control:
         self.hosts: list[str | None] = [None] * self.world
         self.dead: dict[int, str] = {}
         self.run_id = ""
+        self.port = info.master_port
         self._server: Any = None
         self._raw: Any = None
         self.store: Any = None
@@ -93,7 +94,7 @@ class Control:
     def _tcp(self, is_master: bool) -> Any:
         import torch.distributed as dist
 
-        return dist.TCPStore(self.info.master_addr, self.info.master_port, None, is_master,
+        return dist.TCPStore(self.info.master_addr, self.port, None, is_master,
                              timedelta(seconds=self.timeout_s), wait_for_workers=False,
                              multi_tenant=is_master)
 
@@ -102,8 +103,11 @@ class Control:
 
         where = f"{self.info.master_addr}:{self.info.master_port}"
         if self.rank == 0 and not self.info.agent_store:
+            if self.world == 1:
+                self.port = 0  # alone: any free port will do
             try:
                 self._server = self._tcp(True)
+                self.port = int(self._server.port)
             except RuntimeError as exc:
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 raise UsageError(f"--distributed: rank 0 cannot serve the rendezvous store on port "
@@ -131,7 +135,7 @@ class Control:
 
     def store_address(self) -> tuple[str, int]:
         """Where a check's process connects for its process group (the same store, another prefix)."""
-        return self.info.master_addr, self.info.master_port
+        return self.info.master_addr, self.port
 
     # ---- guarded store access for non-zero ranks ----------------------------------------------
     def _op(self, fn: Callable[[], Any]) -> Any:
