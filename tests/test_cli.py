@@ -165,3 +165,54 @@ def test_terminal_output_is_a_rich_table_with_the_result_line(tmp_path: Path) ->
     assert "\x1b[" in text  # styled for a terminal
     assert "key metric" in text and "steady_value=10 GB/s" in text
     assert "[RESULT] FAILURE: boom" in text
+
+
+def test_runs_are_stored_in_the_history_unless_told_not_to(tmp_path: Path) -> None:
+    db = tmp_path / "h.db"
+    r = gpuaccept("run", "--device", "cpu", "--checks", "steady", "--report-dir", str(tmp_path / "r"),
+                  "--db", f"sqlite:///{db}")
+    assert r.returncode == 0 and "stored run" in r.stderr
+    run_id = only_run_dir(tmp_path / "r").name
+    h = gpuaccept("history", "--db", f"sqlite:///{db}", "--json")
+    assert [x["run_id"] for x in json.loads(h.stdout)] == [run_id]
+    r = gpuaccept("run", "--device", "cpu", "--checks", "steady", "--report-dir", str(tmp_path / "r2"),
+                  "--db", f"sqlite:///{tmp_path / 'other.db'}", "--no-history")
+    assert r.returncode == 0 and not (tmp_path / "other.db").exists()
+
+
+def test_an_unwritable_history_costs_a_warning_not_the_report(tmp_path: Path) -> None:
+    foreign = tmp_path / "foreign.db"
+    foreign.write_bytes(b"this is not a database" * 100)
+    r = gpuaccept("run", "--device", "cpu", "--checks", "steady", "--report-dir", str(tmp_path / "r"),
+                  "--db", f"sqlite:///{foreign}")
+    assert r.returncode == 0
+    assert "warning: not stored in the history" in r.stderr and "report is in" in r.stderr
+    assert validate_report(only_run_dir(tmp_path / "r") / "report.json")["verdict"] == "success"
+    assert foreign.read_bytes() == b"this is not a database" * 100
+
+
+BASELINE = """schema: 1
+source: {created: '2026-11-01T00:00:00Z', nodes: 40, runs: 40}
+skus:
+  cpu:
+    metrics:
+      - {metric: steady_value, value: 100.0, unit: GB/s, mad: 1.0, n: 40}
+"""
+
+
+def test_a_baseline_judges_the_run_and_a_bad_one_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    base = tmp_path / "baseline.yaml"
+    base.write_text(BASELINE)
+    r = gpuaccept("run", "--device", "cpu", "--checks", "steady", "--report-dir", str(tmp_path / "r"),
+                  "--baseline", str(base), "--no-history")
+    assert r.returncode == 1, r.stdout + r.stderr  # 10 GB/s against a fleet at 100 GB/s
+    check = validate_report(only_run_dir(tmp_path / "r") / "report.json")["checks"][0]
+    metric = check["metrics"][0]
+    assert check["status"] == "fail" and metric["expected"] == 100.0
+    assert metric["threshold"]["source"].startswith("baseline")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(BASELINE.replace("value: 100.0", "value: fast"))
+    line = _one_clean_error_line(gpuaccept("run", "--device", "cpu", "--checks", "steady", "--report-dir",
+                                           str(tmp_path / "r2"), "--baseline", str(bad)))
+    assert str(bad) in line and "value" in line
+    assert not (tmp_path / "r2").exists()

@@ -92,7 +92,7 @@ def test_plan_shape() -> None:
     assert all(["-i", "/keys/id_ed25519"] == c[c.index("-i"):c.index("-i") + 2] for c in plan.commands)
     script = script_of(spec(**SUITE))
     assert 'node_dir="$HOME"/gpuaccept/20260101T000000Z-ssh-abcd/$3' in script
-    assert '"$py" -m gpuaccept run --profile quick --device cpu --report-dir "$node_dir"' in script
+    assert '"$py" -m gpuaccept run --profile quick --device cpu --no-history --report-dir "$node_dir"' in script
     assert "torch.distributed.run" not in script
 
 

@@ -72,6 +72,10 @@ def add_suite_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--timeout-scale", type=_positive_float, default=None, metavar="F",
                    help="multiply every check's timeout by F")
     g.add_argument("--config", default=None, metavar="YAML", help="parameters, thresholds and options")
+    g.add_argument("--baseline", default=None, metavar="YAML",
+                   help="judge metrics against this fleet baseline (see 'gpuaccept baseline create')")
+    g.add_argument("--baseline-thresholds", default=None, metavar="YAML",
+                   help="threshold rules for --baseline (default: the baseline file's own, else max_z 5)")
     g.add_argument("--report-dir", default=None, metavar="DIR",
                    help="where <run-id>/report.json goes (default: $GPUACCEPT_REPORT_DIR or ./gpuaccept-reports)")
 
@@ -88,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--plan", action="store_true", help="print the suite plan as JSON and run nothing")
     run.add_argument("--run-id", default=None, help=argparse.SUPPRESS)
     run.add_argument("--verbose", "-v", action="store_true", help="more detail, tracebacks of internal errors")
+    from gpuaccept.results.autosave import add_history_options
+
+    add_history_options(run)
     d = run.add_argument_group("distributed")
     d.add_argument("--distributed", action="store_true",
                    help="run as one rank of a multi-process job started by torchrun, srun, mpirun or the "
@@ -175,10 +182,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from gpuaccept.checks import registry
     from gpuaccept.hw.devices import resolve_device
     from gpuaccept.report.console import PlainConsole, RichConsole
+    from gpuaccept.results.autosave import save
     from gpuaccept.runner import Interrupted, RunEvents, Runner, is_distributed
     from gpuaccept.suite import plan_suite
 
     opts, cfg, report_dir = _merge_options(args)
+    baseline = _load_baseline(args)
     info = _rank_info(args)
     reg = registry()
     device = resolve_device(opts.device)
@@ -223,20 +232,26 @@ def _cmd_run(args: argparse.Namespace) -> int:
                         events=console.events(), verbose=args.verbose, nproc=nproc,
                         dist_timeout_s=args.dist_timeout)
         console.header(plan, str(runner.run_dir))
+    console.verbose = args.verbose
+    runner.baseline = baseline
+    leads = info is None or info.rank == 0
     try:
         report = runner.run()
     except Interrupted as exc:
         if isinstance(console, RichConsole):
             console.stop()
         console.summary(exc.report, {})
-        kept = runner.report_path if info is None or info.rank == 0 else runner.results_path
+        kept = runner.report_path if leads else runner.results_path
         print(f"gpuaccept: interrupted; partial report in {kept}", file=sys.stderr)
+        if leads:
+            save(exc.report, args, kept)
         return EXIT_INTERRUPTED
     if info is not None and info.rank != 0:
         print(f"[RESULT] rank {info.rank}: {report.verdict.value.upper()}; own results in {runner.results_path}",
               file=stream, flush=True)
         return EXIT_OK if report.verdict is Verdict.SUCCESS else EXIT_FAILED
     console.summary(report, {})
+    save(report, args, runner.report_path)
     if args.json:
         text = json.dumps(report.to_dict(), indent=2)
         if to_stdout:
@@ -249,6 +264,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
                       f"the report is in {runner.report_path}", file=sys.stderr)
                 return EXIT_USAGE
     return EXIT_OK if not report.failed_checks() else EXIT_FAILED
+
+
+def _load_baseline(args: argparse.Namespace) -> Any:
+    """(Baseline, rules) from --baseline/--baseline-thresholds, validated before any check runs; or None."""
+    if args.baseline is None:
+        if args.baseline_thresholds is not None:
+            from gpuaccept.errors import UsageError
+
+            raise UsageError("--baseline-thresholds needs --baseline")
+        return None
+    from gpuaccept.results.baseline import load_baseline, load_rules
+
+    rules = load_rules(args.baseline_thresholds) if args.baseline_thresholds else None
+    return load_baseline(args.baseline), rules
 
 
 def _rank_info(args: argparse.Namespace) -> Any:

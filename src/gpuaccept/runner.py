@@ -254,8 +254,21 @@ class Runner:
                 m.value = math.nan
         return outcome
 
+    #: (Baseline, rules) from ``--baseline``: its values become the metrics' expectations and bounds
+    baseline: Any = None
+
     def judge_outcome(self, check: PlannedCheck, outcome: Outcome, elapsed: float) -> CheckResult:
-        """Apply the plan's thresholds to ``outcome``; the result carries this runner's host."""
+        """Apply the plan's thresholds to ``outcome``; the result carries this runner's host.
+
+        With a baseline, a metric's bound comes from the baseline (replacing the SKU bound); the
+        user's config rules still win over it.
+        """
+        if self.baseline is not None:
+            from gpuaccept.results.baseline import overlay_baseline
+
+            base, rules = self.baseline
+            overlay_baseline(CheckResult(check.name, outcome.status, outcome.reason, metrics=outcome.metrics,
+                                         details=outcome.details), self.report, base, rules)
         j = judge(outcome, check.defaults, check.overrides, require_gpu=self.plan.require_gpu)
         return CheckResult(check.name, j.status, j.reason, duration_s=elapsed, metrics=j.metrics,
                            details=outcome.details, host=self.host)

@@ -43,7 +43,8 @@ BACKEND_HELP = {
 #: Backends whose nodes normally see this machine's filesystem: without --image they default to this interpreter.
 SHARED_FS_BACKENDS = ("local", "slurm", "mpi")
 #: Suite option dests (``gpuaccept run`` flags) other than --report-dir.
-SUITE_DESTS = ("profile", "checks", "skip", "device", "gpus", "expect_gpus", "require_gpu", "timeout_scale", "config")
+SUITE_DESTS = ("profile", "checks", "skip", "device", "gpus", "expect_gpus", "require_gpu", "timeout_scale", "config",
+               "baseline", "baseline_thresholds")
 
 
 def _count(text: str) -> int:
@@ -208,6 +209,10 @@ def suite_args(args: argparse.Namespace) -> list[str]:
         out += ["--timeout-scale", f"{args.timeout_scale:g}"]
     if args.config:
         out += ["--config", os.path.abspath(args.config)]
+    if args.baseline:
+        out += ["--baseline", os.path.abspath(args.baseline)]
+    if args.baseline_thresholds:
+        out += ["--baseline-thresholds", os.path.abspath(args.baseline_thresholds)]
     return out
 
 

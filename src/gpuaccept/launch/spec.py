@@ -129,8 +129,12 @@ class JobSpec:
         return f"{self.results_dir.rstrip('/')}/{self.run_id}"
 
     def suite_argv(self) -> list[str]:
-        """``gpuaccept run`` argv of the default job; every node writes under :attr:`run_results_dir`."""
-        return ["gpuaccept", "run", *self.suite_args, "--report-dir", self.run_results_dir]
+        """``gpuaccept run`` argv of the default job; every node writes under :attr:`run_results_dir`.
+
+        Nodes do not store their reports in the history: the launcher stores the cluster
+        report, node reports included, once (no shared SQLite file written by 2,000 nodes).
+        """
+        return ["gpuaccept", "run", *self.suite_args, "--no-history", "--report-dir", self.run_results_dir]
 
     def job_argv(self) -> list[str]:
         """What each node (or each rank, under torchrun) executes."""

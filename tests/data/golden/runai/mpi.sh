@@ -55,6 +55,6 @@ awk '"'"'"'"'"'"'"'"'NF {print $1}'"'"'"'"'"'"'"'"' "$hostfile" | while IFS= rea
   mpirun --host "$host" -np 1 -x GPUACCEPT_RESULTS_DIR sh -c "$emit" </dev/null || true
 done
 exit "$rc"
-'"'"' gpuaccept-launcher python3 -m gpuaccept run --profile quick --report-dir /tmp/gpuaccept-results/20260101T000000Z-accept-h100-ab12' \
+'"'"' gpuaccept-launcher python3 -m gpuaccept run --profile quick --no-history --report-dir /tmp/gpuaccept-results/20260101T000000Z-accept-h100-ab12' \
   --command \
   -- /usr/sbin/sshd -De

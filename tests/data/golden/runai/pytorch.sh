@@ -29,4 +29,4 @@ if [ -n "$dir" ] && [ -d "$dir" ]; then
   done
 fi
 exit "$rc"
-' gpuaccept python3 -m gpuaccept run --profile quick --report-dir /tmp/gpuaccept-results/20260101T000000Z-accept-h100-ab12
+' gpuaccept python3 -m gpuaccept run --profile quick --no-history --report-dir /tmp/gpuaccept-results/20260101T000000Z-accept-h100-ab12
