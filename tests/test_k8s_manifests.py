@@ -188,8 +188,8 @@ def test_job_rendezvous_and_service() -> None:
 def test_suite_runs_once_per_node_without_torchrun() -> None:
     _svc, job = manifests(suite_spec(opts("job")))
     c = job["spec"]["template"]["spec"]["containers"][0]
-    assert c["command"][4:] == ["python3", "-m", "gpuaccept", "run", "--profile", "quick", "--no-history", "--report-dir",
-                                "/tmp/gpuaccept-results/20260101T000000Z-accept-h100-ab12"]
+    assert c["command"][4:] == ["python3", "-m", "gpuaccept", "run", "--profile", "quick", "--no-history",
+                                "--report-dir", "/tmp/gpuaccept-results/20260101T000000Z-accept-h100-ab12"]
     env = env_of(c)
     assert "PET_NODE_RANK" not in env
     assert env["GPUACCEPT_RESULTS_DIR"] == "/tmp/gpuaccept-results/20260101T000000Z-accept-h100-ab12"

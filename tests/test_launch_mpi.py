@@ -79,8 +79,9 @@ def test_suite_plan_runs_one_rank_per_host() -> None:
     plan = MpiBackend().plan(_spec(command=None, suite_args=["--profile", "quick"], distributed=False))
     argv = plan.commands[0]
     assert argv[argv.index("-np") + 1] == "2" and argv[argv.index("--map-by") + 1] == "ppr:1:node"
-    assert argv[argv.index("gpuaccept-rank") + 1:] == ["python3", "-m", "gpuaccept", "run", "--profile", "quick",
-                                                        "--no-history", "--report-dir", "/shared/r/20260101T000000Z-nccl-0000"]
+    assert argv[argv.index("gpuaccept-rank") + 1:] == [
+        "python3", "-m", "gpuaccept", "run", "--profile", "quick", "--no-history",
+        "--report-dir", "/shared/r/20260101T000000Z-nccl-0000"]
 
 
 def test_the_rank_naming_snippet_passes_shellcheck(tmp_path: Path) -> None:
