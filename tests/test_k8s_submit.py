@@ -8,6 +8,7 @@ with the real suite.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -24,11 +25,13 @@ from gpuaccept.launch.k8s import K8sBackend
 from gpuaccept.launch.k8s_manifests import build_manifests, selector
 from gpuaccept.launch.k8s_options import K8sOptions
 from gpuaccept.launch.k8s_status import job_state, pod_summary
+from gpuaccept.launch.pod_script import REPORT_END
 from gpuaccept.launch.spec import JobSpec
 from gpuaccept.model import Verdict
-from tests.helpers import ROOT, gpuaccept
+from tests.helpers import ROOT, cli_env, gpuaccept
 from tests.k8s_fake_api import TOKEN, FakeKubeAPI, pod
 from tests.k8s_support import need_module
+from tests.launch_support import one_error_line
 from tests.test_k8s_scripts import container_env, run_container
 
 need_module("kubernetes")
@@ -353,3 +356,136 @@ def test_launch_help_does_not_import_the_client() -> None:
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('kubernetes', 'torch')))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert proc.stdout.strip() == "[]", proc.stdout + proc.stderr
+
+
+# ---- launch --detach, then gpuaccept gather (a new process finds the job again from launch/job.json) ----------
+
+def _serve_node_pods(api: FakeKubeAPI, tmp_path: Path, node_logs: dict[str, str], run_id: str,
+                     logs: dict[str, str] | None = None) -> None:
+    """Two finished Job pods of run ``run_id`` on gpu-node-1/2, with the given logs (default: the real ones)."""
+    spec = k8s_spec("job", tmp_path / "unused-kubeconfig", tmp_path / "results")
+    api.statuses[("jobs", "accept")] = [COMPLETE]
+    api.pods = node_pods(spec)
+    for i, pod_ in enumerate(api.pods):
+        pod_["metadata"]["labels"]["gpuaccept/run-id"] = run_id
+        host = f"gpu-node-{i + 1}"
+        text = (logs or node_logs).get(host)
+        if text is not None:
+            api.logs[(f"accept-{i}-x{i}", "node")] = text
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gpuaccept", *args], capture_output=True, text=True, timeout=180,
+                          env=cli_env(), cwd=cwd)
+
+
+def test_detach_then_gather_brings_the_reports_back(api: FakeKubeAPI, node_logs: dict[str, str],
+                                                    tmp_path: Path) -> None:
+    api.write_kubeconfig(tmp_path / "kubeconfig")
+    _serve_node_pods(api, tmp_path, node_logs, "r-det")
+    results = tmp_path / "results"
+    # a relative --kubeconfig: job.json keeps it absolute, so gather works from any directory
+    launch = _cli("launch", "k8s", "--image", "nvcr.io/nvidia/pytorch:25.01-py3", "--nodes", "2", "--name", "accept",
+                  "--run-id", "r-det", "--kubeconfig", "kubeconfig", "--results-dir", str(results),
+                  "--profile", "quick", "--detach", cwd=tmp_path)
+    assert launch.returncode == 0, launch.stdout + launch.stderr
+    run_dir = results / "r-det"
+    assert f"gpuaccept gather {run_dir}" in launch.stdout
+    assert not (run_dir / "cluster-report.json").exists() and not api.calls("GET")
+    job = json.loads((run_dir / "launch" / "job.json").read_text())
+    assert job["spec"]["options"]["kubeconfig"] == str(tmp_path / "kubeconfig")
+
+    gather = gpuaccept("gather", str(run_dir))  # cwd is the repository, not tmp_path
+    assert gather.returncode == 1, gather.stdout + gather.stderr
+    cluster = json.loads((run_dir / "cluster-report.json").read_text())
+    assert {n["host"]: (n["state"], n["verdict"]) for n in cluster["nodes"]} == {
+        "gpu-node-1": ("reported", "success"), "gpu-node-2": ("reported", "failure")}
+    assert (cluster["backend"], cluster["job_id"], cluster["verdict"]) == ("k8s", "default/accept", "failure")
+    assert api.calls("GET", "/api/v1/namespaces/default/pods")[0]["query"]["labelSelector"] == selector("job", "accept")
+    assert len(api.calls("GET", "/log")) == 2
+    assert json.loads((run_dir / "k8s" / "accept-0-x0" / "report.json").read_text())["host"] == "gpu-node-1"
+    assert "[NODE] gpu-node-2: FAILURE" in gather.stdout and "warning" not in gather.stderr
+
+    # the API is out of reach (a --kubeconfig override to a closed port): the copies gathered above are used
+    dead = FakeKubeAPI()
+    dead_config = dead.write_kubeconfig(tmp_path / "dead-kubeconfig")
+    dead.server.server_close()
+    asked = len(api.requests)
+    again = gpuaccept("gather", str(run_dir), "--kubeconfig", str(dead_config))
+    assert again.returncode == 1, again.stdout + again.stderr
+    assert len(api.requests) == asked  # the override was used, not the kubeconfig saved in job.json
+    warnings = [x for x in again.stderr.splitlines() if x.startswith("[LAUNCH] warning: ")]
+    assert len(warnings) == 1, again.stderr
+    assert "cannot fetch the reports from the k8s job" in warnings[0]
+    assert "cannot reach the Kubernetes API" in warnings[0]
+    assert f"using the 2 report(s) already under {run_dir}" in warnings[0]
+    cluster = json.loads((run_dir / "cluster-report.json").read_text())
+    assert {n["host"]: n["verdict"] for n in cluster["nodes"]} == {"gpu-node-1": "success", "gpu-node-2": "failure"}
+
+    # --namespace overrides job.json; no pods there (deleted, say): the copies gathered above are used, with a warning
+    other = gpuaccept("gather", str(run_dir), "--namespace", "elsewhere")
+    assert other.returncode == 1, other.stdout + other.stderr
+    assert api.calls("GET", "/api/v1/namespaces/elsewhere/pods")
+    assert other.stderr.splitlines()[0] == (
+        f"[LAUNCH] warning: the k8s job returned no report; using the 2 already under {run_dir}")
+    assert "[NODE] gpu-node-1: SUCCESS" in other.stdout
+
+
+def test_gather_lists_a_node_that_never_reported(api: FakeKubeAPI, node_logs: dict[str, str],
+                                                 tmp_path: Path) -> None:
+    kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+    _serve_node_pods(api, tmp_path, node_logs, "r-miss", logs={"gpu-node-1": node_logs["gpu-node-1"]})
+    launch = gpuaccept("launch", "k8s", "--image", "img", "--nodes", "2", "--name", "accept", "--run-id", "r-miss",
+                       "--kubeconfig", str(kubeconfig), "--results-dir", str(tmp_path / "results"), "--profile",
+                       "quick", "--detach")
+    assert launch.returncode == 0, launch.stderr
+    gather = gpuaccept("gather", str(tmp_path / "results" / "r-miss"))
+    assert gather.returncode == 1
+    cluster = json.loads((tmp_path / "results" / "r-miss" / "cluster-report.json").read_text())
+    # the hosts are the nodes the pods ran on: gpu-node-2's pod has no log, so it is missing by name
+    assert [(n["host"], n["state"]) for n in cluster["nodes"]] == [("gpu-node-1", "reported"),
+                                                                   ("gpu-node-2", "missing")]
+    assert "[RESULT] FAILURE: gpu-node-2" in gather.stdout
+    assert '[LAUNCH] warning: accept-1-x1: no log (HTTP 400: container "node" in pod "accept-1-x1" is waiting ' \
+           "to start)" in gather.stderr.splitlines()
+
+
+def test_gather_rejects_bad_job_files_and_flags_of_another_backend(tmp_path: Path) -> None:
+    run_dir = tmp_path / "r1"
+    (run_dir / "launch").mkdir(parents=True)
+    spec = dataclasses.asdict(k8s_spec("job", tmp_path / "kubeconfig", tmp_path))
+    job = {"backend": "k8s", "run_id": "r1", "job_id": "default/accept", "nodes": 2, "expected_hosts": [],
+           "spec": {**spec, "name": "Not A Label"}}
+    (run_dir / "launch" / "job.json").write_text(json.dumps(job))
+    line = one_error_line(gpuaccept("gather", str(run_dir)))
+    assert f"{run_dir / 'launch' / 'job.json'}: cannot rebuild the job spec" in line and "--local" in line
+    assert "--project is for runai runs; " in one_error_line(gpuaccept("gather", str(run_dir), "--project", "team"))
+    assert "--local does not ask the backend" in one_error_line(
+        gpuaccept("gather", str(run_dir), "--local", "--namespace", "x"))
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    assert "not a launched run" in one_error_line(gpuaccept("gather", str(bare), "--kubeconfig", "k"))
+    # --local reads what is there (nothing): both nodes missing, no traceback, no backend
+    local = gpuaccept("gather", str(run_dir), "--local")
+    assert local.returncode == 1 and "Traceback" not in local.stderr
+    assert "[RESULT] FAILURE: missing-0, missing-1" in local.stdout
+
+
+def test_launch_warns_about_each_report_it_could_not_read(api: FakeKubeAPI, node_logs: dict[str, str],
+                                                          tmp_path: Path) -> None:
+    """Reports the backend could not read (a log cut short) are warnings on stderr, not silently dropped."""
+    kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+    cut = node_logs["gpu-node-2"].split(REPORT_END)[0]  # the container was killed while printing its report
+    _serve_node_pods(api, tmp_path, node_logs, "r-cut", logs={"gpu-node-1": node_logs["gpu-node-1"],
+                                                              "gpu-node-2": cut})
+    proc = gpuaccept("launch", "k8s", "--image", "img", "--nodes", "2", "--name", "accept", "--run-id", "r-cut",
+                     "--kubeconfig", str(kubeconfig), "--results-dir", str(tmp_path / "results"), "--profile",
+                     "quick", "--poll-interval", "0.2", timeout=180)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    warnings = [x for x in proc.stderr.splitlines() if x.startswith("[LAUNCH] warning: ")]
+    assert len(warnings) == 1, proc.stderr
+    assert warnings[0].startswith("[LAUNCH] warning: accept-1-x1: report ")
+    assert warnings[0].endswith("report.json is cut short (no end marker)")
+    cluster = json.loads((tmp_path / "results" / "r-cut" / "cluster-report.json").read_text())
+    assert [(n["host"], n["state"]) for n in cluster["nodes"]] == [("gpu-node-1", "reported"),
+                                                                   ("gpu-node-2", "missing")]

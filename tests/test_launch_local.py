@@ -222,7 +222,7 @@ def test_spec_file_sets_the_job_and_flags_override_it(tmp_path: Path) -> None:
     lines = [x for x in r.stdout.splitlines() if x.startswith("env ")]
     assert len(lines) == 2
     assert lines[0] == ("env GPUACCEPT_HOSTNAME=local-0 NODE_RANK=0 NCCL_DEBUG=INFO FLAG=true python3 -m gpuaccept "
-                        "run --profile quick --checks steady --device cpu --report-dir /r/s")
+                        "run --profile quick --checks steady --device cpu --no-history --report-dir /r/s")
     r = gpuaccept("launch", "local", "--spec", str(spec), "--nodes", "1", "--checks", "steady,failon",
                   "--env", "NCCL_DEBUG=WARN", "--results-dir", "/r", "--run-id", "s", "--dry-run")
     lines = [x for x in r.stdout.splitlines() if x.startswith("env ")]

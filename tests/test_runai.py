@@ -84,8 +84,8 @@ def test_pytorch_argv() -> None:
     assert "readwrite" not in text  # /data is mounted read-only
     i = argv.index("--command")
     assert argv[i + 1: i + 5] == ["--", "sh", "-c", NODE_SCRIPT]
-    assert argv[i + 5:] == ["gpuaccept", "python3", "-m", "gpuaccept", "run", "--profile", "quick", "--report-dir",
-                            "/tmp/gpuaccept-results/20260101T000000Z-accept-h100-ab12"]
+    assert argv[i + 5:] == ["gpuaccept", "python3", "-m", "gpuaccept", "run", "--profile", "quick", "--no-history",
+                            "--report-dir", "/tmp/gpuaccept-results/20260101T000000Z-accept-h100-ab12"]
     assert set(flags_of(argv)) <= SUBMIT_FLAGS["pytorch"]
 
 
@@ -327,5 +327,62 @@ def test_cli_launch_runai_with_the_fake(tmp_path: Path) -> None:
     assert submitted[:4] == ["training", "pytorch", "submit", "accept"]
     job = submitted[submitted.index("--command") + 5:]
     assert job[:5] == ["gpuaccept", "python3", "-m", "gpuaccept", "run"]
-    assert job[-2:] == ["--report-dir", "/tmp/gpuaccept-results/r-e2e"]
-    assert {(job[i], job[i + 1]) for i in range(5, len(job) - 2, 2)} == {(SUITE[i], SUITE[i + 1]) for i in (0, 2, 4)}
+    assert job[-3:] == ["--no-history", "--report-dir", "/tmp/gpuaccept-results/r-e2e"]
+    assert {(job[i], job[i + 1]) for i in range(5, len(job) - 3, 2)} == {(SUITE[i], SUITE[i + 1]) for i in (0, 2, 4)}
+
+
+def test_cli_detach_then_gather_reads_the_pod_logs(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    install(tmp_path / "bin", state)
+    path = f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"
+    pods = ["accept-worker-0", "accept-worker-1"]
+    (state / "phases.json").write_text(json.dumps(["Completed"]))
+    (state / "pods.json").write_text(json.dumps(pods))
+    _pod_logs(runai_spec(tmp_path), state, pods, tmp_path)
+    results = tmp_path / "results"
+    launch = gpuaccept("launch", "runai", "--image", "img", "--nodes", "2", "--name", "accept", "--project", "team",
+                       "--run-id", "r-det", "--results-dir", str(results), "--detach", *SUITE, PATH=path)
+    assert launch.returncode == 0, launch.stdout + launch.stderr
+    assert [c[2] for c in calls(state)] == ["submit"]
+    run_dir = results / "r-det"
+    assert not (run_dir / "cluster-report.json").exists()
+
+    gather = gpuaccept("gather", str(run_dir), PATH=path)
+    assert gather.returncode == 0, gather.stdout + gather.stderr
+    cluster = json.loads((run_dir / "cluster-report.json").read_text())
+    assert {n["host"]: (n["state"], n["verdict"]) for n in cluster["nodes"]} == {
+        p: ("reported", "success") for p in pods}
+    assert (cluster["backend"], cluster["job_id"], cluster["verdict"]) == ("runai", "team/accept", "success")
+    assert calls(state)[1:] == [["training", "pytorch", "describe", "accept", "--project", "team", "--output", "json"],
+                                *(["training", "pytorch", "logs", "accept", "--project", "team", "--pod", p]
+                                  for p in pods)]
+    assert json.loads((run_dir / "runai" / "accept-worker-1" / "report.json").read_text())["host"] == pods[1]
+
+    # --runai-bin overrides job.json; a CLI that is not there: warned, and the copies gathered above are used
+    asked = len(calls(state))
+    again = gpuaccept("gather", str(run_dir), "--runai-bin", str(tmp_path / "no-runai"), PATH=path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert len(calls(state)) == asked
+    assert again.stderr.splitlines()[0] == (
+        f"[LAUNCH] warning: cannot fetch the reports from the runai job: cannot gather the reports: the runai CLI "
+        f"({tmp_path / 'no-runai'}) is not on PATH; using the 2 report(s) already under {run_dir}")
+    assert sorted(n["host"] for n in json.loads((run_dir / "cluster-report.json").read_text())["nodes"]) == pods
+
+
+def test_cli_gather_warns_about_a_pod_without_a_log(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    install(tmp_path / "bin", state)
+    path = f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"
+    (state / "phases.json").write_text(json.dumps(["Failed"]))
+    (state / "pods.json").write_text(json.dumps(["accept-worker-0", "accept-worker-1"]))
+    _pod_logs(runai_spec(tmp_path), state, ["accept-worker-0"], tmp_path)
+    launch = gpuaccept("launch", "runai", "--image", "img", "--nodes", "2", "--name", "accept", "--project", "team",
+                       "--run-id", "r-det", "--results-dir", str(tmp_path / "results"), "--detach", *SUITE, PATH=path)
+    assert launch.returncode == 0, launch.stderr
+    gather = gpuaccept("gather", str(tmp_path / "results" / "r-det"), "--project", "team", PATH=path)
+    assert gather.returncode == 1
+    assert ("[LAUNCH] warning: accept-worker-1: no log (runai exited 1: Error: pod accept-worker-1 not found)"
+            in gather.stderr.splitlines())
+    cluster = json.loads((tmp_path / "results" / "r-det" / "cluster-report.json").read_text())
+    assert [(n["host"], n["state"]) for n in cluster["nodes"]] == [("accept-worker-0", "reported"),
+                                                                   ("missing-1", "missing")]

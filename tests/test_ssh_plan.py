@@ -30,7 +30,8 @@ from gpuaccept.launch.ssh import (
 from tests.sshd import need_binary
 
 DATA = Path(__file__).parent / "data" / "ssh"
-REGEN = os.environ.get("GPUACCEPT_REGEN_GOLDEN") == "1"
+# GPUACCEPT_UPDATE_GOLDEN=1 re-records, as in the other golden tests; GPUACCEPT_REGEN_GOLDEN=1 is an old alias.
+UPDATE = "1" in (os.environ.get("GPUACCEPT_UPDATE_GOLDEN"), os.environ.get("GPUACCEPT_REGEN_GOLDEN"))
 
 HOSTILE_ENV = {
     "NCCL_DEBUG": "INFO",
@@ -51,10 +52,10 @@ def spec(**kw: Any) -> JobSpec:
 def golden(name: str, plan: Plan) -> None:
     path = DATA / name
     text = plan.render()
-    if REGEN:
+    if UPDATE:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    assert path.exists(), f"{path} missing; run with GPUACCEPT_REGEN_GOLDEN=1 to create it"
+    assert path.exists(), f"{path} missing; run with GPUACCEPT_UPDATE_GOLDEN=1 to create it"
     assert text == path.read_text(), f"plan differs from {path}; if intended, regenerate (see {DATA}/README.md)"
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuaccept.cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, _csv, _Parser, _positive_float, add_suite_options
-from gpuaccept.errors import InputError, UsageError
+from gpuaccept.errors import GpuacceptError, InputError, UsageError
 from gpuaccept.launch.registry import BACKENDS
 from gpuaccept.results.autosave import add_history_options, save
 
@@ -160,15 +160,36 @@ def register(subparsers: Any) -> None:
 
     gather = subparsers.add_parser(
         "gather", help="merge the node reports of a launched run into a cluster report",
-        description="Read <run-dir>/**/report.json (and launch/job.json when present), write "
-                    "<run-dir>/cluster-report.json, print the per-node verdicts; exit 0 when every node passed.")
+        description="Collect the node reports of a launch (for instance one started with --detach), write "
+                    "<run-dir>/cluster-report.json, print the per-node verdicts; exit 0 when every node passed. "
+                    "For a k8s or runai run the job is found again from <run-dir>/launch/job.json and the "
+                    "reports are read from its pod logs (copies land under <run-dir>); when the backend cannot "
+                    "be reached, a warning says why and the reports already under <run-dir> are used. Other "
+                    "backends (and --local) read <run-dir>/**/report.json. Nodes that never reported are "
+                    "listed as missing.")
     gather.add_argument("run_dir", metavar="RUN_DIR", help="<results-dir>/<run-id> of a launch")
     gather.add_argument("--nodes", type=_count, default=None, help="nodes expected (default: from job.json)")
     gather.add_argument("--hosts", type=_csv, default=None, metavar="H1,H2",
-                        help="hosts expected (default: from job.json)")
+                        help="hosts expected (default: from job.json, or the nodes the pods ran on)")
     gather.add_argument("--cluster-report", default=None, metavar="PATH", help="also write the cluster report here")
+    gather.add_argument("--local", action="store_true",
+                        help="only read the reports already under RUN_DIR; do not ask the backend")
+    b = gather.add_argument_group("backend", "Where to find a k8s or runai job; default: what launch/job.json "
+                                             "saved at launch.")
+    for flag, owner, metavar, text in _GATHER_OVERRIDES:
+        b.add_argument(flag, default=None, metavar=metavar, help=f"{owner}: {text}")
     add_history_options(gather)
     gather.set_defaults(handler=_cmd_gather)
+
+
+#: ``gpuaccept gather`` flags that override a backend option saved in job.json: (flag, backend, metavar, help).
+_GATHER_OVERRIDES = (
+    ("--kubeconfig", "k8s", "FILE", "kubeconfig to reach the cluster with"),
+    ("--context", "k8s", "NAME", "kubeconfig context"),
+    ("--namespace", "k8s", "NAME", "namespace of the job"),
+    ("--project", "runai", "NAME", "Run:ai project of the workload"),
+    ("--runai-bin", "runai", "PATH", "the runai CLI"),
+)
 
 
 def _launch_without_backend(args: argparse.Namespace) -> int:
@@ -314,6 +335,38 @@ def read_reports_tolerant(directory: Path) -> tuple[list[Any], list[str]]:
     return reports, problems
 
 
+def _warn(line: str) -> None:
+    print(f"[LAUNCH] warning: {line}", file=sys.stderr, flush=True)
+
+
+def backend_reports(backend: Any, submission: Any, spec: Any, run_dir: Path) -> list[Any]:
+    """``backend.gather``, with a warning line on stderr for each report the backend could not read (the
+    ``problems`` of the submission's handle). When the backend cannot be reached, or returns no report while
+    ``run_dir`` holds some (from an earlier gather), the readable reports under ``run_dir`` are used instead,
+    with a warning that says why."""
+    from gpuaccept.launch.base import Backend
+
+    try:
+        reports: list[Any] = backend.gather(submission, spec)
+        fallback = ""
+    except GpuacceptError as exc:
+        reports, fallback = [], f"cannot fetch the reports from the {backend.name} job: {exc}"
+    finally:
+        for line in getattr(submission.handle, "problems", None) or []:
+            _warn(str(line))
+    if fallback or not reports:
+        local, problems = read_reports_tolerant(run_dir)
+        if fallback and type(backend).gather is not Backend.gather:  # the default gather reads run_dir itself
+            _warn(f"{fallback}; using the {len(local)} report(s) already under {run_dir}")
+        elif local and not fallback:
+            _warn(f"the {backend.name} job returned no report; using the {len(local)} already under {run_dir}")
+        if fallback or local:
+            for line in problems:
+                _warn(line)
+            reports = local
+    return reports
+
+
 def _analysed(cluster: Any) -> Any:
     """The cluster report with outlier analysis across its GPUs and nodes added (``analysis`` keys
     ``outliers`` and ``stats``); an outlier is evidence for the operator, not a verdict."""
@@ -403,13 +456,7 @@ def _finish(backend: Any, submission: Any, spec: Any, plan: Any, outcome: Any, s
     from gpuaccept.model import Verdict
 
     state = outcome.state
-    try:
-        reports = backend.gather(submission, spec)
-        problems: list[str] = []
-    except InputError:
-        reports, problems = read_reports_tolerant(run_dir)
-    for line in problems:
-        print(f"[LAUNCH] warning: {line}", file=sys.stderr)
+    reports = backend_reports(backend, submission, spec, run_dir)
     job_failed = state.done and not state.ok and state.state != "UNKNOWN"
     if job_failed or outcome.timed_out or outcome.interrupted or spec.command is not None:
         tail = backend.logs(submission)
@@ -448,6 +495,78 @@ def _finish(backend: Any, submission: Any, spec: Any, plan: Any, outcome: Any, s
     return EXIT_OK
 
 
+def spec_from_job(job: dict[str, Any], where: Path, overrides: dict[str, str] | None = None) -> Any:
+    """The JobSpec saved in job.json (``spec``), with backend ``overrides`` put into its options; None for a
+    job.json without one. InputError naming ``where`` when it cannot be rebuilt."""
+    from gpuaccept.launch.spec import JobSpec, Mount
+
+    raw = job.get("spec")
+    if raw is None:
+        return None
+    try:
+        if not isinstance(raw, dict):
+            raise TypeError("not a mapping")
+        names = {f.name for f in dataclasses.fields(JobSpec)}
+        values = {k: v for k, v in raw.items() if k in names}  # keys a later gpuaccept added are left out
+        values["mounts"] = [Mount(**m) if isinstance(m, dict) else Mount.parse(str(m), "spec.mounts")
+                            for m in values.get("mounts") or []]
+        options = values.get("options") or {}
+        if not isinstance(options, dict):
+            raise TypeError("options is not a mapping")
+        values["options"] = {**options, **(overrides or {})}
+        return JobSpec(**values)
+    except (GpuacceptError, TypeError, ValueError, AttributeError) as exc:
+        raise InputError(f"{where}: cannot rebuild the job spec ({exc}); 'gpuaccept gather --local' reads the "
+                         "reports already in the run directory") from None
+
+
+def _gather_overrides(args: argparse.Namespace, backend_name: str) -> dict[str, str]:
+    """Backend options given on the gather command line; UsageError for a flag of another backend."""
+    out: dict[str, str] = {}
+    for flag, owner, _metavar, _help in _GATHER_OVERRIDES:
+        key = flag.lstrip("-").replace("-", "_")
+        value = getattr(args, key, None)
+        if value is None:
+            continue
+        if owner != backend_name:
+            what = f"a {backend_name} run" if backend_name else "not a launched run (no launch/job.json)"
+            raise UsageError(f"{flag} is for {owner} runs; {args.run_dir} is {what}")
+        if args.local:
+            raise UsageError(f"{flag} tells where the {owner} job is; --local does not ask the backend")
+        out[key] = os.path.abspath(os.path.expanduser(value)) if key == "kubeconfig" else value
+    return out
+
+
+def _reports_from_backend(job: dict[str, Any], job_path: Path, run_dir: Path,
+                          args: argparse.Namespace) -> tuple[list[Any], list[str]] | None:
+    """(reports, hosts the job ran on) fetched through the backend that submitted the run, for a backend that
+    can find a detached job again (``resume``); None when the run's reports are just the files under run_dir."""
+    from gpuaccept.launch.registry import backend_class
+
+    name = str(job.get("backend") or "")
+    overrides = _gather_overrides(args, name)
+    if args.local or name not in BACKENDS:
+        return None
+    try:
+        cls = backend_class(name)
+    except ImportError as exc:
+        _warn(f"the {name} backend is not available here ({exc}); using the reports already under {run_dir}")
+        return None
+    if not callable(getattr(cls, "resume", None)):
+        return None
+    spec = spec_from_job(job, job_path, overrides)
+    if spec is None:
+        _warn(f"{job_path} has no job spec to find the {name} job with; using the reports already under {run_dir}")
+        return None
+    here = run_dir.resolve()
+    if here.name == spec.run_id:  # copies of logs and reports go where gather was pointed, even if moved
+        spec = dataclasses.replace(spec, results_dir=str(here.parent))
+    backend = cls()
+    submission = getattr(backend, "resume")(spec)  # noqa: B009 (not every backend has resume)
+    reports = backend_reports(backend, submission, spec, run_dir)
+    return reports, list(submission.hosts or [])
+
+
 def _cmd_gather(args: argparse.Namespace) -> int:
     from gpuaccept.launch.gather import merge_reports, summary_lines
     from gpuaccept.model import Verdict
@@ -464,11 +583,19 @@ def _cmd_gather(args: argparse.Namespace) -> int:
                 raise ValueError("not a mapping")
         except (OSError, ValueError) as exc:
             raise InputError(f"{job_path}: unreadable ({exc})") from None
-    reports, problems = read_reports_tolerant(run_dir)
-    for line in problems:
-        print(f"[LAUNCH] warning: {line}", file=sys.stderr)
-    hosts = args.hosts if args.hosts is not None else list(job.get("expected_hosts") or [])
-    nodes = args.nodes if args.nodes is not None else int(job.get("nodes") or 0)
+    fetched = _reports_from_backend(job, job_path, run_dir, args)
+    if fetched is None:
+        reports, problems = read_reports_tolerant(run_dir)
+        for line in problems:
+            _warn(line)
+        ran_on: list[str] = []
+    else:
+        reports, ran_on = fetched
+    hosts = args.hosts if args.hosts is not None else (ran_on or list(job.get("expected_hosts") or []))
+    try:
+        nodes = args.nodes if args.nodes is not None else int(job.get("nodes") or 0)
+    except (TypeError, ValueError):
+        raise InputError(f"{job_path}: nodes is not a number: {job.get('nodes')!r}") from None
     cluster = merge_reports(reports, run_id=str(job.get("run_id") or run_dir.name),
                             backend=str(job.get("backend") or "unknown"), started=str(job.get("started") or utc_now()),
                             finished=utc_now(), expected_hosts=hosts, expected_nodes=nodes,
@@ -479,5 +606,3 @@ def _cmd_gather(args: argparse.Namespace) -> int:
     print(f"[RESULT] cluster report: {path}")
     save(cluster, args, path)
     return EXIT_OK if cluster.verdict is Verdict.SUCCESS else EXIT_FAILED
-
-

@@ -144,10 +144,12 @@ class K8sBackend(Backend):
         def get(name: str, default: Any = None) -> Any:
             return getattr(args, name, default)
 
+        kubeconfig = get("kubeconfig")
         raw = {
             "kind": get("kind", "job"),
             "namespace": get("namespace", "default"),
-            "kubeconfig": get("kubeconfig"),
+            # absolute: launch/job.json keeps it for 'gpuaccept gather', which may run from another directory
+            "kubeconfig": os.path.abspath(os.path.expanduser(kubeconfig)) if kubeconfig else None,
             "context": get("context"),
             "gpu_resource": get("gpu_resource", "nvidia.com/gpu"),
             "resources": parse_resources(get("resource") or []),
@@ -349,6 +351,11 @@ class K8sBackend(Backend):
             resp = core.read_namespaced_pod_log(pod, handle.namespace, **kwargs)
         except k8s.client.exceptions.ApiException as exc:
             handle.problems.append(f"{pod}: no log ({_api_message(exc)})")
+            return ""
+        except Exception as exc:  # urllib3 connection errors and the like
+            if isinstance(exc, GpuacceptError):
+                raise
+            handle.problems.append(f"{pod}: no log (cannot reach the Kubernetes API: {type(exc).__name__}: {exc})")
             return ""
         return bytes(resp.data).decode("utf-8", "replace")
 

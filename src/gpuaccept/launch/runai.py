@@ -321,6 +321,8 @@ class RunaiBackend(Backend):
             raise UsageError(f"the runai CLI ({handle.runai_bin}) is not on PATH") from None
         except subprocess.TimeoutExpired:
             raise UsageError(f"{what}: runai did not answer in 300 s") from None
+        except OSError as exc:
+            raise UsageError(f"{what}: cannot run {handle.runai_bin}: {exc.strerror or exc}") from None
         if check and proc.returncode != 0:
             last = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
             raise UsageError(f"{what}: runai exited {proc.returncode}: {last[-1] if last else 'no output'}")
@@ -383,7 +385,9 @@ class RunaiBackend(Backend):
         return proc.stdout
 
     def gather(self, submission: Submission, spec: JobSpec) -> list[NodeReport]:
-        """Reports from the pod logs (for mpi, the launcher's); logs are also written under ``spec.run_results_dir``."""
+        """Reports from the pod logs (for mpi, the launcher's); logs and reports are also written under
+        ``spec.run_results_dir`` (``logs/``, ``runai/<pod>/report.json``), where a later gather finds them when
+        Run:ai cannot be reached. Unreadable logs or report blocks are listed in ``submission.handle.problems``."""
         handle: RunaiHandle = submission.handle
         try:
             _phase, pods = self._describe(handle)
@@ -397,12 +401,16 @@ class RunaiBackend(Backend):
             if not text:
                 continue
             label = pod or f"{handle.name}-launcher"
+            found = reports_from_log(text, label)
             try:
                 (out_dir / "logs").mkdir(parents=True, exist_ok=True)
                 (out_dir / "logs" / f"{label}.log").write_text(text)
+                for i, report in enumerate(found.reports):
+                    sub = out_dir / "runai" / (label if len(found.reports) == 1 else f"{label}-{i}")
+                    sub.mkdir(parents=True, exist_ok=True)
+                    (sub / "report.json").write_text(json.dumps(report.to_dict(), indent=2) + "\n")
             except OSError as exc:
                 raise InputError(f"cannot write the logs under {out_dir}: {exc.strerror}") from None
-            found = reports_from_log(text, label)
             handle.problems.extend(found.problems)
             reports.extend(found.reports)
         return reports
