@@ -19,6 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from gpuaccept import __version__
+from gpuaccept.argtypes import csv as _csv
+from gpuaccept.argtypes import nonneg_int as _nonneg_int
+from gpuaccept.argtypes import positive_float as _positive_float
+from gpuaccept.argtypes import positive_int as _positive_int
 from gpuaccept.errors import GpuacceptError
 from gpuaccept.model import Verdict
 
@@ -31,32 +35,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(EXIT_USAGE, f"gpuaccept: error: {message} (see '{self.prog} --help')\n")
-
-
-def _csv(text: str) -> list[str]:
-    return [t.strip() for t in text.split(",") if t.strip()]
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
-    return int(text)
-
-
-def _nonneg_int(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"{text!r} is not a non-negative integer")
-    return int(text)
 
 
 def add_suite_options(p: argparse.ArgumentParser) -> None:

@@ -24,17 +24,17 @@ def _split_top(text: str) -> list[str]:
     for i, ch in enumerate(text):
         if ch == "[":
             if depth:
-                raise InputError(f"hostlist {text!r}: nested '[' at position {i}")
+                raise InputError(f"Slurm host list {text!r}: nested '[' at position {i}")
             depth = 1
         elif ch == "]":
             if not depth:
-                raise InputError(f"hostlist {text!r}: ']' without '[' at position {i}")
+                raise InputError(f"Slurm host list {text!r}: ']' without '[' at position {i}")
             depth = 0
         elif ch == "," and not depth:
             parts.append(text[start:i])
             start = i + 1
     if depth:
-        raise InputError(f"hostlist {text!r}: '[' is never closed")
+        raise InputError(f"Slurm host list {text!r}: '[' is never closed")
     parts.append(text[start:])
     return parts
 
@@ -45,15 +45,15 @@ def _range_items(body: str, whole: str) -> list[str]:
     for piece in body.split(","):
         lo, sep, hi = piece.partition("-")
         if not lo.isdigit() or (sep and not hi.isdigit()):
-            raise InputError(f"hostlist {whole!r}: {piece!r} is not a number or a range like 1-4")
+            raise InputError(f"Slurm host list {whole!r}: {piece!r} is not a number or a range like 1-4")
         if not sep:
             items.append(lo)
             continue
         a, b = int(lo), int(hi)
         if b < a:
-            raise InputError(f"hostlist {whole!r}: range {piece!r} goes down")
+            raise InputError(f"Slurm host list {whole!r}: range {piece!r} goes down")
         if b - a + 1 > MAX_HOSTS:
-            raise InputError(f"hostlist {whole!r}: range {piece!r} is implausibly large")
+            raise InputError(f"Slurm host list {whole!r}: range {piece!r} is implausibly large")
         width = len(lo) if lo.startswith("0") and len(lo) > 1 else 0
         items.extend(str(n).zfill(width) for n in range(a, b + 1))
     return items
@@ -72,7 +72,7 @@ def _expand_one(name: str, whole: str) -> list[str]:
         items = _range_items(name[j + 1:k], whole)
         out = [o + name[i:j] + item for o in out for item in items]
         if len(out) > MAX_HOSTS:
-            raise InputError(f"hostlist {whole!r} expands to more than {MAX_HOSTS} hosts")
+            raise InputError(f"Slurm host list {whole!r} expands to more than {MAX_HOSTS} hosts")
         i = k + 1
     return out
 
@@ -81,13 +81,13 @@ def expand_hostlist(text: str) -> list[str]:
     """Every host name of a Slurm hostlist expression, in order (``scontrol show hostnames``)."""
     text = text.strip()
     if not text:
-        raise InputError("hostlist is empty")
+        raise InputError("Slurm host list is empty")
     if any(ch.isspace() for ch in text):
-        raise InputError(f"hostlist {text!r} contains white space")
+        raise InputError(f"Slurm host list {text!r} contains white space")
     hosts: list[str] = []
     for part in _split_top(text):
         if not part:
-            raise InputError(f"hostlist {text!r} has an empty entry")
+            raise InputError(f"Slurm host list {text!r} has an empty entry")
         hosts.extend(_expand_one(part, text))
     return hosts
 

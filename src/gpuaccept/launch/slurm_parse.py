@@ -10,7 +10,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from gpuaccept.dist.hostlist import expand_hostlist
 from gpuaccept.errors import InputError
+
+__all__ = ["QueueView", "SlurmJob", "expand_hostlist", "parse_sacct", "parse_sbatch", "parse_scontrol_job",
+           "parse_squeue"]
 
 #: States after which the job will not run again (``squeue --help`` / ``sacct -e``).
 TERMINAL_STATES = frozenset({
@@ -141,65 +145,6 @@ def parse_scontrol_job(text: str, job_id: str) -> SlurmJob | None:
                     nodes="" if nodes == "(null)" else nodes,
                     reason="" if fields.get("Reason", "None") == "None" else fields.get("Reason", ""),
                     source="scontrol")
-
-
-def _expand_range(body: str, text: str) -> list[str]:
-    out: list[str] = []
-    for piece in body.split(","):
-        lo, sep, hi = piece.partition("-")
-        if not lo.isdigit() or (sep and not hi.isdigit()):
-            raise InputError(f"bad Slurm host list {text!r}: range {piece!r}")
-        if not sep:
-            out.append(lo)
-            continue
-        width = len(lo) if lo.startswith("0") or len(lo) == len(hi) else 0
-        start, stop = int(lo), int(hi)
-        if stop < start:
-            raise InputError(f"bad Slurm host list {text!r}: range {piece!r} runs backwards")
-        if stop - start > 100_000:
-            raise InputError(f"bad Slurm host list {text!r}: range {piece!r} is too large")
-        out.extend(str(i).zfill(width) for i in range(start, stop + 1))
-    return out
-
-
-def _split_top(text: str) -> list[str]:
-    """Split at commas outside brackets."""
-    parts, depth, cur = [], 0, ""
-    for ch in text:
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-            if depth < 0:
-                raise InputError(f"bad Slurm host list {text!r}: unbalanced ']'")
-        if ch == "," and depth == 0:
-            parts.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    if depth != 0:
-        raise InputError(f"bad Slurm host list {text!r}: unbalanced '['")
-    parts.append(cur)
-    return [p.strip() for p in parts if p.strip()]
-
-
-def expand_hostlist(text: str) -> list[str]:
-    """``node[1-3,7],gpu-a[01-02]`` -> node1 node2 node3 node7 gpu-a01 gpu-a02, as ``scontrol show hostnames``.
-
-    Several bracket groups in one name (``r[1-2]n[1-2]``) expand as a product.
-    """
-    hosts: list[str] = []
-    for part in _split_top(text.strip()):
-        names = [""]
-        for m in re.finditer(r"([^\[\]]*)(?:\[([^\]]*)\])?", part):
-            prefix, body = m.group(1), m.group(2)
-            if not prefix and body is None:
-                continue
-            names = [n + prefix for n in names]
-            if body is not None:
-                names = [n + x for n in names for x in _expand_range(body, text)]
-        hosts.extend(names)
-    return hosts
 
 
 @dataclass

@@ -13,30 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from typing import Any
 
+from gpuaccept.argtypes import int_at_least
+from gpuaccept.argtypes import nonneg_int as _nonneg_int
+from gpuaccept.argtypes import positive_float as _positive_float
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number > 0")
-    return value
-
-
-def _at_least_3(text: str) -> int:
-    if not text.isdigit() or int(text) < 3:
-        raise argparse.ArgumentTypeError(f"{text!r} must be an integer >= 3")
-    return int(text)
-
-
-def _nonneg_int(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"{text!r} is not a non-negative integer")
-    return int(text)
+_at_least_3 = int_at_least(3)
 
 
 def format_outlier(o: dict[str, Any]) -> str:

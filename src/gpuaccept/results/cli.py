@@ -14,40 +14,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gpuaccept.argtypes import nonneg_float as _nonneg_float
+from gpuaccept.argtypes import nonneg_int as _nonneg_int
+from gpuaccept.argtypes import positive_float as _positive_float
+from gpuaccept.argtypes import positive_int as _positive_int
+
 DB_HELP = ("history database URL: sqlite:///PATH, sqlite:////ABS/PATH or postgresql://USER@HOST[:PORT]/DB "
            "(default: $GPUACCEPT_DB, else ~/.local/share/gpuaccept/history.db)")
-
-
-def _positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
-    return int(text)
-
-
-def _nonneg_int(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"{text!r} is not a non-negative integer")
-    return int(text)
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number > 0")
-    return value
-
-
-def _nonneg_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (value >= 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
-    return value
 
 
 def register(sub: Any) -> None:
