@@ -216,3 +216,11 @@ def test_a_baseline_judges_the_run_and_a_bad_one_is_refused_before_anything_runs
                                            str(tmp_path / "r2"), "--baseline", str(bad)))
     assert str(bad) in line and "value" in line
     assert not (tmp_path / "r2").exists()
+
+
+def test_an_unusable_report_directory_is_bad_input(tmp_path: Path) -> None:
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    r = gpuaccept("run", "--device", "cpu", "--checks", "steady", "--report-dir", str(not_a_dir), "--no-history")
+    line = _one_clean_error_line(r)
+    assert "cannot write the report directory" in line and str(not_a_dir) in line

@@ -35,6 +35,7 @@ from typing import Any
 
 from gpuaccept import __version__
 from gpuaccept.checks.base import Outcome
+from gpuaccept.errors import UsageError
 from gpuaccept.judge import judge
 from gpuaccept.model import CheckResult, Metric, NodeReport, Status, Verdict
 from gpuaccept.suite import PlannedCheck, SuitePlan
@@ -142,10 +143,18 @@ class Runner:
     def _save(self) -> None:
         _write_json_atomic(self.report_path, self.report.to_dict())
 
+    def prepare(self) -> None:
+        """Create the run directory and the first report.json; UsageError when that is impossible."""
+        try:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            self._save()
+        except OSError as exc:
+            raise UsageError(f"cannot write the report directory {self.run_dir}: "
+                             f"{exc.strerror or exc} (see --report-dir)") from None
+
     def run(self) -> NodeReport:
         """Run every planned check. Raises :class:`Interrupted` on SIGINT/SIGTERM."""
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        self._save()
+        self.prepare()
         old_term = signal.getsignal(signal.SIGTERM)
 
         def on_term(signum: int, frame: FrameType | None) -> None:

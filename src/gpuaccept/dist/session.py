@@ -131,8 +131,7 @@ class DistributedRunner(Runner):
     # ---- the run ------------------------------------------------------------------------------
     def run(self) -> NodeReport:
         self.join()
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        self._save()
+        self.prepare()
         old_term = signal.getsignal(signal.SIGTERM)
 
         def on_term(signum: int, frame: FrameType | None) -> None:
