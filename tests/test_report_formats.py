@@ -256,3 +256,14 @@ def test_markdown_of_a_large_cluster_keeps_only_the_failing_node_tables() -> Non
     assert "Tables of the 19 successful nodes are left out" in text
     nodes_table = _tables(text)[2]
     assert len(nodes_table) == 2 + 20 and "`gpu-node-03` | failure" in nodes_table[2]
+
+
+def test_markdown_shows_the_declared_key_metric_of_an_unjudged_check() -> None:
+    """On a CPU node compute has no spec bound; its row still names the check's key metric (the weakest dtype)."""
+    report = load_report(Path(__file__).parent / "data" / "reports" / "node-cpu.json")
+    assert isinstance(report, NodeReport)
+    compute = next(c for c in report.checks if c.name == "compute")
+    assert all(m.threshold is None and m.expected is None for m in compute.metrics)
+    lowest = min((m for m in compute.metrics if m.name.startswith("gemm_")), key=lambda m: m.value)
+    row = next(line for line in render_markdown(report).splitlines() if line.startswith("| `compute`"))
+    assert f"`{lowest.name}`" in row

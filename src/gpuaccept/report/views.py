@@ -230,7 +230,25 @@ def headline_metric(check: CheckResult) -> Metric | None:
     ref = [m for m in check.metrics if m.expected and math.isfinite(m.value) and direction(m) != 0]
     if ref:
         return min(ref, key=lambda m: direction(m) * m.value / float(m.expected or 1.0))
-    return None
+    return declared_key_metric(check)
+
+
+def declared_key_metric(check: CheckResult) -> Metric | None:
+    """The lowest value of the metric the check declares as its key (``Check.key_metric``, a glob), if any."""
+    import fnmatch
+
+    from gpuaccept.checks import registry
+    from gpuaccept.errors import GpuacceptError
+
+    try:
+        cls = registry().get(check.name)
+    except GpuacceptError:  # a broken plugin must not stop a report from rendering
+        return None
+    pattern = getattr(cls, "key_metric", None) if cls is not None else None
+    if not pattern:
+        return None
+    hits = [m for m in check.metrics if fnmatch.fnmatchcase(m.name, pattern) and math.isfinite(m.value)]
+    return min(hits, key=lambda m: m.value) if hits else None
 
 
 def fmt_number(x: float | None) -> str:
