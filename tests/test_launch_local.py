@@ -179,7 +179,7 @@ def test_launch_side_never_imports_torch_or_unused_backends(tmp_path: Path) -> N
     (["--run-id", "../escape"], "--run-id '../escape'"),
     (["--name", "___"], "a job name needs letters or digits"),
     (["--image", "ubuntu"], "runs no containers"),
-    (["--timeout", "0"], "argument --timeout: '0' must be > 0"),
+    (["--timeout", "0"], "argument --timeout: '0' must be a finite number > 0"),
     (["--results-dir", "/a", "--report-dir", "/b"], "name the same thing"),
     (["--mount", "relative"], "--mount: relative: a mount is SOURCE:TARGET"),
 ])
