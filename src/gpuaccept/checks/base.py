@@ -189,6 +189,26 @@ class CheckContext:
         print(message, file=sys.stderr, flush=True)
 
 
+def torch_devices_or_skip(ctx: CheckContext) -> list[Any] | Outcome:
+    """The torch devices a check measures (``hw.devices.torch_devices``), or the SKIP it should return.
+
+    Torch missing is a skip (a GPU skip when CUDA was asked for); CUDA asked for
+    but unusable is a GPU skip, which ``--require-gpu`` turns into a failure.
+    Imports torch.
+    """
+    try:
+        import torch  # noqa: F401
+    except ImportError as exc:
+        return Outcome.skip(f"torch is not installed ({exc}); install gpuaccept[torch]",
+                            needs_gpu=ctx.device == "cuda")
+    from gpuaccept.hw.devices import torch_devices
+
+    try:
+        return torch_devices(ctx.device, ctx.gpus)
+    except RuntimeError as exc:
+        return Outcome.skip(str(exc), needs_gpu=True)
+
+
 class Check(abc.ABC):
     """Base class of every check. Subclasses set the class attributes and ``run``."""
 

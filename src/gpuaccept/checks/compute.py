@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from gpuaccept.checks.base import Check, CheckContext, Outcome, Param
+from gpuaccept.checks.base import Check, CheckContext, Outcome, Param, torch_devices_or_skip
 from gpuaccept.model import Metric, Status, Threshold
 
 if TYPE_CHECKING:
@@ -395,16 +395,11 @@ class ComputeCheck(Check):
     timeout_s: ClassVar[dict[str, float]] = {"quick": 120.0, "standard": 600.0, "full": 1800.0}
 
     def run(self, ctx: CheckContext) -> Outcome:
-        try:
-            import torch
-        except ImportError as exc:
-            return Outcome.skip(f"torch is not installed ({exc}); install gpuaccept[torch]")
-        from gpuaccept.hw.devices import torch_devices
+        devices = torch_devices_or_skip(ctx)
+        if isinstance(devices, Outcome):
+            return devices
+        import torch
 
-        try:
-            devices = torch_devices(ctx.device, ctx.gpus)
-        except RuntimeError as exc:
-            return Outcome.skip(str(exc), needs_gpu=True)
         p = ctx.params
         if not p["per_gpu"] and not p["concurrent"]:
             return Outcome(Status.ERROR, "per_gpu and concurrent are both false: nothing to measure")

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from gpuaccept.checks.base import Check, CheckContext, Outcome, Param
+from gpuaccept.checks.base import Check, CheckContext, Outcome, Param, torch_devices_or_skip
 from gpuaccept.model import Metric, Status, Threshold
 
 MIB = 1 << 20
@@ -264,18 +264,11 @@ class MemoryCheck(Check):
     timeout_s: ClassVar[dict[str, float]] = {"quick": 60.0, "standard": 180.0, "full": 600.0}
 
     def run(self, ctx: CheckContext) -> Outcome:
-        try:
-            import torch  # noqa: F401
-        except ImportError as exc:
-            return Outcome.skip(f"torch is not installed: {exc}", needs_gpu=ctx.device == "cuda")
+        devices = torch_devices_or_skip(ctx)
+        if isinstance(devices, Outcome):
+            return devices
         if ctx.device == "cpu":
             return self._run_cpu(ctx)
-        from gpuaccept.hw.devices import torch_devices
-
-        try:
-            devices = torch_devices(ctx.device, ctx.gpus)
-        except RuntimeError as exc:
-            return Outcome.skip(str(exc), needs_gpu=True)
         return self._run_gpu(ctx, devices)
 
     def _run_cpu(self, ctx: CheckContext) -> Outcome:

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from gpuaccept.checks.base import Check, CheckContext, Outcome, Param, ThresholdRule
+from gpuaccept.checks.base import Check, CheckContext, Outcome, Param, ThresholdRule, torch_devices_or_skip
 from gpuaccept.model import Metric
 
 MIB = 1 << 20
@@ -254,16 +254,11 @@ class MemtestCheck(Check):
     timeout_s: ClassVar[dict[str, float]] = {"quick": 60.0, "standard": 300.0, "full": 1800.0}
 
     def run(self, ctx: CheckContext) -> Outcome:
-        try:
-            import torch
-        except ImportError as exc:
-            return Outcome.skip(f"torch is not installed: {exc}", needs_gpu=ctx.device == "cuda")
-        from gpuaccept.hw.devices import torch_devices
+        devices = torch_devices_or_skip(ctx)
+        if isinstance(devices, Outcome):
+            return devices
+        import torch
 
-        try:
-            devices = torch_devices(ctx.device, ctx.gpus)
-        except RuntimeError as exc:
-            return Outcome.skip(str(exc), needs_gpu=True)
         p = ctx.params
         t_start = time.monotonic()
         # Leave a margin before the engine's kill so that partial results are reported.

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from gpuaccept.checks.base import Check, CheckContext, Outcome, Param
+from gpuaccept.checks.base import Check, CheckContext, Outcome, Param, torch_devices_or_skip
 from gpuaccept.checks.compute import finite_or_none, time_windows
 from gpuaccept.model import Metric
 
@@ -234,17 +234,9 @@ class NBodyCheck(Check):
     timeout_s: ClassVar[dict[str, float]] = {"quick": 120.0, "standard": 600.0, "full": 1800.0}
 
     def run(self, ctx: CheckContext) -> Outcome:
-        try:
-            import numpy  # noqa: F401
-            import torch  # noqa: F401
-        except ImportError as exc:
-            return Outcome.skip(f"{exc.name or 'torch'} is not installed ({exc}); install gpuaccept[torch]")
-        from gpuaccept.hw.devices import torch_devices
-
-        try:
-            devices = torch_devices(ctx.device, ctx.gpus)
-        except RuntimeError as exc:
-            return Outcome.skip(str(exc), needs_gpu=True)
+        devices = torch_devices_or_skip(ctx)
+        if isinstance(devices, Outcome):
+            return devices
         p = ctx.params
         dtype = str(p["dtype"])
         bodies = int(p["bodies"] if devices[0].type == "cuda" else p["cpu_bodies"])

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from gpuaccept.checks.base import Check, CheckContext, Outcome, Param
+from gpuaccept.checks.base import Check, CheckContext, Outcome, Param, torch_devices_or_skip
 from gpuaccept.model import Metric, Status, Threshold
 
 
@@ -142,16 +142,11 @@ class TrainCheck(Check):
     timeout_s: ClassVar[dict[str, float]] = {"quick": 60.0, "standard": 300.0, "full": 900.0}
 
     def run(self, ctx: CheckContext) -> Outcome:
-        try:
-            import torch
-        except ImportError as exc:
-            return Outcome.skip(f"torch is not installed: {exc}", needs_gpu=ctx.device == "cuda")
-        from gpuaccept.hw.devices import torch_devices
+        devices = torch_devices_or_skip(ctx)
+        if isinstance(devices, Outcome):
+            return devices
+        import torch
 
-        try:
-            devices = torch_devices(ctx.device, ctx.gpus)
-        except RuntimeError as exc:
-            return Outcome.skip(str(exc), needs_gpu=True)
         p = ctx.params
         if not p["all_gpus"]:
             devices = devices[:1]
