@@ -17,6 +17,7 @@ uses :class:`gpuaccept.dist.session.DistributedRunner` instead.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -26,7 +27,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -152,9 +153,10 @@ class Runner:
             raise UsageError(f"cannot write the report directory {self.run_dir}: "
                              f"{exc.strerror or exc} (see --report-dir)") from None
 
-    def run(self) -> NodeReport:
-        """Run every planned check. Raises :class:`Interrupted` on SIGINT/SIGTERM."""
-        self.prepare()
+    @contextlib.contextmanager
+    def interruptible(self) -> Iterator[None]:
+        """While the suite runs, SIGTERM acts like Ctrl-C: either kills the check processes, saves the
+        report as ``interrupted`` and raises :class:`Interrupted`."""
         old_term = signal.getsignal(signal.SIGTERM)
 
         def on_term(signum: int, frame: FrameType | None) -> None:
@@ -162,14 +164,7 @@ class Runner:
 
         signal.signal(signal.SIGTERM, on_term)
         try:
-            total = len(self.plan.checks)
-            for i, check in enumerate(self.plan.checks, 1):
-                self.events.on_start(check, i, total)
-                result = self._run_one(check)
-                self.report.checks.append(result)
-                _append_jsonl(self.results_path, result.to_dict())
-                self._save()
-                self.events.on_end(check, result)
+            yield
         except KeyboardInterrupt:
             self._kill_child()
             self.report.verdict = Verdict.INTERRUPTED
@@ -178,6 +173,19 @@ class Runner:
             raise Interrupted(self.report, signal.SIGINT) from None
         finally:
             signal.signal(signal.SIGTERM, old_term)
+
+    def run(self) -> NodeReport:
+        """Run every planned check. Raises :class:`Interrupted` on SIGINT/SIGTERM."""
+        self.prepare()
+        with self.interruptible():
+            total = len(self.plan.checks)
+            for i, check in enumerate(self.plan.checks, 1):
+                self.events.on_start(check, i, total)
+                result = self._run_one(check)
+                self.report.checks.append(result)
+                _append_jsonl(self.results_path, result.to_dict())
+                self._save()
+                self.events.on_end(check, result)
         self.report.verdict = self.report.decide()
         self.report.finished = utc_now()
         self._save()

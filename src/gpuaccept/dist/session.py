@@ -132,32 +132,20 @@ class DistributedRunner(Runner):
     def run(self) -> NodeReport:
         self.join()
         self.prepare()
-        old_term = signal.getsignal(signal.SIGTERM)
-
-        def on_term(signum: int, frame: FrameType | None) -> None:
-            raise KeyboardInterrupt
-
-        signal.signal(signal.SIGTERM, on_term)
         try:
-            total = len(self.plan.checks)
-            for seq, check in enumerate(self.plan.checks, 1):
-                distributed = is_distributed(check)
-                if not distributed and self.local_rank != 0:
-                    continue
-                self.events.on_start(check, seq, total)
-                result = self._run_distributed(check, seq) if distributed else self._run_one(check)
-                result.rank, result.host = self.rank, self.host
-                self._record(result)
-                self.events.on_end(check, result)
-            self._finish()
-        except KeyboardInterrupt:
-            self._kill_child()
-            self.report.verdict = Verdict.INTERRUPTED
-            self.report.finished = utc_now()
-            self._save()
-            raise Interrupted(self.report, signal.SIGINT) from None
+            with self.interruptible():
+                total = len(self.plan.checks)
+                for seq, check in enumerate(self.plan.checks, 1):
+                    distributed = is_distributed(check)
+                    if not distributed and self.local_rank != 0:
+                        continue
+                    self.events.on_start(check, seq, total)
+                    result = self._run_distributed(check, seq) if distributed else self._run_one(check)
+                    result.rank, result.host = self.rank, self.host
+                    self._record(result)
+                    self.events.on_end(check, result)
+                self._finish()
         finally:
-            signal.signal(signal.SIGTERM, old_term)
             self.control.close()
         return self.report
 

@@ -29,13 +29,12 @@ from gpuaccept.errors import ConfigError, UsageError
 from gpuaccept.launch.base import Backend, JobState, Plan, Submission
 from gpuaccept.launch.hosts import Host, check_unique, parse_host_list, parse_hostfile
 from gpuaccept.launch.jobargv import launch_dir, node_argv
-from gpuaccept.launch.spec import JobSpec
+from gpuaccept.launch.spec import JobSpec, env_names
 
 HOSTFILE = "hostfile"
 KILL_GRACE_S = 10.0
 _MCA_KEY = re.compile(r"^[a-z][a-z0-9_]*$")
 _IFACES = re.compile(r"^[A-Za-z0-9_.:/,-]+$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 TRANSPORTS = ("auto", "tcp", "ucx")
 
 # Set GPUACCEPT_HOSTNAME from the rank: rank r runs on host r // ranks-per-host.
@@ -56,13 +55,6 @@ def _ifaces(text: str) -> str:
         raise argparse.ArgumentTypeError(f"{text!r} is not a list of interfaces or subnets (eth0,ib0 or 10.0.0.0/8)")
     return text
 
-
-def _env_names(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    for n in names:
-        if not _ENV_NAME.match(n):
-            raise argparse.ArgumentTypeError(f"{n!r} is not an environment variable name")
-    return names
 
 
 @dataclass(frozen=True)
@@ -104,7 +96,7 @@ class MpiOptions:
             if "ib_devices" in v:
                 _ifaces(str(v["ib_devices"]))
             v["mca"] = tuple(tuple(kv) if not isinstance(kv, str) else _mca(kv) for kv in v.get("mca", ()))
-            v["forward_env"] = tuple(n for x in v.get("forward_env", ()) for n in _env_names(str(x)))
+            v["forward_env"] = tuple(n for x in v.get("forward_env", ()) for n in env_names(str(x)))
             v["mpi_args"] = tuple(str(a) for a in v.get("mpi_args", ()))
             for a in v["mpi_args"]:
                 if not a.startswith("-"):
@@ -145,7 +137,7 @@ class MpiBackend(Backend):
                        help="UCX_NET_DEVICES, e.g. mlx5_0:1,mlx5_1:1")
         g.add_argument("--mca", action="append", type=_mca, default=None, metavar="KEY=VALUE",
                        help="an MCA parameter (repeatable)")
-        g.add_argument("--forward-env", action="append", type=_env_names, default=None, metavar="A,B",
+        g.add_argument("--forward-env", action="append", type=env_names, default=None, metavar="A,B",
                        help="forward these variables of this shell to every rank (-x NAME)")
         g.add_argument("--oversubscribe", action="store_true", default=None,
                        help="allow more ranks than slots (e.g. 2 ranks on a 1-core test machine)")

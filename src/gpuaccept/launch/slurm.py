@@ -42,13 +42,12 @@ from gpuaccept.launch.slurm_parse import (
     parse_squeue,
     sacct_unavailable,
 )
-from gpuaccept.launch.spec import JobSpec, Mount
+from gpuaccept.launch.spec import JobSpec, Mount, env_names
 
 SCRIPT = "job.sbatch"
 RDZV_PORT_BASE = 20000
 _TOKEN = re.compile(r"^[A-Za-z0-9_.:@+-]+$")
 _HOSTLIST = re.compile(r"^[A-Za-z0-9_.,\[\]-]+$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CMD_TIMEOUT_S = 60
 
 
@@ -96,13 +95,6 @@ def _dash_arg(text: str) -> str:
     return text
 
 
-def _env_names(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    for n in names:
-        if not _ENV_NAME.match(n):
-            raise argparse.ArgumentTypeError(f"{n!r} is not an environment variable name")
-    return names
-
 
 @dataclass(frozen=True)
 class SlurmOptions:
@@ -144,7 +136,7 @@ class SlurmOptions:
                 elif key == "srun_args":
                     values[key] = tuple(_dash_arg(str(v)) for v in value)
                 elif key == "container_env":
-                    values[key] = tuple(n for v in value for n in _env_names(str(v)))
+                    values[key] = tuple(n for v in value for n in env_names(str(v)))
                 elif key in ("exclusive", "container_mount_home"):
                     if not isinstance(value, bool):
                         raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
@@ -276,9 +268,9 @@ def render_script(spec: JobSpec, opts: SlurmOptions) -> str:
     if spec.image:
         srun.append(_quoted(f"--container-image={pyxis_image(spec.image)}"))
         srun.append(_quoted("--container-mounts=" + ",".join(str(m) for m in _container_mounts(spec))))
-        env_names = list(dict.fromkeys([*spec.env, *opts.container_env]))
-        if env_names:
-            srun.append(_quoted("--container-env=" + ",".join(env_names)))
+        passed = list(dict.fromkeys([*spec.env, *opts.container_env]))
+        if passed:
+            srun.append(_quoted("--container-env=" + ",".join(passed)))
         workdir = opts.container_workdir or spec.workdir
         if workdir:
             srun.append(q(f"--container-workdir={workdir}"))
@@ -362,7 +354,7 @@ class SlurmBackend(Backend):
         g.add_argument("--container-workdir", default=None, metavar="PATH", help="Pyxis --container-workdir")
         g.add_argument("--no-container-mount-home", dest="container_mount_home", action="store_false",
                        default=None, help="Pyxis --no-container-mount-home")
-        g.add_argument("--container-env", action="append", type=_env_names, default=None, metavar="A,B",
+        g.add_argument("--container-env", action="append", type=env_names, default=None, metavar="A,B",
                        help="more variable names for Pyxis --container-env (the --env names always are)")
 
     @classmethod

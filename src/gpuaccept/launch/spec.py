@@ -7,6 +7,7 @@ and where per-node reports go. Backend-specific options are a validated dict.
 
 from __future__ import annotations
 
+import argparse
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +53,15 @@ def sanitize_name(raw: str) -> str:
     if not name or not _JOB_NAME.match(name):
         raise ConfigError("--name", raw, "a job name needs letters or digits (it becomes a DNS label)")
     return name
+
+
+def env_names(text: str) -> list[str]:
+    """argparse converter: ``"A, B"`` -> ``["A", "B"]``, each a valid environment variable name."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    for n in names:
+        if not _ENV_NAME.match(n):
+            raise argparse.ArgumentTypeError(f"{n!r} is not an environment variable name")
+    return names
 
 
 def parse_env(items: list[str], source: str = "--env") -> dict[str, str]:
