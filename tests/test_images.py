@@ -171,6 +171,8 @@ def _wait_for_ssh(port: int, key: Path, deadline_s: float = 30) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_multinode_image_labels_pins_and_no_host_keys(podman: Podman, multinode: str) -> None:
+    print(f"\n[image sizes] torch stand-in base {podman.image_size(torch_base(podman)) / 1e6:.0f} MB, multinode "
+          f"(NCCL_TESTS=off) {podman.image_size(multinode) / 1e6:.0f} MB", file=sys.stderr)
     labels = podman.labels(multinode)
     assert labels["org.opencontainers.image.version"] == VERSION
     assert labels["org.opencontainers.image.source"] == SOURCE
