@@ -159,8 +159,10 @@ def shared_podman() -> Podman:
 def _remove(store: Podman) -> None:
     if store.timings:
         print("[podman timings] " + ", ".join(f"{k}: {v:.0f} s" for k, v in store.timings.items()), file=sys.stderr)
-    subprocess.run(store.argv("system", "reset", "--force"), capture_output=True, timeout=300, env=store.env(),
-                   stdin=subprocess.DEVNULL)
+    # containers, then images (which unmounts their layers); not 'system reset', which also touches
+    # state outside --root such as networks
+    for args in (("rm", "--all", "--force"), ("rmi", "--all", "--force")):
+        subprocess.run(store.argv(*args), capture_output=True, timeout=300, env=store.env(), stdin=subprocess.DEVNULL)
     shutil.rmtree(store.directory, ignore_errors=True)
 
 

@@ -114,8 +114,8 @@ def _entry(dist: Installed, urls: bool) -> list[str]:
     if urls:
         url = url_pin(dist.direct_url)
         if url is not None:
-            return [f"# {dist.name} {dist.version}: {origin}; pinned by URL (pip fetches it when it resolves "
-                    f"{dist.name})", f"{dist.name} @ {url}"]
+            return [f"# {dist.name}: {origin}; pinned by URL (pip fetches it whenever it resolves {dist.name})",
+                    f"{dist.name} @ {url}"]
         why = ("a constraint cannot be editable" if origin.startswith("editable")
                else "its URL does not name one exact source")
         return [f"# {dist.name}: {origin}; pinned by version: {why}", pin]
@@ -180,7 +180,11 @@ def installed(paths: Sequence[str]) -> list[Installed]:
             except ValueError:
                 loaded = {"url": "(an unreadable direct_url.json)", "dir_info": {}}
             direct = loaded if isinstance(loaded, dict) else None
-        found.append(Installed(str(name), str(version), str(dist.locate_file("")), direct))
+        try:
+            location = str(dist.locate_file(""))
+        except (NotImplementedError, OSError):  # a distribution from a custom finder
+            location = "(unknown)"
+        found.append(Installed(str(name), str(version), location, direct))
     return found
 
 
