@@ -282,7 +282,7 @@ def test_multinode_build_checks_the_version_label(podman: Podman, multinode: str
 @pytest.fixture(scope="module")
 def runtime_images(podman: Podman) -> Iterator[tuple[str, str]]:
     base = debian_base(podman)
-    args = {"BUILD_IMAGE": base, "RUNTIME_IMAGE": base, "GPUACCEPT_VERSION": VERSION,
+    args = {"BUILD_IMAGE": base, "BASE_IMAGE": base, "GPUACCEPT_VERSION": VERSION,
             "TORCH_REQUIREMENT": offline_pip(podman).torch_requirement}
     volumes = offline_pip(podman).volumes()
     podman.build(RUNTIME, IMAGES / "runtime" / "Dockerfile", ROOT, args, extra=volumes)
