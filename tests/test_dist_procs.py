@@ -254,7 +254,7 @@ def test_rank_0_killed_mid_collective_leaves_the_survivor_with_its_own_record(tm
 
 
 def _child_pid(parent: int, rank: int) -> int | None:
-    """The rank process (python -m gpuaccept.dist.child) that ``parent`` started for ``rank``."""
+    """The rank process (python -m gpuaccept.distributed.child) that ``parent`` started for ``rank``."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue

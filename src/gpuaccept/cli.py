@@ -172,7 +172,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     plan = plan_suite(opts, cfg, reg, device)
     nproc = 1
     if info is None and any(is_distributed(c) for c in plan.checks):
-        from gpuaccept.dist.local import default_nproc
+        from gpuaccept.distributed.local import default_nproc
 
         nproc = args.nproc or default_nproc(plan.device, plan.gpus, os.environ)
     if args.plan:
@@ -191,8 +191,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     console = RichConsole(stream, keys) if stream.isatty() else PlainConsole(stream, keys)
     runner: Runner
     if info is not None:
-        from gpuaccept.dist.control import RendezvousError
-        from gpuaccept.dist.session import DistributedRunner
+        from gpuaccept.distributed.control import RendezvousError
+        from gpuaccept.distributed.session import DistributedRunner
 
         leader = info.rank == 0
         runner = DistributedRunner(plan, Path(report_dir), info, run_id=args.run_id, argv=sys.argv[1:],
@@ -264,7 +264,7 @@ def _rank_info(args: argparse.Namespace) -> Any:
     A plain run refuses to be one of several launcher processes on a node:
     each would run the whole node suite on the same GPUs.
     """
-    from gpuaccept.dist.env import detect_rank, processes_on_node
+    from gpuaccept.distributed.env import detect_rank, processes_on_node
     from gpuaccept.errors import UsageError
 
     if args.distributed:

@@ -8,11 +8,11 @@ Files in ``<report_dir>/<run_id>/``:
 - ``logs/<check>.log``: the check's stdout and stderr.
 
 A distributed check (a class with ``distributed = True``, see
-:mod:`gpuaccept.dist.group`) runs as ``nproc`` processes, one per GPU (two gloo
+:mod:`gpuaccept.distributed.group`) runs as ``nproc`` processes, one per GPU (two gloo
 ranks on CPU), that meet on a c10d store rank 0 serves on a free loopback
 port; their outcomes are merged into one result (``logs/<check>.rank<r>.log``).
 With fewer than two ranks it is skipped. ``gpuaccept run --distributed``
-uses :class:`gpuaccept.dist.session.DistributedRunner` instead.
+uses :class:`gpuaccept.distributed.session.DistributedRunner` instead.
 """
 
 from __future__ import annotations
@@ -257,7 +257,7 @@ class Runner:
 
     def _run_group(self, check: PlannedCheck) -> CheckResult:
         """A distributed check on this node: ``nproc`` rank processes, merged into one result."""
-        from gpuaccept.dist.local import run_local_group
+        from gpuaccept.distributed.local import run_local_group
 
         return run_local_group(self, check)
 

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from gpuaccept.checks.base import CheckContext, Outcome, Param, ThresholdRule
-from gpuaccept.dist.group import Abandon, DistributedCheck, RankContext, first_line, process_group
+from gpuaccept.distributed.group import Abandon, DistributedCheck, RankContext, first_line, process_group
 from gpuaccept.model import Metric, Status, Threshold
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gpuaccept.dist.hostlist import expand_hostlist
+from gpuaccept.distributed.hostlist import expand_hostlist
 from gpuaccept.errors import InputError
 
 __all__ = ["QueueView", "SlurmJob", "expand_hostlist", "parse_sacct", "parse_sbatch", "parse_scontrol_job",

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuaccept.checks.base import Outcome
-from gpuaccept.dist.gather import merge_rank_outcomes
-from gpuaccept.dist.group import ENV_VAR, PARTIAL_ENV, RankContext
+from gpuaccept.distributed.gather import merge_rank_outcomes
+from gpuaccept.distributed.group import ENV_VAR, PARTIAL_ENV, RankContext
 from gpuaccept.model import CheckResult, Status
 from gpuaccept.suite import PlannedCheck
 
@@ -148,7 +148,7 @@ def run_local_group(runner: Runner, check: PlannedCheck) -> CheckResult:
             logs[r].unlink(missing_ok=True)
             partial_path(outs[r]).unlink(missing_ok=True)
             procs[r] = runner._spawn(check, outs[r], logs[r], env=rank_env(rc, n, partial_path(outs[r])),
-                                     module="gpuaccept.dist.child")
+                                     module="gpuaccept.distributed.child")
         killed = wait_ranks(procs, check.timeout_s, runner.dist_timeout_s, lambda r: outs[r].exists())
     finally:
         runner._kill_child()

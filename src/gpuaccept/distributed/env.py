@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gpuaccept.dist.hostlist import expand_hostlist, expand_tasks_per_node
+from gpuaccept.distributed.hostlist import expand_hostlist, expand_tasks_per_node
 from gpuaccept.errors import InputError, UsageError
 
 DEFAULT_MASTER_PORT = 29500

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from gpuaccept.dist.env import RankInfo
+from gpuaccept.distributed.env import RankInfo
 from gpuaccept.errors import UsageError
 
 

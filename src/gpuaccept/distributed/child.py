@@ -1,4 +1,4 @@
-"""Entry point of one rank's process for a distributed check (``python -m gpuaccept.dist.child``).
+"""Entry point of one rank's process for a distributed check (``python -m gpuaccept.distributed.child``).
 
 Same protocol as :mod:`gpuaccept.child` (JSON request on stdin, outcome JSON
 written to the requested path, death with the parent), plus the rank in

@@ -1,11 +1,11 @@
 """``gpuaccept run --distributed``: one rank of a run started by torchrun, srun, mpirun or an operator.
 
-Every rank joins the control plane (:mod:`gpuaccept.dist.control`), agrees on
+Every rank joins the control plane (:mod:`gpuaccept.distributed.control`), agrees on
 the run id, and walks the suite in order:
 
 - node-local checks run once per node, on local rank 0 (the others go on);
 - before a distributed check, a barrier; then this rank's process for the check
-  (``python -m gpuaccept.dist.child``) with its :class:`RankContext`, watched:
+  (``python -m gpuaccept.distributed.child``) with its :class:`RankContext`, watched:
   when a peer is declared dead (no heartbeat for the timeout) it gets a quarter of the
   timeout to give up on its own, then it is killed; a barrier after;
 - once a rank is gone, the remaining distributed checks are recorded as errors
@@ -24,22 +24,19 @@ this rank's check process, then the remaining work skips the dead rank.
 
 from __future__ import annotations
 
-import signal
 import sys
 import time
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from gpuaccept.checks.base import Outcome
-from gpuaccept.dist.control import Control, LeaderLost
-from gpuaccept.dist.env import RankInfo
-from gpuaccept.dist.gather import missing_rank_result, order_results, rank_jsonl_name
-from gpuaccept.dist.group import RankContext
-from gpuaccept.dist.local import partial_path, rank_env, with_partial
+from gpuaccept.distributed.control import Control, LeaderLost
+from gpuaccept.distributed.env import RankInfo
+from gpuaccept.distributed.gather import missing_rank_result, order_results, rank_jsonl_name
+from gpuaccept.distributed.group import RankContext
+from gpuaccept.distributed.local import partial_path, rank_env, with_partial
 from gpuaccept.model import CheckResult, NodeReport, Status, Verdict
 from gpuaccept.runner import (
-    Interrupted,
     RunEvents,
     Runner,
     _append_jsonl,
@@ -216,7 +213,7 @@ class DistributedRunner(Runner):
         started = time.monotonic()
         partial_path(out).unlink(missing_ok=True)
         child = self._spawn(check, out, log, env=rank_env(rc, self.local_world, partial_path(out)),
-                            module="gpuaccept.dist.child")
+                            module="gpuaccept.distributed.child")
         grace = self.dist_timeout_s / 4
         kill_at: float | None = None
         killed: str | None = None
