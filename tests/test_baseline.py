@@ -413,7 +413,7 @@ def test_cli_create_bad_input_is_exit_2_one_line(tmp_path: Path, args: tuple[str
 
 
 def test_cli_create_from_the_history_store(tmp_path: Path) -> None:
-    from gpuaccept.results.store import record
+    from gpuaccept.results.history import record
 
     db = f"sqlite:///{tmp_path / 'history.db'}"
     rng = np.random.default_rng(51)

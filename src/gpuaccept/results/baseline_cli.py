@@ -118,7 +118,7 @@ def read_report_files(paths: Sequence[str]) -> list[NodeReport | ClusterReport]:
 
 def _from_history(args: argparse.Namespace) -> list[NodeReport]:
     from gpuaccept.model import NodeReport
-    from gpuaccept.results.store import open_store
+    from gpuaccept.results.history import open_store
     from gpuaccept.results.timespec import parse_since
 
     since = parse_since(args.since) if args.since else None
