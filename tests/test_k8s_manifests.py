@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from gpuaccept.errors import ConfigError
-from gpuaccept.launch.k8s import K8sBackend
-from gpuaccept.launch.k8s_manifests import build_manifests, object_name, to_yaml
-from gpuaccept.launch.k8s_options import KINDS, K8sOptions, parse_toleration
+from gpuaccept.launch.k8s.backend import K8sBackend
+from gpuaccept.launch.k8s.manifests import build_manifests, object_name, to_yaml
+from gpuaccept.launch.k8s.options import KINDS, K8sOptions, parse_toleration
 from gpuaccept.launch.pod_script import NODE_SCRIPT, mpi_launcher_script
 from gpuaccept.launch.spec import Mount, sanitize_name
 from tests.helpers import gpuaccept

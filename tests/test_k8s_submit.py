@@ -21,10 +21,10 @@ import pytest
 import yaml
 
 from gpuaccept.errors import ConfigError, UsageError
-from gpuaccept.launch.k8s import K8sBackend
-from gpuaccept.launch.k8s_manifests import build_manifests, selector
-from gpuaccept.launch.k8s_options import K8sOptions
-from gpuaccept.launch.k8s_status import job_state, pod_summary
+from gpuaccept.launch.k8s.backend import K8sBackend
+from gpuaccept.launch.k8s.manifests import build_manifests, selector
+from gpuaccept.launch.k8s.options import K8sOptions
+from gpuaccept.launch.k8s.status import job_state, pod_summary
 from gpuaccept.launch.pod_script import REPORT_END
 from gpuaccept.launch.spec import JobSpec
 from gpuaccept.model import Verdict

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpuaccept.errors import ConfigError
-from gpuaccept.launch.mpi import _NAME_RANK, MpiBackend
+from gpuaccept.launch.mpi.backend import _NAME_RANK, MpiBackend
 from gpuaccept.launch.spec import JobSpec
 from tests.launch_support import check_golden, cluster_report, gpuaccept, one_error_line, require, shellcheck
 

@@ -16,8 +16,8 @@ import pytest
 
 from gpuaccept.errors import ConfigError, InputError
 from gpuaccept.launch.base import Submission
-from gpuaccept.launch.slurm import SlurmBackend, SlurmOptions, _Watch, pyxis_image, render_script
-from gpuaccept.launch.slurm_parse import (
+from gpuaccept.launch.slurm.backend import SlurmBackend, SlurmOptions, _Watch, pyxis_image, render_script
+from gpuaccept.launch.slurm.parse import (
     expand_hostlist,
     parse_sacct,
     parse_sbatch,

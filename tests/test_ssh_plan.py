@@ -16,7 +16,7 @@ from gpuaccept.launch.base import Plan
 from gpuaccept.launch.hosts import Host
 from gpuaccept.launch.registry import backend_class
 from gpuaccept.launch.spec import JobSpec, Mount
-from gpuaccept.launch.ssh import (
+from gpuaccept.launch.ssh.backend import (
     SCRIPT_NAME,
     SshBackend,
     SshOptions,
@@ -191,7 +191,7 @@ def test_argv_builders() -> None:
 
 
 def _slot(opts: SshOptions) -> Any:
-    from gpuaccept.launch.ssh import layout
+    from gpuaccept.launch.ssh.backend import layout
 
     return layout(spec(nodes=1, options={"hosts": ["a"]}), opts)[0]
 

@@ -1,4 +1,4 @@
-"""Shell scripts that run inside a container of a Kubernetes or Run:ai job.
+"""Shell scripts that run inside a container of a Kubernetes or Run:ai job, and what their MPI launcher forwards.
 
 Both are POSIX ``sh`` (no bash needed in the image) and take the job argv as
 positional parameters (``sh -c SCRIPT NAME ARGV...``), so the argv is never
@@ -11,6 +11,8 @@ launcher reads them back from the container log (``kubectl logs``) with
 from __future__ import annotations
 
 import shlex
+
+from gpuaccept.launch.spec import JobSpec
 
 REPORT_BEGIN = "@@gpuaccept-report-begin@@"
 REPORT_END = "@@gpuaccept-report-end@@"
@@ -94,3 +96,17 @@ awk 'NF {{print $1}}' "$hostfile" | while IFS= read -r host; do
 done
 exit "$rc"
 """
+
+
+MPI_LAUNCHER_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "TERM": "dumb"}
+"""Set on the MPI launcher: mpirun may run as root (NGC images), and ranks write to mpirun's ptys, not a terminal."""
+
+
+def mpi_forward_env(spec: JobSpec) -> list[str]:
+    """Variables the launcher's mpirun exports to the ranks (``-x``): the job's env, and TERM."""
+    return [*spec.env, *(["TERM"] if "TERM" not in spec.env else [])]
+
+
+def mpi_ranks_per_worker(spec: JobSpec) -> int:
+    """One rank per GPU for a distributed job or a user command; one per node for the plain suite."""
+    return spec.nproc if (spec.distributed or spec.command is not None) else 1

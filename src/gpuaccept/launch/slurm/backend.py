@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 from gpuaccept.errors import ConfigError, UsageError
 from gpuaccept.launch.base import Backend, JobState, Plan, Submission
 from gpuaccept.launch.jobargv import launch_dir, node_argv, torchrun_job
-from gpuaccept.launch.slurm_parse import (
+from gpuaccept.launch.slurm.parse import (
     SACCT_FIELDS,
     SQUEUE_FORMAT,
     SlurmJob,

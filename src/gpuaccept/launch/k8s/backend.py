@@ -1,4 +1,4 @@
-"""The Kubernetes backend: manifests planned by :mod:`gpuaccept.launch.k8s_manifests`, submitted and watched
+"""The Kubernetes backend: manifests planned by :mod:`gpuaccept.launch.k8s.manifests`, submitted and watched
 through the official ``kubernetes`` Python client (the optional ``k8s`` extra, imported only to submit).
 
 Results come back through the pod logs: every node container prints its
@@ -25,9 +25,9 @@ import yaml
 
 from gpuaccept.errors import ConfigError, GpuacceptError, InputError, UsageError
 from gpuaccept.launch.base import Backend, JobState, Plan, Submission
-from gpuaccept.launch.k8s_manifests import NODE_CONTAINER, PYTORCH_CONTAINER, build_manifests, selector, to_yaml
-from gpuaccept.launch.k8s_options import KINDS, K8sOptions, parse_key_values, parse_resources, parse_toleration
-from gpuaccept.launch.k8s_status import job_state, pod_rows
+from gpuaccept.launch.k8s.manifests import NODE_CONTAINER, PYTORCH_CONTAINER, build_manifests, selector, to_yaml
+from gpuaccept.launch.k8s.options import KINDS, K8sOptions, parse_key_values, parse_resources, parse_toleration
+from gpuaccept.launch.k8s.status import job_state, pod_rows
 from gpuaccept.launch.log_reports import reports_from_log
 from gpuaccept.launch.spec import JobSpec
 from gpuaccept.model import NodeReport

@@ -46,10 +46,16 @@ from typing import Any
 from gpuaccept.errors import ConfigError, GpuacceptError, InputError, UsageError
 from gpuaccept.launch.base import Backend, JobState, Plan, Submission
 from gpuaccept.launch.jobargv import node_argv, torchrun_argv
-from gpuaccept.launch.k8s_manifests import MPI_LAUNCHER_ENV, mpi_forward_env, mpi_ranks_per_worker
-from gpuaccept.launch.k8s_options import check_dns_label, check_dns_subdomain, parse_toleration
+from gpuaccept.launch.k8s.options import check_dns_label, check_dns_subdomain, parse_toleration
 from gpuaccept.launch.log_reports import reports_from_log
-from gpuaccept.launch.pod_script import NODE_SCRIPT, RESULTS_ENV, mpi_launcher_script
+from gpuaccept.launch.pod_script import (
+    MPI_LAUNCHER_ENV,
+    NODE_SCRIPT,
+    RESULTS_ENV,
+    mpi_forward_env,
+    mpi_launcher_script,
+    mpi_ranks_per_worker,
+)
 from gpuaccept.launch.spec import JobSpec
 from gpuaccept.model import NodeReport
 

@@ -33,8 +33,15 @@ import yaml
 
 from gpuaccept.errors import ConfigError
 from gpuaccept.launch.jobargv import node_argv, torchrun_argv
-from gpuaccept.launch.k8s_options import K8sOptions, check_dns_subdomain, label_value
-from gpuaccept.launch.pod_script import NODE_SCRIPT, RESULTS_ENV, mpi_launcher_script
+from gpuaccept.launch.k8s.options import K8sOptions, check_dns_subdomain, label_value
+from gpuaccept.launch.pod_script import (
+    MPI_LAUNCHER_ENV,
+    NODE_SCRIPT,
+    RESULTS_ENV,
+    mpi_forward_env,
+    mpi_launcher_script,
+    mpi_ranks_per_worker,
+)
 from gpuaccept.launch.spec import MAX_NAME, JobSpec
 
 NODE_CONTAINER = "node"
@@ -330,20 +337,6 @@ def _pytorchjob(spec: JobSpec, opts: K8sOptions, name: str) -> list[dict[str, An
     job["spec"] = {"nprocPerNode": str(spec.nproc), "runPolicy": _run_policy(spec, "None"),
                    "pytorchReplicaSpecs": replicas}
     return [job]
-
-
-MPI_LAUNCHER_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "TERM": "dumb"}
-"""Set on the MPI launcher: mpirun may run as root (NGC images), and ranks write to mpirun's ptys, not a terminal."""
-
-
-def mpi_forward_env(spec: JobSpec) -> list[str]:
-    """Variables the launcher's mpirun exports to the ranks (``-x``): the job's env, and TERM."""
-    return [*spec.env, *(["TERM"] if "TERM" not in spec.env else [])]
-
-
-def mpi_ranks_per_worker(spec: JobSpec) -> int:
-    """One rank per GPU for a distributed job or a user command; one per node for the plain suite."""
-    return spec.nproc if (spec.distributed or spec.command is not None) else 1
 
 
 def _mpijob(spec: JobSpec, opts: K8sOptions, name: str) -> list[dict[str, Any]]:
