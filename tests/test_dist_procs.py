@@ -159,10 +159,14 @@ def test_mpirun_two_ranks_detected_from_ompi_variables(tmp_path: Path) -> None:
 
 
 def _start_two_ranks_in_a_slow_sweep(tmp_path: Path, timeout: float) -> list[subprocess.Popen[bytes]]:
-    """Two env-launched ranks (hosts nodeA, nodeB) in a long allreduce sweep, returned once both are in it."""
+    """Two env-launched ranks (hosts nodeA, nodeB) in a long allreduce sweep, returned once both are in it.
+
+    The sweep must outlast the loss detection (the timeout plus its grace) by far, also on a fast or a
+    loaded machine, or the parent_hung case sees rank 0 finish its rows before the peer is declared lost.
+    """
     cfg = tmp_path / "slow.yaml"
     cfg.write_text("checks:\n  collectives:\n    params: {ops: [allreduce], min_bytes: 4096, cpu_max_bytes: 65536, "
-                   "step_factor: 2, warmup: 0, iters: 1500}\n")
+                   "step_factor: 2, warmup: 0, iters: 6000}\n")
     port = free_port()
     args = ["run", "--distributed", *QUICK, "--checks", "health,collectives", "--config", str(cfg),
             "--report-dir", str(tmp_path / "rep"), "--run-id", "fault", "--dist-timeout", str(timeout)]
@@ -272,7 +276,7 @@ def _child_pid(parent: int, rank: int) -> int | None:
 def test_a_local_rank_killed_mid_collective_is_named_in_the_node_report(tmp_path: Path) -> None:
     cfg = tmp_path / "slow.yaml"
     cfg.write_text("checks:\n  collectives:\n    params: {ops: [allreduce], min_bytes: 4096, cpu_max_bytes: 65536, "
-                   "step_factor: 2, warmup: 0, iters: 1500}\n")
+                   "step_factor: 2, warmup: 0, iters: 6000}\n")
     with open(tmp_path / "run.log", "wb") as log:
         proc = subprocess.Popen(gpuaccept_argv("run", *QUICK, "--checks", "collectives", "--config", str(cfg),
                                                "--report-dir", str(tmp_path), "--run-id", "local",
