@@ -16,7 +16,8 @@ import pytest
 
 from gpuaccept.errors import ConfigError, InputError
 from gpuaccept.launch.base import Submission
-from gpuaccept.launch.slurm.backend import SlurmBackend, SlurmOptions, _Watch, pyxis_image, render_script
+from gpuaccept.launch.slurm.backend import SlurmBackend, _Watch
+from gpuaccept.launch.slurm.options import SlurmOptions
 from gpuaccept.launch.slurm.parse import (
     expand_hostlist,
     parse_sacct,
@@ -26,6 +27,7 @@ from gpuaccept.launch.slurm.parse import (
     sacct_unavailable,
     squeue_says_unknown_job,
 )
+from gpuaccept.launch.slurm.script import pyxis_image, render_script
 from gpuaccept.launch.spec import JobSpec, Mount
 from tests.launch_support import (
     SLURM_DATA,

@@ -20,7 +20,9 @@ import pytest
 
 from gpuaccept.errors import ConfigError, InputError, UsageError
 from gpuaccept.launch.pod_script import NODE_SCRIPT
-from gpuaccept.launch.runai.backend import RunaiBackend, RunaiOptions, build_argv, parse_describe, runai_toleration
+from gpuaccept.launch.runai.backend import RunaiBackend
+from gpuaccept.launch.runai.parse import parse_describe
+from gpuaccept.launch.runai.plan import RunaiOptions, build_argv, runai_toleration
 from gpuaccept.launch.spec import JobSpec, Mount, sanitize_name
 from gpuaccept.model import Verdict
 from tests.fake_runai import SUBMIT_FLAGS, calls, install
