@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuaccept.checks.base import Outcome
+from gpuaccept.childproc import died_reason, kill_tree, read_outcome
 from gpuaccept.distributed.gather import merge_rank_outcomes
 from gpuaccept.distributed.group import ENV_VAR, PARTIAL_ENV, RankContext
 from gpuaccept.model import CheckResult, Status
@@ -65,7 +66,6 @@ def wait_ranks(procs: dict[int, subprocess.Popen[bytes]], limit_s: float, grace_
     ``limit_s`` bounds the whole check; once a rank has died without a result
     (``has_result(rank)`` false after it exits), the rest get ``grace_s`` more.
     """
-    from gpuaccept.runner import kill_tree
 
     started = time.monotonic()
     kill_at = started + limit_s
@@ -101,7 +101,6 @@ def partial_path(out: Path) -> Path:
 
 def with_partial(lost: Outcome, out: Path, runner: Runner) -> Outcome:
     """``lost`` (a killed or dead rank's outcome) plus the metrics its last checkpoint saved, if any."""
-    from gpuaccept.runner import read_outcome
 
     raw = read_outcome(partial_path(out))
     if raw is None:
@@ -118,7 +117,6 @@ def with_partial(lost: Outcome, out: Path, runner: Runner) -> Outcome:
 
 def run_local_group(runner: Runner, check: PlannedCheck) -> CheckResult:
     """Run ``check`` as ``runner.nproc`` local ranks and return the merged, judged result."""
-    from gpuaccept.runner import died_reason, read_outcome
 
     n = runner.nproc
     plan = runner.plan

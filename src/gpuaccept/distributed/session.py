@@ -30,23 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from gpuaccept.checks.base import Outcome
+from gpuaccept.childproc import append_jsonl, died_reason, kill_tree, read_outcome
 from gpuaccept.distributed.control import Control, LeaderLost
 from gpuaccept.distributed.env import RankInfo
 from gpuaccept.distributed.gather import missing_rank_result, order_results, rank_jsonl_name
 from gpuaccept.distributed.group import RankContext
 from gpuaccept.distributed.local import partial_path, rank_env, with_partial
 from gpuaccept.model import CheckResult, NodeReport, Status, Verdict
-from gpuaccept.runner import (
-    RunEvents,
-    Runner,
-    _append_jsonl,
-    died_reason,
-    is_distributed,
-    kill_tree,
-    new_run_id,
-    read_outcome,
-    utc_now,
-)
+from gpuaccept.runner import RunEvents, Runner, is_distributed, new_run_id, utc_now
 from gpuaccept.suite import PlannedCheck, SuitePlan
 
 
@@ -269,7 +260,7 @@ class DistributedRunner(Runner):
     # ---- results ------------------------------------------------------------------------------
     def _record(self, result: CheckResult) -> None:
         self.report.checks.append(result)
-        _append_jsonl(self.results_path, result.to_dict())
+        append_jsonl(self.results_path, result.to_dict())
         if self.leader_lost is None:
             try:
                 self.control.post(result.to_dict())
