@@ -20,14 +20,13 @@ from gpuaccept.results.baseline import (
     Baseline,
     BaselineEntry,
     BaselineRule,
-    apply_baseline,
-    learn_baseline,
     load_baseline,
     load_rules,
-    overlay_baseline,
     parse_baseline,
     parse_rule,
 )
+from gpuaccept.results.baseline_judge import apply_baseline, overlay_baseline
+from gpuaccept.results.baseline_learn import learn_baseline
 from tests.fleet_sim import METRICS, fleet, node_report
 from tests.helpers import gpuaccept
 

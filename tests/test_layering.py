@@ -259,3 +259,12 @@ def test_type_checking_imports_are_left_out(planted: Path) -> None:
     # launch.types -> results.store only for the type checker: no circle with store_sqlite -> launch.types
     assert not any("gpuaccept.launch.types" in group for group in cycles(planted))
     assert not any(i.module == "gpuaccept.launch.types" and "results" in i.target for i in imports(planted))
+
+
+MAX_LINES = 600
+
+
+def test_no_module_over_600_lines() -> None:
+    sizes = {p.relative_to(SRC).as_posix(): len(p.read_text().splitlines()) for p in (SRC / "gpuaccept").rglob("*.py")}
+    assert len(sizes) > 60
+    assert {k: v for k, v in sizes.items() if v > MAX_LINES} == {}

@@ -258,7 +258,7 @@ class Runner:
         user's config rules still win over it.
         """
         if self.baseline is not None:
-            from gpuaccept.results.baseline import overlay_baseline
+            from gpuaccept.results.baseline_judge import overlay_baseline
 
             base, rules = self.baseline
             overlay_baseline(CheckResult(check.name, outcome.status, outcome.reason, metrics=outcome.metrics,

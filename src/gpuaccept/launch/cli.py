@@ -24,10 +24,18 @@ from typing import Any
 
 from gpuaccept.cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, _csv, _Parser, _positive_float, add_suite_options
 from gpuaccept.errors import GpuacceptError, InputError, UsageError
+from gpuaccept.launch.collect import (
+    CLUSTER_REPORT,
+    analysed,
+    backend_reports,
+    progress,
+    read_reports_tolerant,
+    warn,
+    write_cluster,
+)
 from gpuaccept.launch.registry import BACKENDS
 from gpuaccept.results.autosave import add_history_options, save
 
-CLUSTER_REPORT = "cluster-report.json"
 JOB_FILE = "job.json"
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -305,98 +313,6 @@ def build_spec(args: argparse.Namespace, backend_cls: Any) -> Any:
     )
 
 
-def _progress(run_dir: Path, nodes: int) -> Any:
-    """``reports K/N``: nodes with a finished report (a distributed run's one report counts each host in it)."""
-    def count() -> str:
-        hosts: set[str] = set()
-        for path in run_dir.glob("**/report.json"):
-            try:
-                data = json.loads(path.read_text())
-                if data.get("verdict") in (None, "running"):
-                    continue
-                hosts.add(str(data.get("host")))
-                hosts.update(str(c["host"]) for c in data.get("checks", []) if c.get("host"))
-            except (OSError, ValueError, AttributeError, TypeError, KeyError):
-                continue
-        return f"reports {len(hosts)}/{nodes}" if hosts else ""
-    return count
-
-
-def read_reports_tolerant(directory: Path) -> tuple[list[Any], list[str]]:
-    """Every readable ``**/report.json`` under ``directory``, and one line per file that is not a report."""
-    from gpuaccept.model import NodeReport
-
-    reports, problems = [], []
-    for path in sorted(directory.glob("**/report.json")):
-        try:
-            reports.append(NodeReport.from_dict(json.loads(path.read_text())))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            problems.append(f"{path}: not a gpuaccept report ({type(exc).__name__}: {exc})")
-    return reports, problems
-
-
-def _warn(line: str) -> None:
-    print(f"[LAUNCH] warning: {line}", file=sys.stderr, flush=True)
-
-
-def backend_reports(backend: Any, submission: Any, spec: Any, run_dir: Path) -> list[Any]:
-    """``backend.gather``, with a warning line on stderr for each report the backend could not read (the
-    ``problems`` of the submission's handle). When the backend cannot be reached, or returns no report while
-    ``run_dir`` holds some (from an earlier gather), the readable reports under ``run_dir`` are used instead,
-    with a warning that says why."""
-    from gpuaccept.launch.base import Backend
-
-    try:
-        reports: list[Any] = backend.gather(submission, spec)
-        fallback = ""
-    except GpuacceptError as exc:
-        reports, fallback = [], f"cannot fetch the reports from the {backend.name} job: {exc}"
-    finally:
-        for line in getattr(submission.handle, "problems", None) or []:
-            _warn(str(line))
-    if fallback or not reports:
-        local, problems = read_reports_tolerant(run_dir)
-        if fallback and type(backend).gather is not Backend.gather:  # the default gather reads run_dir itself
-            _warn(f"{fallback}; using the {len(local)} report(s) already under {run_dir}")
-        elif local and not fallback:
-            _warn(f"the {backend.name} job returned no report; using the {len(local)} already under {run_dir}")
-        if fallback or local:
-            for line in problems:
-                _warn(line)
-            reports = local
-    return reports
-
-
-def _analysed(cluster: Any) -> Any:
-    """The cluster report with outlier analysis across its GPUs and nodes added (``analysis`` keys
-    ``outliers`` and ``stats``); an outlier is evidence for the operator, not a verdict."""
-    from gpuaccept.results.analysis import analyze
-
-    cluster.analysis.update(analyze(cluster))
-    outliers = cluster.analysis.get("outliers") or []
-    if outliers:
-        print(f"[RESULT] {len(outliers)} outlier(s) among GPUs and nodes; see 'gpuaccept report' or "
-              "'gpuaccept analyze'", flush=True)
-    return cluster
-
-
-def _write_cluster(cluster: Any, run_dir: Path, extra: str | None) -> Path:
-    text = json.dumps(cluster.to_dict(), indent=2, allow_nan=False) + "\n"
-    path = run_dir / CLUSTER_REPORT
-    run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-    if extra:
-        try:
-            Path(extra).parent.mkdir(parents=True, exist_ok=True)
-            Path(extra).write_text(text)
-        except OSError as exc:
-            raise InputError(f"cannot write --cluster-report {extra}: {exc.strerror}; "
-                             f"the cluster report is in {path}") from None
-    return path
-
-
 def _cmd_launch(args: argparse.Namespace) -> int:
     from gpuaccept.launch import specfile
     from gpuaccept.launch.jobargv import launch_dir
@@ -445,7 +361,7 @@ def _cmd_launch(args: argparse.Namespace) -> int:
     from gpuaccept.launch.watch import watch
 
     outcome = watch(backend, submission, stream=sys.stdout, timeout_s=args.timeout,
-                    poll_s=args.poll_interval or 2.0, progress=_progress(run_dir, spec.nodes))
+                    poll_s=args.poll_interval or 2.0, progress=progress(run_dir, spec.nodes))
     return _finish(backend, submission, spec, plan, outcome, started, args, run_dir)
 
 
@@ -471,7 +387,7 @@ def _finish(backend: Any, submission: Any, spec: Any, plan: Any, outcome: Any, s
                                 expected_nodes=spec.nodes, job_id=submission.job_id)
         cluster.analysis["job"] = {"state": state.state, "ok": state.ok, "detail": state.detail,
                                    "timed_out": outcome.timed_out, "interrupted": outcome.interrupted}
-        path = _write_cluster(_analysed(cluster), run_dir, args.cluster_report)
+        path = write_cluster(analysed(cluster), run_dir, args.cluster_report)
         for line in summary_lines(cluster):
             print(line, flush=True)
         print(f"[RESULT] cluster report: {path}", flush=True)
@@ -550,13 +466,13 @@ def _reports_from_backend(job: dict[str, Any], job_path: Path, run_dir: Path,
     try:
         cls = backend_class(name)
     except ImportError as exc:
-        _warn(f"the {name} backend is not available here ({exc}); using the reports already under {run_dir}")
+        warn(f"the {name} backend is not available here ({exc}); using the reports already under {run_dir}")
         return None
     if not callable(getattr(cls, "resume", None)):
         return None
     spec = spec_from_job(job, job_path, overrides)
     if spec is None:
-        _warn(f"{job_path} has no job spec to find the {name} job with; using the reports already under {run_dir}")
+        warn(f"{job_path} has no job spec to find the {name} job with; using the reports already under {run_dir}")
         return None
     here = run_dir.resolve()
     if here.name == spec.run_id:  # copies of logs and reports go where gather was pointed, even if moved
@@ -587,7 +503,7 @@ def _cmd_gather(args: argparse.Namespace) -> int:
     if fetched is None:
         reports, problems = read_reports_tolerant(run_dir)
         for line in problems:
-            _warn(line)
+            warn(line)
         ran_on: list[str] = []
     else:
         reports, ran_on = fetched
@@ -600,7 +516,7 @@ def _cmd_gather(args: argparse.Namespace) -> int:
                             backend=str(job.get("backend") or "unknown"), started=str(job.get("started") or utc_now()),
                             finished=utc_now(), expected_hosts=hosts, expected_nodes=nodes,
                             job_id=job.get("job_id"))
-    path = _write_cluster(_analysed(cluster), run_dir, args.cluster_report)
+    path = write_cluster(analysed(cluster), run_dir, args.cluster_report)
     for line in summary_lines(cluster):
         print(line)
     print(f"[RESULT] cluster report: {path}")
