@@ -14,5 +14,6 @@
 
 Ranks are attributed to hosts by ``$GPUACCEPT_HOSTNAME`` when set (launchers and
 tests that run several "nodes" on one machine set it), else the short host name.
-Only ``control`` and ``group`` import torch, and only inside functions.
+Only ``control`` and ``group`` import torch, and only inside functions. May import ``model``,
+``errors``, ``childproc``, the checks' interface, the suite plan and the runner it extends.
 """
