@@ -245,11 +245,12 @@ def _keygen() -> str:
     return path
 
 
-def _run_keygen(argv: list[str]) -> str:
+def _run_keygen(argv: list[str], failure: str) -> str:
+    """ssh-keygen's stdout; InputError ``failure: <its last line>`` when it fails."""
     proc = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if proc.returncode != 0:
         detail = (proc.stderr or proc.stdout).strip().splitlines()
-        raise InputError(f"{' '.join(argv[:4])}... failed: {detail[-1] if detail else f'exit {proc.returncode}'}")
+        raise InputError(f"{failure}: {detail[-1] if detail else f'ssh-keygen exited {proc.returncode}'}")
     return proc.stdout
 
 
@@ -262,7 +263,9 @@ def ensure_key(path: Path, key_type: str, comment: str, created: list[Path]) -> 
     keygen = _keygen()
     pub = path.with_name(path.name + ".pub")
     if path.exists():
-        text = _run_keygen([keygen, "-y", "-f", str(path)]).strip()
+        # -P "": a key with a passphrase fails here instead of prompting (sshd could not use it either).
+        text = _run_keygen([keygen, "-y", "-P", "", "-f", str(path)],
+                           f"{path} is not a usable private key (move it away to make a new one)").strip()
         if not _PUBKEY.match(text) or not text.startswith(f"ssh-{key_type}"):
             raise InputError(f"{path} is not an {key_type} private key; move it away to make a new one")
         os.chmod(path, 0o600)
@@ -274,7 +277,8 @@ def ensure_key(path: Path, key_type: str, comment: str, created: list[Path]) -> 
     if pub.exists():
         pub.unlink()  # a stale .pub without its private key
     bits = ["-b", "3072"] if key_type == "rsa" else []
-    _run_keygen([keygen, "-q", "-t", key_type, *bits, "-N", "", "-C", comment, "-f", str(path)])
+    _run_keygen([keygen, "-q", "-t", key_type, *bits, "-N", "", "-C", comment, "-f", str(path)],
+                f"ssh-keygen could not make {path}")
     os.chmod(path, 0o600)
     return pub.read_text().strip()
 
