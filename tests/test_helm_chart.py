@@ -30,6 +30,7 @@ import helm_python  # noqa: E402  (after the skip-or-fail check)
 CHART = ROOT / "charts" / "gpuaccept"
 JOBSET_TEMPLATE = "gpuaccept/templates/jobset.yaml"
 
+CHART_META = yaml.safe_load((CHART / "Chart.yaml").read_text())
 CHART_ONLY_LABELS = ("app.kubernetes.io/managed-by", "helm.sh/chart")
 """Labels Helm conventions add to the JobSet's own metadata; the launcher does not set them."""
 
@@ -60,7 +61,7 @@ def without_chart_only(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for doc in docs:
         labels = doc["metadata"]["labels"]
         assert labels["app.kubernetes.io/managed-by"] == "Helm"
-        assert labels["helm.sh/chart"] == "gpuaccept-0.1.0"
+        assert labels["helm.sh/chart"] == f"gpuaccept-{CHART_META['version']}"
         for key in CHART_ONLY_LABELS:
             del labels[key]
     return docs
@@ -230,8 +231,7 @@ def test_set_file_replaces_the_launcher_script(tmp_path: Path) -> None:
 
 
 def test_chart_version_follows_the_package() -> None:
-    meta = yaml.safe_load((CHART / "Chart.yaml").read_text())
-    assert meta["appVersion"] == __version__
+    assert CHART_META["appVersion"] == __version__
 
 
 def test_set_flags_as_helm_parses_them() -> None:

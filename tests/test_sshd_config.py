@@ -337,3 +337,17 @@ def test_cli_prints_how_to_start_and_log_in(tmp_path: Path) -> None:
     assert f"/usr/sbin/sshd -D -e -f {tmp_path / 'd' / 'sshd_config'}" in proc.stdout
     assert f"ssh -F {tmp_path / 'd' / 'ssh_config'} HOST" in proc.stdout
     assert "Host gpu-*\n    Port 2222\n" in (tmp_path / "d" / "ssh_config").read_text()
+
+
+def test_cli_refuses_a_key_with_a_passphrase_without_prompting(tmp_path: Path) -> None:
+    keygen = need_binary("ssh-keygen", "apt-get install openssh-client")
+    target = tmp_path / "sshd"
+    target.mkdir()
+    key = SshdFiles(target).host_key("ed25519")
+    subprocess.run([keygen, "-q", "-t", "ed25519", "-N", "secret", "-f", str(key)], check=True)
+    before = key.read_bytes()
+    proc = gpuaccept("sshd-config", "--dir", str(target), "--port", "2222", timeout=30)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "not a usable private key" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert key.read_bytes() == before
+    assert sorted(p.name for p in target.iterdir()) == ["ssh_host_ed25519_key", "ssh_host_ed25519_key.pub"]
