@@ -286,7 +286,8 @@ COMMANDS = {"run": _cmd_run, "checks": _cmd_checks}
 # Such modules import nothing heavy at module level.
 SUBCOMMAND_MODULES: tuple[str, ...] = ("gpuaccept.results.cli", "gpuaccept.launch.cli",
                                       "gpuaccept.results.baseline_cli", "gpuaccept.results.analysis_cli",
-                                      "gpuaccept.report.cli", "gpuaccept.containers.sshd_cli")
+                                      "gpuaccept.report.cli", "gpuaccept.containers.sshd_cli",
+                                      "gpuaccept.containers.image_cli")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
