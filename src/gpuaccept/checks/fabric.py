@@ -142,7 +142,8 @@ def _port_metrics(p: RdmaPort, expected: dict[str, float], delta: PortDelta | No
 def _summary(ports: list[RdmaPort], inv: Inventory) -> str:
     up = [p for p in ports if p.up]
     groups = Counter((p.rate_gbps, p.link_layer or "unknown") for p in up)
-    text = ", ".join(f"{n}x {rate:g} Gb/s {layer}" for (rate, layer), n in sorted(groups.items(), key=str))
+    text = ", ".join(f"{n}x {'unknown rate' if rate is None else f'{rate:g} Gb/s'} {layer}"
+                     for (rate, layer), n in sorted(groups.items(), key=str))
     down = [f"{p.key} {p.state or '?'}/{p.phys_state or '?'}" for p in ports if not p.up]
     out = f"{len(up)}/{len(ports)} RDMA port(s) up" + (f" ({text})" if text else "")
     if down:
