@@ -26,7 +26,14 @@ import yaml
 from gpuaccept.errors import ConfigError, GpuacceptError, InputError, UsageError
 from gpuaccept.launch.base import Backend, JobState, Plan, Submission
 from gpuaccept.launch.k8s.manifests import NODE_CONTAINER, PYTORCH_CONTAINER, build_manifests, selector, to_yaml
-from gpuaccept.launch.k8s.options import KINDS, K8sOptions, parse_key_values, parse_resources, parse_toleration
+from gpuaccept.launch.k8s.options import (
+    KINDS,
+    TRAINER_LATEST,
+    K8sOptions,
+    parse_key_values,
+    parse_resources,
+    parse_toleration,
+)
 from gpuaccept.launch.k8s.status import job_state, pod_rows
 from gpuaccept.launch.log_reports import reports_from_log
 from gpuaccept.launch.spec import JobSpec
@@ -133,6 +140,9 @@ class K8sBackend(Backend):
                        help="trainjob: the training runtime to run on (default: torch-distributed)")
         g.add_argument("--runtime-kind", choices=("ClusterTrainingRuntime", "TrainingRuntime"),
                        default="ClusterTrainingRuntime", help="trainjob: kind of --runtime")
+        g.add_argument("--trainer-version", default=TRAINER_LATEST, metavar="X.Y",
+                       help="trainjob: the Kubeflow Trainer release installed: 2.2 or later takes runtimePatches, "
+                            f"2.1 podTemplateOverrides (default: {TRAINER_LATEST})")
         g.add_argument("--master-port", type=int, default=29500, metavar="PORT",
                        help="torch rendezvous port on node 0 (default: 29500)")
         g.add_argument("--mpirun-arg", action="append", default=[], metavar="ARG",
@@ -170,6 +180,7 @@ class K8sBackend(Backend):
             "pod_results_dir": get("pod_results_dir", "/tmp/gpuaccept-results"),
             "runtime": get("runtime", "torch-distributed"),
             "runtime_kind": get("runtime_kind", "ClusterTrainingRuntime"),
+            "trainer_version": str(get("trainer_version", TRAINER_LATEST)),
             "master_port": get("master_port", 29500),
             "mpirun_args": list(get("mpirun_arg") or []),
         }
