@@ -92,12 +92,14 @@ def build_manifests(spec: JobSpec, opts: K8sOptions) -> list[dict[str, Any]]:
     return builders[opts.kind](pod_spec, opts, object_name(spec, opts.kind))
 
 
-def selector(kind: str, name: str) -> str:
-    """Label selector of the pods whose logs hold the reports (for an MPIJob, only the launcher's)."""
+def selector(kind: str, name: str, role: str | None = None) -> str:
+    """Label selector of the pods whose logs hold the reports (for an MPIJob, only the launcher's);
+    ``role`` picks other pods of the run (an MPIJob's workers)."""
     if kind == "trainjob":
         return f"{TRAINJOB_LABEL}={name}"
     base = f"app.kubernetes.io/name=gpuaccept,app.kubernetes.io/instance={name}"
-    return base + (",gpuaccept/role=launcher" if kind == "mpijob" else "")
+    role = role or ("launcher" if kind == "mpijob" else None)
+    return base + (f",gpuaccept/role={role}" if role else "")
 
 
 def to_yaml(docs: list[dict[str, Any]]) -> str:
