@@ -26,8 +26,15 @@ import yaml
 from gpuaccept.errors import ConfigError, GpuacceptError, InputError, UsageError
 from gpuaccept.launch.base import Backend, JobState, Plan, Submission
 from gpuaccept.launch.k8s.manifests import NODE_CONTAINER, PYTORCH_CONTAINER, build_manifests, selector, to_yaml
-from gpuaccept.launch.k8s.options import KINDS, K8sOptions, parse_key_values, parse_resources, parse_toleration
-from gpuaccept.launch.k8s.status import job_state, pod_rows
+from gpuaccept.launch.k8s.options import (
+    KINDS,
+    TRAINER_LATEST,
+    K8sOptions,
+    parse_key_values,
+    parse_resources,
+    parse_toleration,
+)
+from gpuaccept.launch.k8s.status import job_state, on_nodes, pod_rows
 from gpuaccept.launch.log_reports import reports_from_log
 from gpuaccept.launch.spec import JobSpec
 from gpuaccept.model import NodeReport
@@ -133,6 +140,9 @@ class K8sBackend(Backend):
                        help="trainjob: the training runtime to run on (default: torch-distributed)")
         g.add_argument("--runtime-kind", choices=("ClusterTrainingRuntime", "TrainingRuntime"),
                        default="ClusterTrainingRuntime", help="trainjob: kind of --runtime")
+        g.add_argument("--trainer-version", default=TRAINER_LATEST, metavar="X.Y",
+                       help="trainjob: the Kubeflow Trainer release installed: 2.2 or later takes runtimePatches, "
+                            f"2.1 podTemplateOverrides (default: {TRAINER_LATEST})")
         g.add_argument("--master-port", type=int, default=29500, metavar="PORT",
                        help="torch rendezvous port on node 0 (default: 29500)")
         g.add_argument("--mpirun-arg", action="append", default=[], metavar="ARG",
@@ -170,6 +180,7 @@ class K8sBackend(Backend):
             "pod_results_dir": get("pod_results_dir", "/tmp/gpuaccept-results"),
             "runtime": get("runtime", "torch-distributed"),
             "runtime_kind": get("runtime_kind", "ClusterTrainingRuntime"),
+            "trainer_version": str(get("trainer_version", TRAINER_LATEST)),
             "master_port": get("master_port", 29500),
             "mpirun_args": list(get("mpirun_arg") or []),
         }
@@ -287,11 +298,11 @@ class K8sBackend(Backend):
                              f"({type(exc).__name__}: {exc})") from None
         return dict(json.loads(resp.data))
 
-    def _pods(self, handle: K8sHandle) -> list[dict[str, Any]]:
+    def _pods(self, handle: K8sHandle, role: str | None = None) -> list[dict[str, Any]]:
         k8s = _kubernetes()
         core = k8s.client.CoreV1Api(self._client(K8sOptions.from_dict(handle.options)))
         resp = self._call(f"listing the pods of {handle.namespace}/{handle.name}", core.list_namespaced_pod,
-                          handle.namespace, label_selector=selector(handle.kind, handle.name),
+                          handle.namespace, label_selector=selector(handle.kind, handle.name, role),
                           _preload_content=False)
         return list(json.loads(resp.data).get("items") or [])
 
@@ -362,7 +373,9 @@ class K8sBackend(Backend):
     def gather(self, submission: Submission, spec: JobSpec) -> list[NodeReport]:
         """Reports parsed from the pod logs. Logs and reports are also written under ``spec.run_results_dir``.
 
-        ``submission.hosts`` becomes the Kubernetes nodes the pods ran on.
+        ``submission.hosts`` becomes the Kubernetes nodes the node pods ran on (for an MPIJob, the workers), and
+        every report names its node (``host``) and the pod it came from (``pod``), so that a failure can be
+        traced to a physical node.
         Unreadable logs or report blocks are listed in ``submission.handle.problems``.
         """
         handle: K8sHandle = submission.handle
@@ -370,24 +383,24 @@ class K8sBackend(Backend):
             pods = self._pods(handle)
         except UsageError as exc:
             raise InputError(f"cannot gather the reports: {exc}") from None
+        # An MPIJob's reports are all in the launcher's log, named after the worker pods: map those to nodes.
+        workers = self._pods(handle, "worker") if handle.kind == "mpijob" else pods
+        pod_nodes = {pod: node for pod, node, _phase in pod_rows(workers)}
         out_dir = Path(spec.run_results_dir)
         reports: list[NodeReport] = []
-        hosts: list[str] = []
-        for pod, node, _phase in pod_rows(pods):
-            if node and node not in hosts:
-                hosts.append(node)
+        for pod, _node, _phase in pod_rows(pods):
             text = self._log(handle, pod)
             if not text:
                 continue
             _write(out_dir / "logs" / f"{pod}.log", text)
             found = reports_from_log(text, pod)
             handle.problems.extend(found.problems)
+            on_nodes(found.reports, pod_nodes, None if handle.kind == "mpijob" else pod)
             for i, report in enumerate(found.reports):
                 sub = pod if len(found.reports) == 1 else f"{pod}-{i}"
                 _write(out_dir / "k8s" / sub / "report.json", json.dumps(report.to_dict(), indent=2) + "\n")
                 reports.append(report)
-        if handle.kind != "mpijob":
-            submission.hosts = hosts
+        submission.hosts = list(dict.fromkeys(node for node in pod_nodes.values() if node))
         return reports
 
     def logs(self, submission: Submission) -> str:

@@ -16,7 +16,12 @@ One builder per ``--kind``:
   :func:`gpuaccept.launch.pod_script.mpi_launcher_script`.
 - ``trainjob``: a Kubeflow Trainer ``trainer.kubeflow.org/v1alpha1`` TrainJob
   on a torch runtime (``numNodes``, ``numProcPerNode``, ``resourcesPerNode``),
-  with scheduling and volumes in a runtime patch.
+  with scheduling and volumes in ``runtimePatches`` (Kubeflow Trainer v2.2 and later) or
+  ``podTemplateOverrides`` (v2.1, which rejects ``runtimePatches``), chosen by ``--trainer-version``.
+
+Every kind keeps one pod of the run per host: the node pods carry a required pod
+anti-affinity on ``kubernetes.io/hostname`` (for an MPIJob, the workers), so a
+run with ``--gpus-per-node 4`` on 8-GPU hosts still tests distinct hosts.
 
 Distributed jobs start one ``torchrun`` per pod, which reads the rendezvous
 from ``PET_NNODES``/``PET_NODE_RANK``/``PET_MASTER_ADDR``/``PET_MASTER_PORT``
@@ -49,6 +54,8 @@ PYTORCH_CONTAINER = "pytorch"  # the training operator finds the container by th
 REPLICATED_JOB = "node"  # the JobSet replicated job; also the torch runtime's job name
 INDEX_ANNOTATION = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+HOSTNAME_KEY = "kubernetes.io/hostname"
+TRAINJOB_LABEL = "jobset.sigs.k8s.io/jobset-name"  # set by JobSet on the pods of a TrainJob's JobSet
 API_VERSIONS = {
     "job": ("batch/v1", "Job"),
     "jobset": ("jobset.x-k8s.io/v1alpha2", "JobSet"),
@@ -85,12 +92,14 @@ def build_manifests(spec: JobSpec, opts: K8sOptions) -> list[dict[str, Any]]:
     return builders[opts.kind](pod_spec, opts, object_name(spec, opts.kind))
 
 
-def selector(kind: str, name: str) -> str:
-    """Label selector of the pods whose logs hold the reports (for an MPIJob, only the launcher's)."""
+def selector(kind: str, name: str, role: str | None = None) -> str:
+    """Label selector of the pods whose logs hold the reports (for an MPIJob, only the launcher's);
+    ``role`` picks other pods of the run (an MPIJob's workers)."""
     if kind == "trainjob":
-        return f"jobset.sigs.k8s.io/jobset-name={name}"
+        return f"{TRAINJOB_LABEL}={name}"
     base = f"app.kubernetes.io/name=gpuaccept,app.kubernetes.io/instance={name}"
-    return base + (",gpuaccept/role=launcher" if kind == "mpijob" else "")
+    role = role or ("launcher" if kind == "mpijob" else None)
+    return base + (f",gpuaccept/role={role}" if role else "")
 
 
 def to_yaml(docs: list[dict[str, Any]]) -> str:
@@ -238,8 +247,25 @@ def _container(spec: JobSpec, opts: K8sOptions, name: str, command: list[str], e
     return c
 
 
+def one_per_node(match_labels: dict[str, str]) -> dict[str, Any]:
+    """Required pod anti-affinity: no two pods matching ``match_labels`` on one host (``kubernetes.io/hostname``).
+
+    Each "node" of the run is then a distinct physical node, even when it requests fewer GPUs than the host has.
+    """
+    return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": dict(match_labels)}, "topologyKey": HOSTNAME_KEY}]}}
+
+
+def _node_match(name: str, role: str | None = None) -> dict[str, str]:
+    """Labels every node pod of the run carries (the MPIJob launcher is not a node pod: ``role`` picks workers)."""
+    labels = {"app.kubernetes.io/name": "gpuaccept", "app.kubernetes.io/instance": name}
+    if role:
+        labels["gpuaccept/role"] = role
+    return labels
+
+
 def _pod_spec(opts: K8sOptions, containers: list[dict[str, Any]], volumes: list[dict[str, Any]] | None,
-              **extra: Any) -> dict[str, Any]:
+              spread: dict[str, str] | None = None, **extra: Any) -> dict[str, Any]:
     pod: dict[str, Any] = {"restartPolicy": "Never", **extra}
     if opts.service_account:
         pod["serviceAccountName"] = opts.service_account
@@ -250,6 +276,8 @@ def _pod_spec(opts: K8sOptions, containers: list[dict[str, Any]], volumes: list[
         pod["dnsPolicy"] = "ClusterFirstWithHostNet"
     if opts.node_selector:
         pod["nodeSelector"] = dict(opts.node_selector)
+    if spread:
+        pod["affinity"] = one_per_node(spread)
     if opts.tolerations:
         pod["tolerations"] = [dict(t) for t in opts.tolerations]
     if opts.image_pull_secrets:
@@ -267,7 +295,7 @@ def _node_pod(spec: JobSpec, opts: K8sOptions, name: str, container: str, role: 
     command = ["sh", "-c", NODE_SCRIPT, "gpuaccept", *_job_argv(spec)]
     c = _container(spec, opts, container, command, _env(spec, opts, extra_env), mounts)
     return {"metadata": {"labels": _labels(spec, opts, name, role)},
-            "spec": _pod_spec(opts, [c], volumes, **pod_extra)}
+            "spec": _pod_spec(opts, [c], volumes, _node_match(name), **pod_extra)}
 
 
 def _indexed_job_spec(spec: JobSpec, template: dict[str, Any]) -> dict[str, Any]:
@@ -361,7 +389,7 @@ def _mpijob(spec: JobSpec, opts: K8sOptions, name: str) -> list[dict[str, Any]]:
                 "spec": _pod_spec(opts, [launcher], None)}},
             "Worker": {"replicas": spec.nodes, "restartPolicy": "Never", "template": {
                 "metadata": {"labels": _labels(spec, opts, name, "worker")},
-                "spec": _pod_spec(opts, [worker], volumes)}},
+                "spec": _pod_spec(opts, [worker], volumes, _node_match(name, "worker"))}},
         },
     }
     return [job]
@@ -386,16 +414,24 @@ def _trainjob(spec: JobSpec, opts: K8sOptions, name: str) -> list[dict[str, Any]
     container: dict[str, Any] = {"name": NODE_CONTAINER, "volumeMounts": mounts}
     if opts.privileged:
         container["securityContext"] = {"privileged": True}
-    pod = _pod_spec(opts, [container], volumes)
+    pod = _pod_spec(opts, [container], volumes, {TRAINJOB_LABEL: name})
     del pod["restartPolicy"]  # the runtime's
     job = _head("trainjob", spec, opts, name)
+    pod_labels = _labels(spec, opts, name, "node")
     job["spec"] = {
         "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": opts.runtime_kind, "name": opts.runtime},
         "trainer": trainer,
-        "runtimePatches": [{"manager": "gpuaccept", "trainingRuntimeSpec": {"template": {"spec": {
-            "replicatedJobs": [{"name": REPLICATED_JOB, "template": {"spec": {"template": {
-                "metadata": {"labels": _labels(spec, opts, name, "node")}, "spec": pod}}}}]}}}}],
     }
+    if opts.runtime_patches:
+        job["spec"]["runtimePatches"] = [{"manager": "gpuaccept", "trainingRuntimeSpec": {"template": {"spec": {
+            "replicatedJobs": [{"name": REPLICATED_JOB, "template": {"spec": {"template": {
+                "metadata": {"labels": pod_labels}, "spec": pod}}}}]}}}}]
+    else:  # Trainer before v2.2
+        if opts.privileged:
+            raise ConfigError("--privileged", "true", f"Kubeflow Trainer {opts.trainer_version} cannot set a "
+                                                      "container's security context in a TrainJob (v2.2 can)")
+        job["spec"]["podTemplateOverrides"] = [{"targetJobs": [{"name": REPLICATED_JOB}],
+                                                "metadata": {"labels": pod_labels}, "spec": pod}]
     if spec.time_limit_min:
         job["spec"]["activeDeadlineSeconds"] = spec.time_limit_min * 60
     return [job]

@@ -17,6 +17,9 @@ from gpuaccept.errors import ConfigError
 KINDS = ("job", "jobset", "pytorchjob", "mpijob", "trainjob")
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+TRAINER_LATEST = "2.2"
+"""Kubeflow Trainer release whose TrainJob API the manifests follow by default (``runtimePatches``)."""
+_TRAINER_VERSION = re.compile(r"^v?(\d+)\.(\d+)(\.\d+)?$")
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -116,6 +119,16 @@ def parse_resources(items: list[str], flag: str = "--resource") -> dict[str, str
     return out
 
 
+def trainer_release(version: str) -> tuple[int, int]:
+    """``(major, minor)`` of a Kubeflow Trainer release (``2.1``, ``v2.2.0``); ConfigError before v2.1."""
+    m = _TRAINER_VERSION.match(str(version))
+    release = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+    if release < (2, 1):
+        raise ConfigError("--trainer-version", str(version), "expected a Kubeflow Trainer release of 2.1 or later "
+                                                             "(e.g. 2.1, v2.2.0)")
+    return release
+
+
 def _as_list(value: Any, name: str) -> list[Any]:
     if isinstance(value, str):
         return [value]
@@ -149,6 +162,7 @@ class K8sOptions:
     pod_results_dir: str = "/tmp/gpuaccept-results"
     runtime: str = "torch-distributed"
     runtime_kind: str = "ClusterTrainingRuntime"
+    trainer_version: str = TRAINER_LATEST
     master_port: int = 29500
     mpirun_args: list[str] = field(default_factory=list)
     kubeconfig: str | None = None
@@ -156,6 +170,11 @@ class K8sOptions:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @property
+    def runtime_patches(self) -> bool:
+        """Whether the TrainJob API has ``runtimePatches`` (Trainer v2.2+) rather than ``podTemplateOverrides``."""
+        return trainer_release(self.trainer_version) >= (2, 2)
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], source: str = "k8s options") -> K8sOptions:
@@ -225,6 +244,7 @@ class K8sOptions:
             check_label_value(self.queue, "--queue")
         if self.runtime_kind not in ("ClusterTrainingRuntime", "TrainingRuntime"):
             raise ConfigError("--runtime-kind", self.runtime_kind, "must be ClusterTrainingRuntime or TrainingRuntime")
+        trainer_release(self.trainer_version)
         if not self.pod_results_dir.startswith("/"):
             raise ConfigError("--pod-results-dir", self.pod_results_dir, "must be an absolute path in the container")
         if not isinstance(self.master_port, int) or not 1 <= self.master_port <= 65535:

@@ -4,6 +4,7 @@ Terminal conditions per kind: Job ``Complete``/``Failed``; JobSet
 ``Completed``/``Failed``; PyTorchJob and MPIJob ``Succeeded``/``Failed``;
 TrainJob ``Complete``/``Failed``. Pod phases and waiting reasons (an image
 that cannot be pulled, a pod that cannot be scheduled) go into the detail.
+:func:`on_nodes` names the physical node in reports that came from pods.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections import Counter
 from typing import Any
 
 from gpuaccept.launch.base import JobState
+from gpuaccept.model import NodeReport
 
 _TERMINAL = {
     "Job": ("Complete", "Failed"),
@@ -80,3 +82,21 @@ def pod_rows(pods: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
     rows = [(str(p.get("metadata", {}).get("name", "")), str(p.get("spec", {}).get("nodeName") or ""),
              str(p.get("status", {}).get("phase", "Unknown"))) for p in pods]
     return sorted(rows)
+
+
+def on_nodes(reports: list[NodeReport], pod_nodes: dict[str, str], source_pod: str | None = None) -> None:
+    """Name the Kubernetes node in each report (in place), keeping the pod in ``report.pod``.
+
+    A report whose ``host`` is a pod of the run (an MPI rank started through sshd in a worker pod sees the pod's
+    hostname, which the MPI operator sets to the pod name) gets that pod's node; per-rank check hosts likewise.
+    Otherwise the report came from ``source_pod``, whose container already named its node (``spec.nodeName``).
+    """
+    for report in reports:
+        if pod_nodes.get(report.host):
+            report.pod = report.host
+            report.host = pod_nodes[report.host]
+        elif source_pod is not None and report.pod is None:
+            report.pod = source_pod
+        for check in report.checks:
+            if check.host and pod_nodes.get(check.host):
+                check.host = pod_nodes[check.host]

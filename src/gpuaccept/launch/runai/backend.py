@@ -26,6 +26,15 @@ recorded fake ``runai`` that checks the argv):
   ``torchrun`` and the suite's rank detection read.
 - ``mpi``: ``--master-command`` takes one string that the CLI splits like a
   shell; it is built with ``shlex.join``. Workers run ``/usr/sbin/sshd -De``.
+  What the v2 reference (``runai training mpi submit``) settles: newer CLIs
+  list ``--master-command string`` ("the command can include arguments
+  following it") next to ``--master-args string``, and their examples pass
+  quoted words (``--master-command "echo -e 'master command'"``); an older
+  page lists only ``--master-args``. How the string is split is not stated.
+  The mpi submit reference has no ``--master-gpu-devices-request`` (the
+  pytorch one has), so whether ``-g`` also reaches the launcher is not stated
+  either. Reports from an MPI run name the worker pods (ranks see the pod's
+  hostname), not nodes.
 - ``describe -o json`` has the workload phase under ``phase`` or ``status``
   (top level or in ``general``) and the pods under ``pods``; ``logs --pod``
   reads one pod.
