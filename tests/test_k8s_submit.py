@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import yaml
 
@@ -27,7 +28,7 @@ from gpuaccept.launch.k8s.options import K8sOptions
 from gpuaccept.launch.k8s.status import job_state, pod_summary
 from gpuaccept.launch.pod_script import REPORT_END
 from gpuaccept.launch.spec import JobSpec
-from gpuaccept.model import Verdict
+from gpuaccept.model import NodeReport, Verdict
 from tests.helpers import ROOT, cli_env, gpuaccept
 from tests.k8s_fake_api import TOKEN, FakeKubeAPI, pod
 from tests.k8s_support import need_module
@@ -129,6 +130,10 @@ def test_submit_watch_gather_job(api: FakeKubeAPI, node_logs: dict[str, str], tm
     reports = backend.gather(sub, spec)
     assert {r.host: r.verdict for r in reports} == {"gpu-node-1": Verdict.SUCCESS, "gpu-node-2": Verdict.FAILURE}
     assert {r.host: r.pod for r in reports} == {"gpu-node-1": "accept-0-x0", "gpu-node-2": "accept-1-x1"}
+    schema = json.loads((ROOT / "src" / "gpuaccept" / "data" / "report.schema.json").read_text())
+    for r in reports:  # the pod field is part of the published schema and survives a round trip
+        jsonschema.validate(r.to_dict(), schema)
+        assert NodeReport.from_dict(json.loads(json.dumps(r.to_dict()))).pod == r.pod
     assert sub.hosts == ["gpu-node-1", "gpu-node-2"]
     listing = api.calls("GET", "/api/v1/namespaces/gpu-team/pods")[0]
     assert listing["query"]["labelSelector"] == selector("job", "accept")
