@@ -35,7 +35,8 @@ def test_launch_ssh_runs_the_suite_on_two_hosts(sshd: Sshd, tmp_path: Path) -> N
     assert res.returncode == 0, res.stdout + res.stderr
     out = res.stdout.splitlines()
     assert any(line.startswith("[node-a] ") and "env: PASS" in line for line in out), res.stdout
-    assert any(line.startswith("[node-b] ") and "env: PASS" in line for line in out), res.stdout
+    # two hosts: one distributed run by default; node-b is rank 1, rank 0 on node-a reports for both
+    assert any(line.startswith("[node-b] [RESULT] rank 1: SUCCESS") for line in out), res.stdout
     assert "[RESULT] SUCCESS" in out
     cluster = json.loads((tmp_path / "local" / "cli-suite" / "cluster-report.json").read_text())
     assert cluster["backend"] == "ssh" and cluster["verdict"] == "success" and cluster["expected_nodes"] == 2
