@@ -44,7 +44,7 @@ def test_launch_ssh_runs_the_suite_on_two_hosts(sshd: Sshd, tmp_path: Path) -> N
         ("node-a", "reported", "success"), ("node-b", "reported", "success")]
     # the plan's script and each host's output are kept in the launch directory
     launch = tmp_path / "local" / "cli-suite" / "launch"
-    assert (launch / "ssh-node.sh").is_file() and "env: PASS" in (launch / "node-b.log").read_text()
+    assert (launch / "ssh-node.sh").is_file() and "rank 1: SUCCESS" in (launch / "node-b.log").read_text()
 
 
 def test_launch_ssh_command_failing_on_one_host(sshd: Sshd, tmp_path: Path) -> None:
