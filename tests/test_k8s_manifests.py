@@ -254,7 +254,9 @@ def test_mpijob_launcher_uses_the_hostfile_and_checks_ranks() -> None:
     assert len(mpiruns) == 3
     assert all('--hostfile "$hostfile"' in line for line in mpiruns[:2])
     assert "hostfile=/etc/mpi/hostfile" in script and "np=24" in script and "--map-by ppr:8:node" in script
-    assert "-x NCCL_IB_HCA -x TERM -x GPUACCEPT_RESULTS_DIR --mca btl_tcp_if_include eth0" in script
+    assert ("-x NCCL_IB_HCA -x TERM -x GPUACCEPT_RESULTS_DIR -x MASTER_ADDR -x MASTER_PORT -x PATH -x LD_LIBRARY_PATH "
+            "--mca btl_tcp_if_include eth0") in script
+    assert "MASTER_ADDR=${MASTER_ADDR:-$(awk 'NF {print $1; exit}' \"$hostfile\")}" in script
     assert launcher["command"][3:] == ["gpuaccept-launcher", "python", "train.py", "--lr", "3e-4"]
     env = env_of(launcher)
     assert env["OMPI_ALLOW_RUN_AS_ROOT"] == "1" and env["NCCL_IB_HCA"] == "mlx5"

@@ -2,7 +2,9 @@
 
 Exit codes: 0 every check passed (warnings and skips allowed), 1 a check
 failed or errored, 2 bad usage, configuration or input (one line, no
-traceback), 130 interrupted (what was measured is on disk).
+traceback), 3 ``gpuaccept gather`` on a job that is still running (nothing
+written; gather again when it has ended), 130 interrupted (what was measured
+is on disk).
 
 Nothing here imports torch; subcommands import their modules lazily.
 """
@@ -27,6 +29,7 @@ from gpuaccept.errors import GpuacceptError
 from gpuaccept.model import Verdict
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_RUNNING = 3
 PROFILES = ("quick", "standard", "full")
 
 

@@ -68,7 +68,7 @@ def merge_rank_outcomes(outcomes: Mapping[int, Outcome], labels: Mapping[int, st
 def missing_rank_result(check: str, rank: int, host: str, why: str) -> CheckResult:
     """The result rank 0 records for a rank that never delivered one."""
     return CheckResult(check, Status.ERROR, f"rank {rank} ({host}) did not report: {why}", rank=rank, host=host,
-                       details={"missing_rank": True})
+                       details={"missing_rank": True, "distributed": True})
 
 
 def order_results(results: list[CheckResult], order: list[str]) -> list[CheckResult]:

@@ -130,6 +130,8 @@ class DistributedRunner(Runner):
                     self.events.on_start(check, seq, total)
                     result = self._run_distributed(check, seq) if distributed else self._run_one(check)
                     result.rank, result.host = self.rank, self.host
+                    if distributed:  # tells a cluster report the cross-node results from the per-node ones
+                        result.details["distributed"] = True
                     self._record(result)
                     self.events.on_end(check, result)
                 self._finish()

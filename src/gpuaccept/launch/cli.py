@@ -5,7 +5,9 @@ imported only when that backend is named (``gpuaccept --help`` imports none
 of them, and nothing here imports torch). Exit codes follow the CLI's map:
 0 every node passed, 1 a node failed or is missing (or the job failed, or
 the timeout hit), 2 bad usage, spec or input with nothing submitted, 130
-interrupted (the job is cancelled and what came back is gathered).
+interrupted (the job is cancelled and what came back is gathered); ``gather``
+exits 3 when the scheduler says the job is still queued or running, and
+writes nothing (the cluster report of a finished job is not overwritten).
 """
 
 from __future__ import annotations
@@ -22,7 +24,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from gpuaccept.cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, _csv, _Parser, _positive_float, add_suite_options
+from gpuaccept.cli import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_RUNNING,
+    _csv,
+    _Parser,
+    _positive_float,
+    add_suite_options,
+)
 from gpuaccept.errors import GpuacceptError, InputError, UsageError
 from gpuaccept.launch.collect import (
     CLUSTER_REPORT,
@@ -126,7 +137,10 @@ def _add_job_options(p: argparse.ArgumentParser) -> None:
                    help="interpreter on the nodes that has gpuaccept/torch (default: this one for local, slurm "
                         "and mpi without --image, as their nodes share the filesystem; else python3)")
     g.add_argument("--distributed", action="store_true", default=None,
-                   help="run the suite as torchrun ranks (gpuaccept run --distributed) instead of once per node")
+                   help="run the suite as ranks (gpuaccept run --distributed): node checks once per node, the "
+                        "cross-node checks (collectives, ddp_train) over every rank; the default for 2+ nodes")
+    g.add_argument("--per-node-only", action="store_true", default=None,
+                   help="run the suite once per node, with no cross-node check (the fabric is not tested)")
     g.add_argument("--no-torchrun", action="store_true", default=None,
                    help="run the command once per node instead of under torchrun")
     o = p.add_argument_group("launch")
@@ -280,7 +294,11 @@ def build_spec(args: argparse.Namespace, backend_cls: Any) -> Any:
     if command is not None and args.distributed:
         raise UsageError("--distributed is for the suite; a command runs under torchrun already (see --no-torchrun)")
     if command is None and args.no_torchrun:
-        raise UsageError("--no-torchrun applies to a command after --; the suite runs once per node by default")
+        raise UsageError("--no-torchrun applies to a command after --; for the suite see --per-node-only")
+    if command is not None and args.per_node_only:
+        raise UsageError("--per-node-only is for the suite; a command runs once per node with --no-torchrun")
+    if args.distributed and args.per_node_only:
+        raise UsageError("--distributed and --per-node-only contradict each other; give one")
 
     cfg = _validate_suite(args) if command is None else None
     if args.results_dir and args.report_dir and os.path.abspath(args.results_dir) != os.path.abspath(args.report_dir):
@@ -295,7 +313,10 @@ def build_spec(args: argparse.Namespace, backend_cls: Any) -> Any:
     run_id = args.run_id or new_run_id(name)
     if not _RUN_ID.match(run_id):
         raise UsageError(f"--run-id {run_id!r}: use letters, digits, '.', '_' and '-' (it names a directory)")
-    distributed = bool(args.distributed) if command is None else not args.no_torchrun
+    if command is None:  # 2+ nodes: the suite tests the fabric between them unless told not to
+        distributed = bool(args.distributed) or (nodes > 1 and not args.per_node_only)
+    else:
+        distributed = not args.no_torchrun
     s_args = suite_args(args) if command is None else []
     if command is None and distributed:
         if not _run_supports_distributed():
@@ -303,7 +324,10 @@ def build_spec(args: argparse.Namespace, backend_cls: Any) -> Any:
         s_args.append("--distributed")
     python = args.python or (sys.executable if backend_cls.name in SHARED_FS_BACKENDS and not args.image
                              else "python3")
-    workdir = args.workdir or (os.getcwd() if command is not None and not args.image else None)
+    # A command starts where it was launched from; in a container too where the nodes share this filesystem
+    # (slurm mounts the directory into the Pyxis container).
+    here = command is not None and (not args.image or backend_cls.name in SHARED_FS_BACKENDS)
+    workdir = args.workdir or (os.getcwd() if here else None)
     return JobSpec(
         name=name, nodes=nodes, run_id=run_id, results_dir=os.path.abspath(results),
         gpus_per_node=args.gpus_per_node or 0, procs_per_node=args.procs_per_node, command=command,
@@ -483,6 +507,27 @@ def _reports_from_backend(job: dict[str, Any], job_path: Path, run_dir: Path,
     return reports, list(submission.hosts or [])
 
 
+def _still_running(job: dict[str, Any], args: argparse.Namespace) -> str | None:
+    """What the scheduler says when the launched job has not ended yet (``the slurm job 42 is RUNNING``), for a
+    backend that can look a job up by its id (``live_state``); None when it has ended or nobody can tell."""
+    from gpuaccept.launch.registry import backend_class
+
+    name, job_id = str(job.get("backend") or ""), job.get("job_id")
+    if args.local or name not in BACKENDS or not job_id:
+        return None
+    try:
+        cls = backend_class(name)
+    except ImportError:
+        return None
+    live = getattr(cls, "live_state", None)
+    if not callable(live):
+        return None
+    state = live(str(job_id))
+    if state is None or state.done:
+        return None
+    return f"the {name} job {job_id} is {state.state}" + (f" ({state.detail})" if state.detail else "")
+
+
 def _cmd_gather(args: argparse.Namespace) -> int:
     from gpuaccept.launch.gather import merge_reports, summary_lines
     from gpuaccept.model import Verdict
@@ -499,6 +544,10 @@ def _cmd_gather(args: argparse.Namespace) -> int:
                 raise ValueError("not a mapping")
         except (OSError, ValueError) as exc:
             raise InputError(f"{job_path}: unreadable ({exc})") from None
+    running = _still_running(job, args)
+    if running:
+        print(f"[RESULT] STILL RUNNING: {running}; nothing written, gather again when it has ended")
+        return EXIT_RUNNING
     fetched = _reports_from_backend(job, job_path, run_dir, args)
     if fetched is None:
         reports, problems = read_reports_tolerant(run_dir)

@@ -18,6 +18,10 @@ REPORT_BEGIN = "@@gpuaccept-report-begin@@"
 REPORT_END = "@@gpuaccept-report-end@@"
 RESULTS_ENV = "GPUACCEPT_RESULTS_DIR"
 MPI_HOSTFILE = "/etc/mpi/hostfile"
+MPI_MASTER_PORT = 29500
+"""Rendezvous port of an MPIJob's ranks when the job's env sets no MASTER_PORT (each pod has its own network)."""
+MPI_ALWAYS_FORWARD = ("MASTER_ADDR", "MASTER_PORT", "PATH", "LD_LIBRARY_PATH")
+"""Forwarded to every rank by the MPIJob launcher, besides the job's environment."""
 EXIT_PLACEMENT = 97
 """Exit status of the MPI launcher when ranks are not placed one group per worker."""
 
@@ -57,10 +61,14 @@ def mpi_launcher_script(workers: int, ranks_per_worker: int, forward_env: list[s
     a time, so that their lines cannot interleave.
 
     ``forward_env`` names are exported to the ranks with ``-x`` (they must be
-    valid identifiers); ``mpirun_args`` are extra options placed before the job.
+    valid identifiers), and so are ``PATH``, ``LD_LIBRARY_PATH``, and
+    ``MASTER_ADDR``/``MASTER_PORT`` (default: the first host of the hostfile,
+    port 29500), which ``gpuaccept run --distributed`` and torch programs
+    need to meet; ``mpirun_args`` are extra options placed before the job.
     """
     np = workers * ranks_per_worker
-    forward = " ".join(f"-x {name}" for name in [*forward_env, RESULTS_ENV])
+    names = [*forward_env, RESULTS_ENV, *MPI_ALWAYS_FORWARD]
+    forward = " ".join(f"-x {name}" for name in dict.fromkeys(names))
     extra = " ".join(shlex.quote(a) for a in mpirun_args)
     mapping = f'--hostfile "$hostfile" -np {np} --map-by ppr:{ranks_per_worker}:node'
     emit = _EMIT_REPORTS
@@ -87,6 +95,11 @@ if printf '%s\\n' "$placement" | grep -qxF "$launcher"; then
   fail "ranks ran on the launcher $launcher, not on the workers (is --hostfile ignored?)"
 fi
 [ "$hosts" -eq "$workers" ] || fail "ranks ran on $hosts hosts, expected $workers"
+# Rank 0 runs on the first host of the hostfile: the ranks meet there.
+MASTER_ADDR=${{MASTER_ADDR:-$(awk 'NF {{print $1; exit}}' "$hostfile")}}
+MASTER_PORT=${{MASTER_PORT:-{MPI_MASTER_PORT}}}
+LD_LIBRARY_PATH=${{LD_LIBRARY_PATH:-}}
+export MASTER_ADDR MASTER_PORT LD_LIBRARY_PATH
 rc=0
 mpirun {mapping} {forward}{" " + extra if extra else ""} "$@" || rc=$?
 # shellcheck disable=SC2016 # expanded on each worker, not here

@@ -7,7 +7,14 @@ hosts in hostfile order (``--map-by ppr:P:node``), so rank ``r`` runs on
 host ``r // P``; each rank gets ``GPUACCEPT_HOSTNAME`` = that host's name as
 listed, so reports are attributed to the names the operator gave.
 
-Transport: ``--transport tcp`` selects ``pml ob1`` with ``btl tcp,self,vader``,
+A distributed job (the suite on 2+ hosts, a command under mpirun) gets
+``MASTER_ADDR`` = the first host and ``MASTER_PORT`` (derived from the run id)
+with ``-x``, so that the ranks can meet; ``PATH`` and ``LD_LIBRARY_PATH`` are
+always forwarded (as mpi-operator's examples do).
+
+Transport: ``--transport tcp`` selects ``pml ob1`` with ``btl tcp,self,vader``
+(``tcp,self,sm`` under Open MPI 5, where ``vader`` is a deprecated alias; the
+version is read from ``mpirun --version`` when the plan is made),
 ``--transport ucx`` (InfiniBand/RoCE) selects ``pml ucx``; ``--net-if`` sets
 ``btl_tcp_if_include`` and ``oob_tcp_if_include``; ``--ib-devices`` sets
 ``UCX_NET_DEVICES``; ``--mca KEY=VALUE`` passes anything else.
@@ -28,7 +35,7 @@ from typing import IO, Any, ClassVar
 from gpuaccept.errors import ConfigError, UsageError
 from gpuaccept.launch.base import Backend, JobState, Plan, Submission
 from gpuaccept.launch.hosts import Host, check_unique, parse_host_list, parse_hostfile
-from gpuaccept.launch.jobargv import launch_dir, node_argv
+from gpuaccept.launch.jobargv import launch_dir, node_argv, port_from
 from gpuaccept.launch.spec import JobSpec, env_names
 
 HOSTFILE = "hostfile"
@@ -36,6 +43,21 @@ KILL_GRACE_S = 10.0
 _MCA_KEY = re.compile(r"^[a-z][a-z0-9_]*$")
 _IFACES = re.compile(r"^[A-Za-z0-9_.:/,-]+$")
 TRANSPORTS = ("auto", "tcp", "ucx")
+#: Forwarded to every rank with ``-x`` besides the job's environment, as mpi-operator's examples do.
+ALWAYS_FORWARD = ("PATH", "LD_LIBRARY_PATH")
+_VERSION = re.compile(r"\(Open MPI\)\s+(\d+)\.")
+
+
+def open_mpi_major(version_text: str) -> int | None:
+    """The major version from ``mpirun --version`` output (``mpirun (Open MPI) 4.1.4``); None if not Open MPI."""
+    m = _VERSION.search(version_text)
+    return int(m.group(1)) if m else None
+
+
+def shared_memory_btl(major: int | None) -> str:
+    """The shared-memory BTL's name: ``sm`` from Open MPI 5 on, ``vader`` before (and when unknown: 5.x still
+    takes it as a deprecated alias)."""
+    return "sm" if major is not None and major >= 5 else "vader"
 
 # Set GPUACCEPT_HOSTNAME from the rank: rank r runs on host r // ranks-per-host.
 _NAME_RANK = ('i=$(( ${OMPI_COMM_WORLD_RANK:-0} / ${GPUACCEPT_MPI_RANKS_PER_HOST:-1} + 1 )); '
@@ -73,6 +95,7 @@ class MpiOptions:
     allow_run_as_root: bool = False
     bind_to: str = "none"
     mpi_args: tuple[str, ...] = ()
+    ompi_major: int | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> MpiOptions:
@@ -101,6 +124,9 @@ class MpiOptions:
             for a in v["mpi_args"]:
                 if not a.startswith("-"):
                     raise argparse.ArgumentTypeError(f"extra mpirun argument {a!r} must start with '-'")
+            if v.get("ompi_major") is not None and (isinstance(v["ompi_major"], bool)
+                                                    or not isinstance(v["ompi_major"], int)):
+                raise argparse.ArgumentTypeError(f"ompi_major must be an integer, got {v['ompi_major']!r}")
             if v.get("bind_to", "none") not in ("none", "core", "socket", "numa", "hwthread"):
                 raise argparse.ArgumentTypeError("bind_to must be none, core, socket, numa or hwthread")
         except argparse.ArgumentTypeError as exc:
@@ -171,6 +197,8 @@ class MpiBackend(Backend):
             d["mpi_args"] = list(args.mpi_args)
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             d["allow_run_as_root"] = True
+        if d.get("transport") == "tcp":  # the shared-memory BTL was renamed in Open MPI 5
+            d["ompi_major"] = _installed_major(str(d.get("mpirun", "mpirun")))
         MpiOptions.from_dict(d)
         return d
 
@@ -202,7 +230,7 @@ class MpiBackend(Backend):
             argv += ["--wdir", spec.workdir]
         mca: list[tuple[str, str]] = []
         if opts.transport == "tcp":
-            mca += [("pml", "ob1"), ("btl", "tcp,self,vader")]
+            mca += [("pml", "ob1"), ("btl", f"tcp,self,{shared_memory_btl(opts.ompi_major)}")]
         elif opts.transport == "ucx":
             mca += [("pml", "ucx"), ("btl", "^openib")]
         if opts.net_if:
@@ -213,11 +241,15 @@ class MpiBackend(Backend):
         env = {"GPUACCEPT_MPI_HOSTS": ",".join(hosts), "GPUACCEPT_MPI_RANKS_PER_HOST": str(per_host)}
         if opts.ib_devices:
             env["UCX_NET_DEVICES"] = opts.ib_devices
+        if spec.distributed:  # rank 0 runs on the first host; the ranks meet there
+            env["MASTER_ADDR"] = hosts[0]
+            env["MASTER_PORT"] = str(port_from(spec.run_id, 29500, 20000))
         env.update(spec.env)
         for name, value in env.items():
             argv += ["-x", f"{name}={value}"]
-        for name in opts.forward_env:
-            argv += ["-x", name]
+        for name in dict.fromkeys([*ALWAYS_FORWARD, *opts.forward_env]):
+            if name not in env:
+                argv += ["-x", name]
         argv += list(opts.mpi_args)
         argv += ["sh", "-c", _NAME_RANK, "gpuaccept-rank", *node_argv(spec)]
         notes = [f"{per_host * spec.nodes} rank(s): {per_host} per host on {', '.join(hosts)}"]
@@ -276,6 +308,15 @@ class MpiBackend(Backend):
             return "\n".join(h.log.read_text(errors="replace").splitlines()[-40:])
         except OSError:
             return ""
+
+
+def _installed_major(mpirun: str) -> int | None:
+    """Open MPI's major version from ``mpirun --version``; None when it cannot be run or is not Open MPI."""
+    try:
+        r = subprocess.run([mpirun, "--version"], capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return open_mpi_major(r.stdout + r.stderr)
 
 
 @dataclass

@@ -1,6 +1,8 @@
 """The slurm backend: one sbatch script, submitted with ``sbatch --parsable``, watched, cancelled with scancel.
 
-The script starts one task per node with ``srun``. Each task names its node
+The script starts one task per node with ``srun``, on nodes the job has to
+itself (``--exclusive``) with all their memory (``--mem=0``), unless
+``--no-exclusive`` or ``--mem`` says otherwise. Each task names its node
 (``GPUACCEPT_HOSTNAME=$SLURMD_NODENAME``) so that reports are attributed to
 Slurm's node names, then runs the job: the suite once per node, a command
 (or the suite with --distributed) under torchrun. Under torchrun the c10d
@@ -34,6 +36,7 @@ from gpuaccept.launch.slurm.options import (
     csv_list,
     dash_arg_type,
     hostlist_type,
+    mem_type,
     positive_type,
     sbatch_line_type,
     token_type,
@@ -71,6 +74,10 @@ def _run(argv: list[str], cwd: Path | None = None) -> subprocess.CompletedProces
         return subprocess.CompletedProcess(argv, 124, "", f"{argv[0]} did not answer in {_CMD_TIMEOUT_S} s")
 
 
+def _mem_arg(text: str) -> str:
+    return "none" if text.strip().lower() == "none" else mem_type(text)
+
+
 def _last_line(text: str) -> str:
     lines = [x.strip() for x in text.strip().splitlines() if x.strip()]
     return lines[-1] if lines else ""
@@ -90,7 +97,13 @@ class SlurmBackend(Backend):
         g.add_argument("--partition", type=token_type("--partition"), default=None, help="#SBATCH --partition")
         g.add_argument("--account", type=token_type("--account"), default=None, help="#SBATCH --account")
         g.add_argument("--qos", type=token_type("--qos"), default=None, help="#SBATCH --qos")
-        g.add_argument("--exclusive", action="store_true", default=None, help="#SBATCH --exclusive")
+        g.add_argument("--exclusive", action="store_true", default=None,
+                       help="#SBATCH --exclusive: each node is the job's alone (the default)")
+        g.add_argument("--no-exclusive", dest="exclusive", action="store_false", default=None,
+                       help="share the nodes with other jobs (no --exclusive line)")
+        g.add_argument("--mem", type=_mem_arg, default=None, metavar="SIZE",
+                       help="#SBATCH --mem per node (default: 0, all of the node's memory; none: no --mem line, "
+                            "the site's default)")
         g.add_argument("--exclude", type=hostlist_type, default=None, metavar="HOSTLIST", help="nodes to avoid")
         g.add_argument("--nodelist", type=hostlist_type, default=None, metavar="HOSTLIST", help="nodes to use")
         g.add_argument("--cpus-per-task", type=positive_type, default=None, metavar="N",
@@ -178,6 +191,14 @@ class SlurmBackend(Backend):
         if job.done and job.exit_code not in ("", "0:0"):
             detail = f"exit {job.exit_code}" + (f" on {job.nodes}" if job.nodes else "")
         return JobState(job.state, done=job.done, ok=job.ok, detail=detail)
+
+    @classmethod
+    def live_state(cls, job_id: str) -> JobState | None:
+        """The job's state now (for ``gpuaccept gather``); None when Slurm cannot be asked or does not know it."""
+        job = cls()._query(job_id, _Watch())
+        if job is None:
+            return None
+        return JobState(job.state, done=job.done, ok=job.ok, detail=job.nodes or job.reason)
 
     def cancel(self, submission: Submission) -> None:
         if submission.job_id:

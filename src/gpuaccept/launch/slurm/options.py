@@ -14,6 +14,7 @@ from gpuaccept.launch.spec import env_names
 SCRIPT = "job.sbatch"
 RDZV_PORT_BASE = 20000
 _TOKEN = re.compile(r"^[A-Za-z0-9_.:@+-]+$")
+_MEM = re.compile(r"^\d+[KMGT]?$")
 _HOSTLIST = re.compile(r"^[A-Za-z0-9_.,\[\]-]+$")
 
 
@@ -41,6 +42,14 @@ def positive_type(text: str) -> int:
     return int(text)
 
 
+def mem_type(text: str) -> str:
+    """An sbatch ``--mem`` value: a size in MB, or with a K/M/G/T suffix; ``0`` is the whole node."""
+    value = text.strip().upper()
+    if not _MEM.match(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a memory size (e.g. 0 for the whole node, 500G, 64000)")
+    return value
+
+
 def csv_list(text: str) -> list[str]:
     return [t for t in text.split(",") if t]
 
@@ -64,12 +73,18 @@ def dash_arg_type(text: str) -> str:
 
 @dataclass(frozen=True)
 class SlurmOptions:
-    """Validated slurm backend options (``spec.options``). ``cpus_per_task`` is per node (one task per node)."""
+    """Validated slurm backend options (``spec.options``). ``cpus_per_task`` is per node (one task per node).
+
+    By default each node is the job's alone (``exclusive``) with all its memory (``mem`` ``"0"``): the one
+    task per node runs every rank and check of the node, and a site that confines jobs with task/cgroup
+    would otherwise give it one CPU and one DefMemPerCPU of memory. ``mem`` None leaves it to the site.
+    """
 
     partition: str | None = None
     account: str | None = None
     qos: str | None = None
-    exclusive: bool = False
+    exclusive: bool = True
+    mem: str | None = "0"
     exclude: str | None = None
     nodelist: str | None = None
     cpus_per_task: int | None = None
@@ -96,6 +111,8 @@ class SlurmOptions:
             try:
                 if key in checks:
                     values[key] = checks[key](str(value))
+                elif key == "mem":
+                    values[key] = None if str(value).lower() == "none" else mem_type(str(value))
                 elif key == "cpus_per_task":
                     values[key] = positive_type(str(value))
                 elif key == "sbatch_lines":

@@ -35,18 +35,23 @@ def _sbatch_value(flag: str, value: str) -> str:
     return f"#SBATCH {flag}={value}"
 
 
-def _container_mounts(spec: JobSpec) -> list[Mount]:
+def _covered(path: str, mounts: list[Mount]) -> bool:
+    path = path.rstrip("/") or "/"
+    return any(path == m.target.rstrip("/") or path.startswith(m.target.rstrip("/") + "/") for m in mounts)
+
+
+def _container_mounts(spec: JobSpec, opts: SlurmOptions) -> list[Mount]:
+    """The user's mounts, then the results directory and the job's working directory at their own paths
+    (unless a mount covers them, or ``--container-workdir`` names a directory inside the image)."""
     mounts = list(spec.mounts)
-    results = spec.results_dir.rstrip("/") or "/"
-    covered = any(results == m.target.rstrip("/") or results.startswith(m.target.rstrip("/") + "/")
-                  for m in mounts)
-    if not covered:
-        mounts.append(Mount(results, results))
+    for path in (spec.results_dir, None if opts.container_workdir else spec.workdir):
+        if path and not _covered(path, mounts):
+            mounts.append(Mount(path.rstrip("/") or "/", path.rstrip("/") or "/"))
     for m in mounts:
         for path in (m.source, m.target):
             if "," in path or any(c.isspace() for c in path):
                 raise ConfigError("--mount", str(m), "Pyxis mounts cannot contain commas or whitespace "
-                                                      "(the results directory is mounted too)")
+                                                      "(the results and working directories are mounted too)")
     return mounts
 
 
@@ -110,6 +115,8 @@ def render_script(spec: JobSpec, opts: SlurmOptions) -> str:
             out.append(_sbatch_value(flag, value))
     if opts.exclusive:
         out.append("#SBATCH --exclusive")
+    if opts.mem is not None:
+        out.append(f"#SBATCH --mem={opts.mem}")
     out.append(_sbatch_value("--output", out_dir.replace("%", "%%") + "/slurm-%j.out"))
     if spec.workdir and not spec.image:
         out.append(_sbatch_value("--chdir", spec.workdir))
@@ -127,7 +134,7 @@ def render_script(spec: JobSpec, opts: SlurmOptions) -> str:
         srun.append('--cpus-per-task="$SLURM_CPUS_PER_TASK"')
     if spec.image:
         srun.append(_quoted(f"--container-image={pyxis_image(spec.image)}"))
-        srun.append(_quoted("--container-mounts=" + ",".join(str(m) for m in _container_mounts(spec))))
+        srun.append(_quoted("--container-mounts=" + ",".join(str(m) for m in _container_mounts(spec, opts))))
         passed = list(dict.fromkeys([*spec.env, *opts.container_env]))
         if passed:
             srun.append(_quoted("--container-env=" + ",".join(passed)))

@@ -1,7 +1,7 @@
 """The ssh backend: one process per host over OpenSSH, output streamed with a ``[host]`` prefix, reports fetched by scp.
 
 What runs on each host (the rule of :mod:`gpuaccept.launch.jobargv`)
-    * ``spec.distributed`` False (the default for the suite): the job once per
+    * ``spec.distributed`` False (the suite on one host, or --per-node-only): the job once per
       host, the suite as ``PYTHON -m gpuaccept run ...``, which drives every
       GPU of its node itself; ``NODE_RANK``, ``NNODES``, ``MASTER_ADDR`` and
       ``MASTER_PORT`` are exported for commands that start their own ranks;
