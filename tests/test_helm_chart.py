@@ -98,6 +98,15 @@ CASES = {
          "--profile", "full", "--skip", "memtest,nbody", "--env", "GPUACCEPT_HOSTNAME=pinned"],
         {"nodes": 3, "gpusPerNode": 0, "image": "img:1", "runId": "run.3", "profile": "full",
          "skip": ["memtest", "nbody"], "env": {"GPUACCEPT_HOSTNAME": "pinned"}}, "2026-acceptance", "default"),
+    "per-node-only": (
+        ["--nodes", "2", "--gpus-per-node", "4", "--image", "img", "--run-id", "r2", "--per-node-only"],
+        {"nodes": 2, "gpusPerNode": 4, "image": "img", "runId": "r2", "perNodeOnly": True}, "gpuaccept", "default"),
+    "one-node": (
+        ["--nodes", "1", "--gpus-per-node", "8", "--image", "img", "--run-id", "r3"],
+        {"nodes": 1, "gpusPerNode": 8, "image": "img", "runId": "r3"}, "gpuaccept", "default"),
+    "master-port": (
+        ["--nodes", "2", "--image", "img", "--run-id", "r4", "--master-port", "29611"],
+        {"nodes": 2, "gpusPerNode": 0, "image": "img", "runId": "r4", "masterPort": 29611}, "gpuaccept", "default"),
 }
 
 
