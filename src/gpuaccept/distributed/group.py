@@ -16,14 +16,15 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, ClassVar
 
 from gpuaccept.checks.base import Check, CheckContext, Outcome
+from gpuaccept.distributed.devices import DeviceSelectionError, rank_device
 from gpuaccept.model import Status
 
 ENV_VAR = "GPUACCEPT_DIST"
@@ -140,6 +141,19 @@ def process_group(rc: RankContext, device: str) -> Iterator[Group]:
             dist.destroy_process_group()
 
 
+def with_visible_device(rc: RankContext, gpus: Sequence[int] | None, device_count: int) -> RankContext:
+    """``rc`` with the CUDA ordinal this process must use (:func:`~gpuaccept.distributed.devices.rank_device`).
+
+    The local launcher starts every rank with the same view of the node, so
+    there the ranks always select from a list (``--gpus`` or ``0..n-1``) and
+    the one-visible-device rule of per-task binding never applies.
+    """
+    if gpus is None and rc.launcher == "local":
+        gpus = list(range(rc.local_world_size))
+    index = rank_device(rc.local_rank, rc.local_world_size, device_count, gpus)
+    return replace(rc, device_index=index)
+
+
 _SOURCE_REF = re.compile(r"\[[^\]\s]*\.(?:cc|cpp|c|h|hpp):\d+\]\s*")
 _MAX_MESSAGE = 200
 
@@ -206,6 +220,11 @@ class DistributedCheck(Check):
             return Outcome.skip(f"torch is not installed: {exc}", needs_gpu=ctx.device == "cuda")
         if ctx.device == "cuda" and not torch.cuda.is_available():
             return Outcome.skip(f"CUDA requested but torch {torch.__version__} cannot use it", needs_gpu=True)
+        if ctx.device == "cuda":
+            try:
+                rc = with_visible_device(rc, ctx.gpus, torch.cuda.device_count())
+            except DeviceSelectionError as exc:
+                return Outcome(Status.ERROR, f"rank {rc.rank} ({rc.host_of(rc.rank)}): {exc}")
         try:
             return self.run_rank(ctx, rc)
         except Abandon as stop:
