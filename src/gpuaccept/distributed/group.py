@@ -141,6 +141,35 @@ def process_group(rc: RankContext, device: str) -> Iterator[Group]:
             dist.destroy_process_group()
 
 
+def agree_min(value: int, device: Any) -> int:
+    """The smallest ``value`` over all ranks (one ``all_reduce`` with MIN on ``device``).
+
+    Every rank must call it at the same point: anything that shapes the sequence
+    of collectives (a sweep's sizes, a step count) has to be agreed this way, or
+    ranks that derived it from local state run different collectives and hang.
+    """
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([value], dtype=torch.int64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return int(t.item())
+
+
+def all_gather_text(text: str, device: Any, width: int = 96) -> list[str]:
+    """Every rank's ``text`` (ASCII, at most ``width`` bytes), in rank order; every rank must call it."""
+    import torch
+    import torch.distributed as dist
+
+    raw = text.encode("ascii", "replace")[:width].ljust(width, b"\0")
+    mine = torch.tensor(list(raw), dtype=torch.uint8, device=device)
+    every = torch.empty(dist.get_world_size() * width, dtype=torch.uint8, device=device)
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    gather(every, mine)
+    data = bytes(every.cpu().tolist())
+    return [data[k * width:(k + 1) * width].rstrip(b"\0").decode("ascii") for k in range(dist.get_world_size())]
+
+
 def with_visible_device(rc: RankContext, gpus: Sequence[int] | None, device_count: int) -> RankContext:
     """``rc`` with the CUDA ordinal this process must use (:func:`~gpuaccept.distributed.devices.rank_device`).
 
