@@ -8,8 +8,9 @@ from gpuaccept.checks.collectives_expect import (
     busbw_expectation,
     free_bytes_override,
     local_max_bytes,
+    nvml_uuid,
 )
-from gpuaccept.hw.p2p import joins_every_pair
+from gpuaccept.hw.p2p import joins_every_pair, nvlink_matrix
 from gpuaccept.hw.sku import load_skus
 
 SKUS = load_skus()
@@ -77,3 +78,13 @@ def test_free_bytes_override_names_ranks() -> None:
     env = {"GPUACCEPT_TEST_FREE_BYTES": "1=16384, 3=99"}
     assert [free_bytes_override(env, r) for r in range(4)] == [None, 16384, None, 99]
     assert free_bytes_override({}, 0) is None
+
+
+@pytest.mark.gpu
+def test_nvml_reads_the_p2p_matrix_of_the_gpus_torch_sees() -> None:
+    import torch
+
+    uuids = [nvml_uuid(torch.cuda.get_device_properties(i)) for i in range(torch.cuda.device_count())]
+    assert all(u.startswith("GPU-") for u in uuids), uuids
+    m = nvlink_matrix(uuids)
+    assert m is not None and len(m) == len(uuids) and all(m[i][i] for i in range(len(m)))

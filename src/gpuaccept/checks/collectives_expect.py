@@ -90,6 +90,13 @@ def busbw_expectation(sku: Sku | None, num_nodes: int, max_bytes: int, nvlink: M
     return (f"sku:{sku.id}", sku.nvlink_gbs / 2, frac), why
 
 
+def nvml_uuid(props: Any) -> str:
+    """NVML's name (``GPU-<uuid>``) of the GPU whose ``torch.cuda.get_device_properties`` are ``props``;
+    "" when torch does not report it."""
+    uuid = str(getattr(props, "uuid", "") or "")
+    return uuid if not uuid or uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
+
+
 def rank_busbw_expectation(rc: RankContext, device: str, max_bytes: int, torch_device: Any
                            ) -> tuple[Expectation | None, str]:
     """:func:`busbw_expectation` for this rank. On one CUDA node every rank all-gathers its GPU's UUID
@@ -102,9 +109,7 @@ def rank_busbw_expectation(rc: RankContext, device: str, max_bytes: int, torch_d
 
     matrix = None
     if rc.num_nodes == 1:
-        uuid = str(getattr(torch.cuda.get_device_properties(rc.device_index), "uuid", ""))
-        uuids = all_gather_text(uuid if not uuid or uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}",
-                                torch_device)
+        uuids = all_gather_text(nvml_uuid(torch.cuda.get_device_properties(rc.device_index)), torch_device)
         sku = match_sku(torch.cuda.get_device_name(rc.device_index))
         if all(uuids) and sku is not None and sku.nvlink_gbs and not sku.nvlink_all_pairs:
             matrix = nvlink_matrix(uuids)
