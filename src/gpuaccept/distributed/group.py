@@ -16,14 +16,15 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, ClassVar
 
 from gpuaccept.checks.base import Check, CheckContext, Outcome
+from gpuaccept.distributed.devices import DeviceSelectionError, rank_device
 from gpuaccept.model import Status
 
 ENV_VAR = "GPUACCEPT_DIST"
@@ -140,6 +141,48 @@ def process_group(rc: RankContext, device: str) -> Iterator[Group]:
             dist.destroy_process_group()
 
 
+def agree_min(value: int, device: Any) -> int:
+    """The smallest ``value`` over all ranks (one ``all_reduce`` with MIN on ``device``).
+
+    Every rank must call it at the same point: anything that shapes the sequence
+    of collectives (a sweep's sizes, a step count) has to be agreed this way, or
+    ranks that derived it from local state run different collectives and hang.
+    """
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([value], dtype=torch.int64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return int(t.item())
+
+
+def all_gather_text(text: str, device: Any, width: int = 96) -> list[str]:
+    """Every rank's ``text`` (ASCII, at most ``width`` bytes), in rank order; every rank must call it."""
+    import torch
+    import torch.distributed as dist
+
+    raw = text.encode("ascii", "replace")[:width].ljust(width, b"\0")
+    mine = torch.tensor(list(raw), dtype=torch.uint8, device=device)
+    every = torch.empty(dist.get_world_size() * width, dtype=torch.uint8, device=device)
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    gather(every, mine)
+    data = bytes(every.cpu().tolist())
+    return [data[k * width:(k + 1) * width].rstrip(b"\0").decode("ascii") for k in range(dist.get_world_size())]
+
+
+def with_visible_device(rc: RankContext, gpus: Sequence[int] | None, device_count: int) -> RankContext:
+    """``rc`` with the CUDA ordinal this process must use (:func:`~gpuaccept.distributed.devices.rank_device`).
+
+    The local launcher starts every rank with the same view of the node, so
+    there the ranks always select from a list (``--gpus`` or ``0..n-1``) and
+    the one-visible-device rule of per-task binding never applies.
+    """
+    if gpus is None and rc.launcher == "local":
+        gpus = list(range(rc.local_world_size))
+    index = rank_device(rc.local_rank, rc.local_world_size, device_count, gpus)
+    return replace(rc, device_index=index)
+
+
 _SOURCE_REF = re.compile(r"\[[^\]\s]*\.(?:cc|cpp|c|h|hpp):\d+\]\s*")
 _MAX_MESSAGE = 200
 
@@ -206,6 +249,11 @@ class DistributedCheck(Check):
             return Outcome.skip(f"torch is not installed: {exc}", needs_gpu=ctx.device == "cuda")
         if ctx.device == "cuda" and not torch.cuda.is_available():
             return Outcome.skip(f"CUDA requested but torch {torch.__version__} cannot use it", needs_gpu=True)
+        if ctx.device == "cuda":
+            try:
+                rc = with_visible_device(rc, ctx.gpus, torch.cuda.device_count())
+            except DeviceSelectionError as exc:
+                return Outcome(Status.ERROR, f"rank {rc.rank} ({rc.host_of(rc.rank)}): {exc}")
         try:
             return self.run_rank(ctx, rc)
         except Abandon as stop:

@@ -189,6 +189,7 @@ class DistributedRunner(Runner):
         device_index = None
         if self.plan.device == "cuda":
             gpus = self.plan.gpus
+            # provisional: the rank process re-derives it from what it can see (distributed.devices)
             device_index = gpus[self.local_rank] if gpus and self.local_rank < len(gpus) else self.local_rank
         addr, port = self.control.store_address()
         return RankContext(rank=self.rank, world_size=self.info.world_size, local_rank=self.local_rank,
