@@ -29,6 +29,9 @@ DRY_RUNS: dict[str, list[str]] = {
     "k8s-trainjob": ["--kind", "trainjob", "--nodes", "2", "--image", "registry/gpuaccept:1"],
     "runai-pytorch": ["--kind", "pytorch", "--nodes", "2", "--image", "registry/gpuaccept:1", "--project", "p"],
     "runai-mpi": ["--kind", "mpi", "--nodes", "2", "--image", "registry/gpuaccept:1", "--project", "p"],
+    "bcp-mpi": ["--nodes", "2", "--image", "nvcr.io/acme/gpuaccept:1", "--instance", "dgxa100.80g.8.norm"],
+    "bcp-pytorch": ["--nodes", "2", "--image", "nvcr.io/acme/gpuaccept:1", "--instance", "dgxa100.80g.8.norm",
+                    "--array-type", "PYTORCH"],
 }
 
 

@@ -12,6 +12,7 @@ BACKENDS: dict[str, str] = {
     "ssh": "gpuaccept.launch.ssh.backend:SshBackend",
     "k8s": "gpuaccept.launch.k8s.backend:K8sBackend",
     "runai": "gpuaccept.launch.runai.backend:RunaiBackend",
+    "bcp": "gpuaccept.launch.bcp.backend:BcpBackend",
     "mpi": "gpuaccept.launch.mpi.backend:MpiBackend",
     "local": "gpuaccept.launch.local.backend:LocalBackend",
 }
