@@ -58,6 +58,7 @@ BACKEND_HELP = {
     "runai": "runai training pytorch|mpi submit",
     "mpi": "mpirun (Open MPI) with a hostfile: MPI programs, nccl-tests",
     "local": "N nodes as processes on this machine (try the flow, tests)",
+    "bcp": "NVIDIA Base Command Platform: ngc base-command job run (PYTORCH or MPI arrays)",
 }
 #: Backends whose nodes normally see this machine's filesystem: without --image they default to this interpreter.
 SHARED_FS_BACKENDS = ("local", "slurm", "mpi")
