@@ -22,15 +22,7 @@ from gpuaccept.errors import InputError, UsageError
 from gpuaccept.model import Status
 
 
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "nccl-tests", help="run nccl-tests (all_reduce_perf ...) here, or parse a saved nccl-tests log or -J file",
-        description="Run nccl-tests binaries on this node (TEST: all_reduce, all_gather, reduce_scatter, alltoall, "
-                    "broadcast, reduce, sendrecv, gather, scatter, hypercube; extra nccl-tests arguments after '--'), "
-                    "or 'parse LOG|JSON|-' a saved output. Judged: #wrong = 0, the footer OK, and busbw at the "
-                    "largest size (or sizes >= --judge-min-bytes) >= --min-busbw.")
-    p.add_argument("items", nargs="*", metavar="TEST|parse FILE",
-                   help="tests to run (default all_reduce), then '-- <args>'; or 'parse FILE'")
+def _options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--test", default=None, metavar="NAME", help="parse: the test the log is of (default: from the "
                    "log's 'Collective test starting' line, else all_reduce)")
     p.add_argument("--min-busbw", type=positive_float, default=None, metavar="GB/S",
@@ -39,13 +31,45 @@ def register(subparsers: Any) -> None:
                    help="judge busbw at every size >= N bytes (default 0: only the largest size)")
     p.add_argument("--timeout", type=positive_float, default=1800.0, metavar="S", help="per binary (default 1800)")
     p.add_argument("--json", action="store_true", help="print the parsed run and verdict as JSON")
+
+
+class _Options(argparse.ArgumentParser):
+    """Re-reads the options written after the test names (argparse stops at the first positional)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"nccl-tests: {message}")
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "nccl-tests", help="run nccl-tests (all_reduce_perf ...) here, or parse a saved nccl-tests log or -J file",
+        description="Run nccl-tests binaries on this node (TEST: all_reduce, all_gather, reduce_scatter, alltoall, "
+                    "broadcast, reduce, sendrecv, gather, scatter, hypercube; extra nccl-tests arguments after '--'), "
+                    "or 'parse LOG|JSON|-' a saved output. Judged: #wrong = 0, the footer OK, and busbw at the "
+                    "largest size (or sizes >= --judge-min-bytes) >= --min-busbw.")
+    _options(p)
+    p.add_argument("items", nargs=argparse.REMAINDER, metavar="TEST ... [-- ARGS] | parse FILE",
+                   help="tests to run (default all_reduce), then '-- <nccl-tests args>'; or 'parse FILE'")
     p.set_defaults(handler=cmd_nccl_tests)
 
 
-def _split(items: list[str]) -> tuple[list[str], list[str]]:
-    """Test names, then the nccl-tests arguments (from the first item that starts with '-')."""
-    k = next((i for i, a in enumerate(items) if a.startswith("-")), len(items))
-    return items[:k], items[k:]
+def _split(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """Positional items and the nccl-tests arguments after '--'; options among the items update ``args``."""
+    items = list(args.items)
+    extra: list[str] = []
+    if "--" in items:
+        k = items.index("--")
+        items, extra = items[:k], items[k + 1:]
+    mini = _Options(prog="gpuaccept nccl-tests", add_help=False)
+    _options(mini)
+    mini.add_argument("rest", nargs="*")
+    given = mini.parse_args(items)
+    for key in ("test", "min_busbw", "timeout"):
+        if getattr(given, key) is not None and getattr(given, key) != mini.get_default(key):
+            setattr(args, key, getattr(given, key))
+    args.judge_min_bytes = given.judge_min_bytes or args.judge_min_bytes
+    args.json = given.json or args.json
+    return list(given.rest), extra
 
 
 def _read(path: str) -> str:
@@ -94,32 +118,32 @@ def _report(result: Any, judgement: Any, args: argparse.Namespace, run: Any = No
 
 
 def _guess_test(result: Any) -> str:
-    from gpuaccept.nccltests.judge import test_name
+    from gpuaccept.nccltests.judge import canonical_test
 
     if result.program:
         try:
-            return test_name(result.program)
+            return canonical_test(result.program)
         except UsageError:
             pass
     return "all_reduce"
 
 
 def cmd_nccl_tests(args: argparse.Namespace) -> int:
-    from gpuaccept.nccltests.judge import find_binary, judge, places_looked, run_binary, test_name
+    from gpuaccept.nccltests.judge import canonical_test, find_binary, judge, places_looked, run_binary
     from gpuaccept.nccltests.parse import parse_any, parse_text
 
-    if args.items[:1] == ["parse"]:
-        if len(args.items) != 2:
+    items, extra = _split(args)
+    if items[:1] == ["parse"]:
+        if len(items) != 2 or extra:
             raise UsageError("usage: gpuaccept nccl-tests parse LOG|JSON|- (one file)")
-        result = parse_any(_read(args.items[1]))
-        test = test_name(args.test) if args.test else _guess_test(result)
+        result = parse_any(_read(items[1]))
+        test = canonical_test(args.test) if args.test else _guess_test(result)
         j = judge(result, test, min_busbw_gbs=args.min_busbw, judge_min_bytes=args.judge_min_bytes,
                   source="--min-busbw")
         return _report(result, j, args)
     if args.test is not None:
         raise UsageError("--test is for 'parse'; name the tests to run as arguments")
-    names, extra = _split(args.items)
-    tests = [test_name(n) for n in names] or ["all_reduce"]
+    tests = [canonical_test(n) for n in items] or ["all_reduce"]
     from gpuaccept.checks.nccl_tests import gpu_args
 
     env = dict(os.environ)

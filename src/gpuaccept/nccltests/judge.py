@@ -36,7 +36,7 @@ DEFAULT_DIRS = ("/workspace/nccl-tests/build",)
 EXIT_DATA_OR_BW = 7
 
 
-def test_name(name: str) -> str:
+def canonical_test(name: str) -> str:
     """``all_reduce``, ``all_reduce_perf`` or ``allreduce`` -> ``all_reduce``; UsageError when unknown."""
     base = name.removesuffix("_perf")
     by_op = {v: k for k, v in OP_NAMES.items()}
@@ -63,7 +63,7 @@ def places_looked(env: Mapping[str, str]) -> str:
 def find_binary(test: str, env: Mapping[str, str] | None = None) -> str | None:
     """Absolute path of ``<test>_perf`` in :func:`search_dirs`, or None."""
     env = os.environ if env is None else env
-    return shutil.which(f"{test_name(test)}_perf", path=os.pathsep.join(search_dirs(env)))
+    return shutil.which(f"{canonical_test(test)}_perf", path=os.pathsep.join(search_dirs(env)))
 
 
 @dataclass

@@ -255,7 +255,8 @@ def _field(obj: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any
     if not isinstance(obj, dict) or key not in obj:
         raise InputError(f"nccl-tests JSON: {where} has no {key!r}")
     value = obj[key]
-    if not isinstance(value, kind) or isinstance(value, bool):
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
         raise InputError(f"nccl-tests JSON: {where}.{key} is {value!r}, not {getattr(kind, '__name__', kind)}")
     return value
 
@@ -296,7 +297,8 @@ def parse_json_doc(doc: Any) -> NcclTestsResult:
         raise InputError("not an nccl-tests JSON file: no 'results' list")
     if doc.get("version") != 1:
         raise InputError(f"nccl-tests JSON version {doc.get('version')!r} is not supported (only 1)")
-    config = doc.get("config") if isinstance(doc.get("config"), dict) else {}
+    raw_config = doc.get("config")
+    config: dict[str, Any] = raw_config if isinstance(raw_config, dict) else {}
     raw_devices = config.get("devices", doc.get("devices", []))
     if not isinstance(raw_devices, list):
         raise InputError("nccl-tests JSON: config.devices is not a list")
@@ -330,7 +332,8 @@ def parse_json_doc(doc: Any) -> NcclTestsResult:
         oob = doc["out_of_bounds"]
         count = _field(oob, "count", int, "out_of_bounds")
         avg = doc.get("average_bus_bandwidth")
-        footer = Footer(count, bool(_json_bool(_field(oob, "okay", (str, bool), "out_of_bounds"), "out_of_bounds.okay")),
+        oob_ok = _json_bool(_field(oob, "okay", (str, bool), "out_of_bounds"), "out_of_bounds.okay")
+        footer = Footer(count, bool(oob_ok),
                         _json_number(avg, "bandwidth", "average_bus_bandwidth") if avg is not None else None,
                         _json_bool(avg.get("okay"), "average_bus_bandwidth.okay") if isinstance(avg, dict) else None)
     errs = doc.get("errors", [])
