@@ -28,6 +28,7 @@ BUILTIN_MODULES = (
     "gpuaccept.checks.nbody",
     "gpuaccept.checks.collectives",
     "gpuaccept.checks.ddp",
+    "gpuaccept.checks.nccl_tests",
 )
 
 
