@@ -7,8 +7,8 @@ must be 0, the footer must say OK, and with ``min_busbw_gbs`` set the lowest bus
 judged sizes (>= ``judge_min_bytes``, default the largest) must reach it. Equivalent command:
 ``all_reduce_perf -b 8M -e 1G -f 2 -g 8``.
 
-It is in the profiles only where ``all_reduce_perf`` is found when the registry is loaded; asked
-for by name (``--checks nccl_tests``) without a binary it is a SKIP that names the places looked.
+It is in the standard and full profiles (and runs by name with ``--checks nccl_tests``); where no
+binary is found it is a SKIP that names the places looked, so the plan never depends on the file system.
 Across nodes, run nccl-tests under mpirun or srun and parse its log with ``gpuaccept nccl-tests
 parse`` (see the README).
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from typing import Any, ClassVar
 
-from gpuaccept.checks.base import PROFILES, Check, CheckContext, Outcome, Param
+from gpuaccept.checks.base import Check, CheckContext, Outcome, Param
 from gpuaccept.errors import InputError
 from gpuaccept.model import Metric, Status, worst
 from gpuaccept.nccltests.judge import (
@@ -30,13 +30,6 @@ from gpuaccept.nccltests.judge import (
     run_binary,
 )
 from gpuaccept.nccltests.parse import parse_text
-
-
-def _present() -> bool:
-    try:
-        return find_binary("all_reduce") is not None
-    except OSError:
-        return False
 
 
 def gpu_args(args: list[str], gpus: list[int] | None, env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
@@ -78,7 +71,7 @@ class NcclTestsCheck(Check):
         "full": {"args": ["-b", "8", "-e", "8G", "-f", "2"]},
     }
     timeout_s: ClassVar[dict[str, float]] = {"quick": 120.0, "standard": 600.0, "full": 1800.0}
-    profiles: ClassVar[tuple[str, ...]] = PROFILES if _present() else ()
+    profiles: ClassVar[tuple[str, ...]] = ("standard", "full")
     key_metric = "allreduce_busbw_large_gbs"
 
     def run(self, ctx: CheckContext) -> Outcome:
