@@ -44,7 +44,7 @@ CASES = [
      ["cuda:6: row remapping failed", "cuda:1:", "row remap pending"]),
     ("pcie_downgraded", Status.FAIL, {"cuda:3"}, ["cuda:3: PCIe x8 < x16 max", "gen4 < gen5"]),
     ("throttle_hw", Status.FAIL, {"cuda:2", "cuda:5", "cuda:6"},
-     ["cuda:5: HW slowdown, HW power brake", "HW thermal slowdown", "cuda:2: SW thermal slowdown"]),
+     ["cuda:5: HW slowdown (10/10 samples), HW power brake", "HW thermal slowdown", "cuda:2: SW thermal slowdown"]),
     ("nvlink_down", Status.FAIL, {"cuda:4"}, ["cuda:4: NVLink 1/18 link(s) down (7)"]),
     ("unsupported_l40s_4x", Status.PASS, set(), ["4 GPU(s) healthy", "unsupported"]),
     ("gpu_lost", Status.FAIL, {"cuda:2"}, ["cuda:2: NVML: GPU is lost"]),

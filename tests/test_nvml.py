@@ -149,7 +149,8 @@ H100_SPEC: dict[str, Any] = {
     "events": None,  # nvmlDeviceRegisterEvents: None accepts; an Err rejects; absent: Not Supported
 }
 
-DEVICE_FUNCS = (*(k for k in H100_SPEC if k.startswith("nvml")), "nvmlDeviceGetGpuMaxPcieLinkGeneration", "nvmlDeviceGetCurrentClocksThrottleReasons")
+DEVICE_FUNCS = (*(k for k in H100_SPEC if k.startswith("nvml")), "nvmlDeviceGetGpuMaxPcieLinkGeneration",
+                "nvmlDeviceGetCurrentClocksThrottleReasons")
 
 
 def field_value(ret: int, value: int) -> types.SimpleNamespace:
