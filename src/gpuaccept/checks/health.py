@@ -362,11 +362,13 @@ def attach_kernel_xids(snapshot: NvmlSnapshot, events: list[XidEvent] | None, wh
         if "handle" in g.errors:
             continue
         if events is None:
+            g.xid_kernel_log = UNSUPPORTED
             g.errors["xid_kernel_log"] = why or "kernel log not readable"
             continue
         try:
             pci = normalize_pci_bus_id(str(g.pci_bus_id))
         except InputError:
+            g.xid_kernel_log = UNSUPPORTED
             g.errors["xid_kernel_log"] = f"no PCI bus id to match the kernel log ({g.pci_bus_id})"
             continue
         g.xid_kernel_log = [e.xid for e in events if normalize_pci_bus_id(e.pci_bus_id) == pci]
