@@ -19,8 +19,8 @@ from gpuaccept.checks.health import (
     evaluate_health,
     event_reason_names,
 )
-from gpuaccept.hw.xid import parse_kernel_xids
 from gpuaccept.hw.nvml import NvmlSnapshot, snapshot_from_dict
+from gpuaccept.hw.xid import parse_kernel_xids
 from gpuaccept.model import Status
 
 DATA = Path(__file__).parent / "data" / "nvml"

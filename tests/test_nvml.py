@@ -375,3 +375,87 @@ def test_read_snapshot_on_gpu() -> None:
         assert isinstance(g.memory_total_bytes, int) and g.memory_total_bytes > 2**30
         assert isinstance(g.uuid, str) and g.uuid.startswith("GPU-")
     assert snapshot_from_dict(json.loads(json.dumps(snap.to_dict()))) == snap
+
+
+# ---------------------------------------------------------------- CUDA_VISIBLE_DEVICES, sampling, XID events
+
+
+def h100(i: int, **extra: Any) -> dict[str, Any]:
+    return {**H100_SPEC, "nvmlDeviceGetUUID": f"GPU-00000000-1111-2222-3333-44444444440{i}",
+            "nvmlDeviceGetPciInfo": types.SimpleNamespace(busId=f"00000000:{0x18 + 0x10 * i:02X}:00.0".encode()),
+            **extra}
+
+
+def test_visible_gpus_opened_by_uuid_and_labelled_by_ordinal(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeNvml([h100(i) for i in range(8)]).install(monkeypatch)
+    snap = nvml.read_visible_snapshot("4,5,6,7", [0, 1], sample_s=0)  # --gpus 0,1 in a job given GPUs 4-7
+    assert [(g.ordinal, g.index, g.device) for g in snap.gpus] == [(0, 4, "cuda:0"), (1, 5, "cuda:1")]
+    assert snap.gpu_count == 8 and snap.cuda_visible_devices == "4,5,6,7"
+    opened = [c[1] for c in fake.calls if c[0] == "nvmlDeviceGetHandleByUUID"]
+    assert opened == ["GPU-00000000-1111-2222-3333-444444444404", "GPU-00000000-1111-2222-3333-444444444405"]
+    read = {c[1] for c in fake.calls if c[0] == "nvmlDeviceGetTemperature"}
+    assert read == {4, 5}  # GPUs 0 and 1 (another job's) are never read
+    assert snapshot_from_dict(json.loads(json.dumps(snap.to_dict()))) == snap
+
+
+def test_visible_default_is_only_the_visible_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    FakeNvml([h100(i) for i in range(4)]).install(monkeypatch)
+    snap = nvml.read_visible_snapshot("GPU-00000000-1111-2222-3333-444444444403,GPU-00000000-1111-2222-3333-4444444444",
+                                      sample_s=0)
+    assert [g.index for g in snap.gpus] == [3]  # the ambiguous prefix ends enumeration
+    assert [g.index for g in nvml.read_visible_snapshot(None, sample_s=0).gpus] == [0, 1, 2, 3]
+    with pytest.raises(InputError, match="GPU index 1 does not exist: 1 GPU"):
+        nvml.read_visible_snapshot("2", [1], sample_s=0)
+
+
+def test_handle_error_by_uuid_is_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
+    FakeNvml([h100(0), h100(1, handle_by_uuid=Err(pynvml.NVML_ERROR_UNKNOWN)),
+              h100(2, handle_by_uuid=Err(pynvml.NVML_ERROR_NO_PERMISSION))]).install(monkeypatch)
+    gpus = nvml.read_visible_snapshot(None, sample_s=0).gpus
+    assert gpus[1].errors == {"handle": "Unknown Error"} and gpus[1].uuid.endswith("01")
+    assert gpus[2].errors == {"handle": "Insufficient Permissions"}
+    assert gpus[0].temperature_c == 45
+
+
+def test_clock_reasons_sampled(monkeypatch: pytest.MonkeyPatch) -> None:
+    masks = iter([0x8, 0x8, 0, 0, 0x8, 0, 0, 0, 0, 0])
+    spec = h100(0, nvmlDeviceGetCurrentClocksEventReasons=lambda: next(masks))
+    FakeNvml([spec, h100(1)]).install(monkeypatch)
+    slept: list[float] = []
+    snap = nvml.read_visible_snapshot(None, sample_s=1.0, interval_s=0.1, sleep=slept.append)
+    assert slept == [0.1] * 9
+    assert snap.gpus[0].clocks_event_reasons_samples == [0x8, 0x8, 0, 0, 0x8, 0, 0, 0, 0, 0]
+    assert snap.gpus[0].clocks_event_reasons == 0x8 and snap.gpus[1].clocks_event_reasons_samples == [0x88] * 10
+
+
+def test_xid_events_registered_and_drained(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeNvml([h100(0), h100(1, xids=[79, 48]), {k: v for k, v in h100(2).items() if k != "events"}]
+                    ).install(monkeypatch)
+    gpus = nvml.read_visible_snapshot(None, sample_s=0).gpus
+    assert fake.registered == [(0, pynvml.nvmlEventTypeXidCriticalError), (1, pynvml.nvmlEventTypeXidCriticalError)]
+    assert gpus[0].xid_events == [] and gpus[1].xid_events == [79, 48]
+    assert gpus[2].xid_events == UNSUPPORTED and gpus[2].errors["xid_events"] == "Not Supported"
+    assert fake.freed == 1
+
+
+def test_memory_temperature_field_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    FakeNvml([h100(0, nvmlDeviceGetFieldValues=lambda ids: [field_value(pynvml.NVML_ERROR_NOT_SUPPORTED, 0)]),
+              h100(1, nvmlDeviceGetFieldValues=lambda ids: [field_value(pynvml.NVML_SUCCESS, 0)])]).install(monkeypatch)
+    g0, g1 = nvml.read_snapshot().gpus
+    assert g0.memory_temperature_c == UNSUPPORTED and g0.errors["memory_temperature_c"] == "Not Supported"
+    assert g1.memory_temperature_c == UNSUPPORTED and "reported 0 C" in g1.errors["memory_temperature_c"]
+
+
+@pytest.mark.gpu
+def test_visible_mapping_agrees_with_torch() -> None:
+    """Each torch ordinal's UUID (``torch.cuda.get_device_properties(i).uuid``) is the GPU NVML opened for it."""
+    import os
+
+    import torch
+
+    snap = nvml.read_visible_snapshot(os.environ.get("CUDA_VISIBLE_DEVICES"), sample_s=0.2)
+    assert len(snap.gpus) == torch.cuda.device_count()
+    for g in snap.gpus:
+        assert g.ordinal is not None
+        assert str(g.uuid).removeprefix("GPU-") == str(torch.cuda.get_device_properties(g.ordinal).uuid)
+        assert isinstance(g.clocks_event_reasons_samples, list) and g.clocks_event_reasons_samples
