@@ -35,7 +35,7 @@ import numpy as np
 
 from gpuaccept.model import CheckResult, ClusterReport, Metric, NodeEntry, NodeReport, NodeState, Status, Verdict
 from gpuaccept.results.analysis import analyze
-from gpuaccept.results.baseline import learn_baseline
+from gpuaccept.results.baseline_learn import learn_baseline
 
 # (check, metric, unit, typical value, tags); 35 named metrics + a 15-size sweep = 50 per GPU.
 _NAMED: list[tuple[str, str, str, float, dict[str, Any]]] = [

@@ -9,6 +9,13 @@ drift (clocks, other load) hits both alike.
     python bench/bench_compute.py --device cpu --size 512
     python bench/bench_compute.py --device cuda --size 8192 --dtypes fp32,tf32,fp16,bf16,fp8
 
+With ``--warmup-s``/``--min-window-s`` (the standard profile: 5 s, 0.5 s) the check
+measures sustained throughput while the direct loop stays a burst, so the ratio
+becomes sustained/burst: how far the GPU falls from boost under load (a healthy
+GPU that holds its clocks stays near 1; one that throttles reads well below).
+
+    python bench/bench_compute.py --device cuda --dtypes bf16 --warmup-s 5 --min-window-s 0.5
+
 The last line is machine-readable: ``BENCH_COMPUTE {json}``.
 """
 
@@ -74,6 +81,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=None)
     ap.add_argument("--iters", type=int, default=None)
     ap.add_argument("--trials", type=int, default=None)
+    ap.add_argument("--warmup-s", type=float, default=0.0, help="the check's time-based warm-up (s)")
+    ap.add_argument("--min-window-s", type=float, default=0.0, help="the check's shortest timed window (s)")
     ap.add_argument("--rounds", type=int, default=2, help="alternating check/direct rounds; best of each kept")
     ap.add_argument("--buffers", type=int, default=4, help="A/B pairs the check cycles (its default: 4)")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
@@ -92,14 +101,17 @@ def main() -> None:
           f"{args.rounds} rounds, check cycling {args.buffers} A/B pairs; TFLOP/s of the best window")
     print(f"{'dtype':6} {'check':>10} {'check_med':>10} {'direct':>10} {'ratio':>7}")
     summary: dict[str, Any] = {"device": args.device, "name": name, "size": size, "buffers": args.buffers,
-                               "cpu_threads": torch.get_num_threads(),
+                               "cpu_threads": torch.get_num_threads(), "warmup_s": args.warmup_s,
+                               "min_window_s": args.min_window_s,
                                "ratios": {}, "check": {}, "direct": {}}
     for dtype in dtypes:
         check_best = check_med = direct = 0.0
         with fp32_matmul_mode(dtype == "tf32"):
             for _ in range(args.rounds):
                 res = measure_gemm(device, dtype, size, warmup=warmup, iters=iters, trials=trials,
-                                   buffers=args.buffers)
+                                   buffers=args.buffers, warmup_s=args.warmup_s, min_window_s=args.min_window_s)
+                print(f"  check {dtype}: {res.iters} GEMMs per window, median window "
+                      f"{sorted(res.window_s)[len(res.window_s) // 2]:.3f} s, warm-up {res.warmup_s:g} s")
                 if not res.ok:
                     raise SystemExit(f"{dtype}: the check's GEMM result is wrong (error {res.error:.3g})")
                 check_best = max(check_best, res.best_tflops)

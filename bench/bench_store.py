@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 from gpuaccept.model import CheckResult, ClusterReport, Metric, NodeEntry, NodeReport, NodeState, Status, Verdict
+from gpuaccept.results.history import open_store
 from gpuaccept.results.rows import flatten_cluster
-from gpuaccept.results.store import open_store
 
 
 def node(host: str, run_id: str, started: str, gpus: int, metrics: int) -> NodeReport:

@@ -20,14 +20,13 @@ from gpuaccept.results.baseline import (
     Baseline,
     BaselineEntry,
     BaselineRule,
-    apply_baseline,
-    learn_baseline,
     load_baseline,
     load_rules,
-    overlay_baseline,
     parse_baseline,
     parse_rule,
 )
+from gpuaccept.results.baseline_judge import apply_baseline, overlay_baseline
+from gpuaccept.results.baseline_learn import learn_baseline
 from tests.fleet_sim import METRICS, fleet, node_report
 from tests.helpers import gpuaccept
 
@@ -413,7 +412,7 @@ def test_cli_create_bad_input_is_exit_2_one_line(tmp_path: Path, args: tuple[str
 
 
 def test_cli_create_from_the_history_store(tmp_path: Path) -> None:
-    from gpuaccept.results.store import record
+    from gpuaccept.results.history import record
 
     db = f"sqlite:///{tmp_path / 'history.db'}"
     rng = np.random.default_rng(51)

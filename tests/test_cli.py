@@ -109,7 +109,7 @@ def test_checks_lists_parameters_and_thresholds() -> None:
     r = gpuaccept("checks", "--json")
     assert r.returncode == 0
     rows = {row["name"]: row for row in json.loads(r.stdout)}
-    assert {"env", "health", "compute", "memory", "memtest", "train", "nbody"} <= set(rows)
+    assert {"env", "health", "fabric", "compute", "memory", "memtest", "train", "nbody"} <= set(rows)
     assert rows["steady"]["params"][0]["name"] == "value"
     assert rows["steady"]["thresholds"] == ["steady_value >= 5 (fail)"]
     text = gpuaccept("checks").stdout
@@ -131,10 +131,11 @@ def test_quick_profile_on_cpu_runs_every_builtin_check_and_skips_gpu_only_ones(t
     assert r.returncode == 0, r.stdout + r.stderr
     report = validate_report(only_run_dir(tmp_path) / "report.json")
     statuses = {c["name"]: c["status"] for c in report["checks"]}
-    assert {"env", "health", "compute", "memory", "memtest", "train", "nbody"} <= set(statuses)
+    assert {"env", "health", "fabric", "compute", "memory", "memtest", "train", "nbody"} <= set(statuses)
     assert statuses["health"] == "skip" and "NVML" in next(c["reason"] for c in report["checks"]
                                                           if c["name"] == "health")
-    assert all(s == "pass" for n, s in statuses.items() if n != "health"), statuses
+    assert statuses["fabric"] == "skip" or Path("/sys/class/infiniband").exists(), statuses  # no RDMA here
+    assert all(s == "pass" for n, s in statuses.items() if n not in ("health", "fabric")), statuses
     by_name = {c["name"]: c for c in report["checks"]}
     assert any(m["name"] == "gemm_fp32_tflops" and m["value"] > 0 for m in by_name["compute"]["metrics"])
     assert report["device"] == "cpu" and report["verdict"] == "success"

@@ -182,6 +182,9 @@ def test_check_quick_on_cpu_passes_with_metrics() -> None:
         assert m.expected is None and m.threshold is None
         assert m.tags["size"] == ComputeCheck.defaults("quick")["cpu_size"] and m.tags["mode"] == "single"
     assert "no spec peak" in out.reason and "fp32" in out.reason
+    assert "burst throughput" in out.reason and "standard and full" in out.reason  # quick says it is short
+    assert out.details["warmup_s"] == ComputeCheck.defaults("quick")["warmup_s"]
+    assert all(r["iters"] >= 10 and r["warmup_s"] >= 0.2 for r in out.details["results"])
     assert set(out.details["skipped"]) == {"tf32", "fp16", "fp8"}
     assert all(r["error"] <= r["tolerance"] for r in out.details["results"])
     assert elapsed < 30  # about 1 s on a 2-core machine; generous for loaded CI runners
@@ -275,6 +278,19 @@ def test_check_quick_on_gpu() -> None:
     assert any(m.name.endswith("_concurrent") for m in out.metrics) == (n > 1)
     if out.details.get("sku", {}).get("cuda:0"):
         assert by_dtype["gemm_bf16_tflops"].expected and by_dtype["gemm_bf16_tflops"].threshold
+
+
+@pytest.mark.gpu
+def test_standard_profile_measures_sustained_windows_on_gpu() -> None:
+    """Standard: seconds of warm-up and windows >= 0.5 s (N=8192 bf16 was ~30 ms windows before)."""
+    p = ComputeCheck.defaults("standard")
+    out = ComputeCheck().run(_ctx("standard", device="cuda", dtypes=["bf16"], concurrent=False))
+    assert out.status is Status.PASS, out.reason
+    assert "burst" not in out.reason
+    for r in out.details["results"]:
+        assert r["warmup_s"] >= p["warmup_s"], r
+        assert r["median_window_s"] >= 0.9 * p["min_window_s"], r
+        assert r["iters"] > p["iters"], r  # the probe, not the minimum, set the window
 
 
 @pytest.mark.gpu

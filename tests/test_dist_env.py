@@ -6,10 +6,10 @@ import re
 
 import pytest
 
-from gpuaccept.dist.control import Pulse
-from gpuaccept.dist.env import DEFAULT_MASTER_PORT, detect_rank, processes_on_node
-from gpuaccept.dist.hostlist import expand_hostlist, expand_tasks_per_node, first_host
-from gpuaccept.dist.session import local_position, node_position
+from gpuaccept.distributed.control import Pulse
+from gpuaccept.distributed.env import DEFAULT_MASTER_PORT, detect_rank, processes_on_node
+from gpuaccept.distributed.hostlist import expand_hostlist, expand_tasks_per_node, first_host
+from gpuaccept.distributed.session import local_position, node_position
 from gpuaccept.errors import InputError, UsageError
 from tests.dist_support import load_envs
 

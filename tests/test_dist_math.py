@@ -26,8 +26,8 @@ from gpuaccept.checks.collectives import (
     sweep_sizes,
 )
 from gpuaccept.checks.ddp import global_loss_drop, mismatched_ranks
-from gpuaccept.dist.gather import merge_rank_outcomes, missing_rank_result, order_results, read_run_dir
-from gpuaccept.dist.group import RankContext, first_line
+from gpuaccept.distributed.gather import merge_rank_outcomes, missing_rank_result, order_results, read_run_dir
+from gpuaccept.distributed.group import RankContext, first_line
 from gpuaccept.errors import InputError
 from gpuaccept.judge import judge
 from gpuaccept.model import CheckResult, Metric, NodeReport, Status, Verdict

@@ -93,6 +93,24 @@ def test_four_local_ranks(tmp_path: Path) -> None:
     assert all(m["value"] == 0 for m in coll["metrics"] if m["name"].endswith("_wrong"))
 
 
+def test_a_rank_with_less_free_memory_shortens_every_ranks_sweep(tmp_path: Path) -> None:
+    """Rank 1 is told it has 16 KiB free (a GPU with a leftover process): its own cap would be 4 KiB against
+    rank 0's 64 KiB. The ranks agree on the smaller cap, so both run the same rows and finish."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("checks:\n  collectives:\n    params: {ops: [allreduce, allgather], placements: [out], "
+                   "min_bytes: 4096, cpu_max_bytes: 65536, step_factor: 16}\n")
+    r = gpuaccept("run", *QUICK, "--checks", "collectives", "--config", str(cfg), "--dist-timeout", "20",
+                  "--report-dir", str(tmp_path / "rep"), timeout=180, GPUACCEPT_TEST_FREE_BYTES="1=16384")
+    assert r.returncode == 0, r.stdout + r.stderr
+    coll, = _checks(validate_report(only_run_dir(tmp_path / "rep") / "report.json"), "collectives")
+    assert coll["status"] == "pass", coll["reason"]
+    ranks = coll["details"]["ranks"]
+    assert [ranks[k]["max_bytes"] for k in ("0", "1")] == [4096, 4096]
+    assert ranks["0"]["max_bytes_local"] == 65536 and "max_bytes_local" not in ranks["1"]
+    assert len(ranks["0"]["rows"]) == len(ranks["1"]["rows"]) == 2  # allreduce and allgather at 4 KiB
+    assert [row[:4] for row in ranks["0"]["rows"]] == [row[:4] for row in ranks["1"]["rows"]]
+
+
 def test_corrupted_elements_are_detected_and_counted(tmp_path: Path) -> None:
     port = free_port()
     env = cli_env()
@@ -159,10 +177,14 @@ def test_mpirun_two_ranks_detected_from_ompi_variables(tmp_path: Path) -> None:
 
 
 def _start_two_ranks_in_a_slow_sweep(tmp_path: Path, timeout: float) -> list[subprocess.Popen[bytes]]:
-    """Two env-launched ranks (hosts nodeA, nodeB) in a long allreduce sweep, returned once both are in it."""
+    """Two env-launched ranks (hosts nodeA, nodeB) in a long allreduce sweep, returned once both are in it.
+
+    The sweep must outlast the loss detection (the timeout plus its grace) by far, also on a fast or a
+    loaded machine, or the parent_hung case sees rank 0 finish its rows before the peer is declared lost.
+    """
     cfg = tmp_path / "slow.yaml"
     cfg.write_text("checks:\n  collectives:\n    params: {ops: [allreduce], min_bytes: 4096, cpu_max_bytes: 65536, "
-                   "step_factor: 2, warmup: 0, iters: 1500}\n")
+                   "step_factor: 2, warmup: 0, iters: 6000}\n")
     port = free_port()
     args = ["run", "--distributed", *QUICK, "--checks", "health,collectives", "--config", str(cfg),
             "--report-dir", str(tmp_path / "rep"), "--run-id", "fault", "--dist-timeout", str(timeout)]
@@ -254,7 +276,7 @@ def test_rank_0_killed_mid_collective_leaves_the_survivor_with_its_own_record(tm
 
 
 def _child_pid(parent: int, rank: int) -> int | None:
-    """The rank process (python -m gpuaccept.dist.child) that ``parent`` started for ``rank``."""
+    """The rank process (python -m gpuaccept.distributed.child) that ``parent`` started for ``rank``."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -272,7 +294,7 @@ def _child_pid(parent: int, rank: int) -> int | None:
 def test_a_local_rank_killed_mid_collective_is_named_in_the_node_report(tmp_path: Path) -> None:
     cfg = tmp_path / "slow.yaml"
     cfg.write_text("checks:\n  collectives:\n    params: {ops: [allreduce], min_bytes: 4096, cpu_max_bytes: 65536, "
-                   "step_factor: 2, warmup: 0, iters: 1500}\n")
+                   "step_factor: 2, warmup: 0, iters: 6000}\n")
     with open(tmp_path / "run.log", "wb") as log:
         proc = subprocess.Popen(gpuaccept_argv("run", *QUICK, "--checks", "collectives", "--config", str(cfg),
                                                "--report-dir", str(tmp_path), "--run-id", "local",

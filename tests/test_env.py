@@ -22,6 +22,7 @@ from gpuaccept.checks.env import (
     parse_meminfo,
     parse_os_release,
     parse_version,
+    tiny_kernel,
     visible_gpu_count,
 )
 from gpuaccept.hw.devices import nvidia_gpu_count
@@ -117,6 +118,53 @@ def test_cuda_compat(driver: str | None, runtime: str | None, status: Status) ->
     assert got == status, reason
     if status == Status.FAIL:
         assert "upgrade the driver" in reason and str(driver) in reason and str(runtime) in reason
+
+
+@pytest.mark.parametrize(("driver", "runtime", "available", "kernel", "status", "says"), [
+    # driver older by a major version: forward compatibility (cuda-compat) decides
+    ("12.2", "12.8", True, True, Status.WARN, "minor version"),     # minor compat, whatever the kernel
+    ("12.2", "13.0", True, True, Status.WARN, "cuda-compat"),       # NGC container on an older driver
+    ("11.8", "12.4", True, True, Status.WARN, "/usr/local/cuda/compat"),
+    ("12.2", "13.0", True, False, Status.FAIL, "tiny kernel failed"),
+    ("12.2", "13.0", True, None, Status.FAIL, "no kernel was tried"),
+    ("12.2", "13.0", False, None, Status.FAIL, "cannot use CUDA"),
+    ("12.2", "13.0", None, None, Status.FAIL, "upgrade the driver"),
+    ("12.2", "13.0", False, True, Status.FAIL, "cannot use CUDA"),  # inconsistent facts: not excused
+    # driver new enough: the kernel does not change the version verdict
+    ("13.0", "12.8", True, True, Status.PASS, ">="),
+    ("13.0", "12.8", True, False, Status.PASS, ">="),
+    (None, "13.0", True, True, Status.SKIP, "not compared"),
+])
+def test_cuda_compat_forward_compatibility_table(driver: str | None, runtime: str, available: bool | None,
+                                                 kernel: bool | None, status: Status, says: str) -> None:
+    got, reason = cuda_compat(driver, runtime, available, kernel)
+    assert got == status, reason
+    assert says in reason
+    if status == Status.WARN and driver and driver.split(".")[0] != runtime.split(".")[0]:
+        assert "cuda-compat" in reason and "forward compatibility" in reason
+
+
+def test_forward_compatible_container_warns_instead_of_failing() -> None:
+    tch = dict(torch_facts(cuda="13.0"), kernel_ok=True, kernel_error=None)
+    out = evaluate_env(ctx("cuda", expect_gpus=8), HOST, tch, nvml_facts(driver_cuda="12.2"), None)
+    assert out.status == Status.WARN, out.reason
+    assert "cuda-compat" in out.reason and "12.2" in out.reason and "13.0" in out.reason
+
+
+def test_kernel_failure_fails_even_with_a_new_enough_driver() -> None:
+    tch = dict(torch_facts(cuda="12.4"), kernel_ok=False, kernel_error="CUDA error: no kernel image is available")
+    out = evaluate_env(ctx("cuda"), HOST, tch, nvml_facts(driver_cuda="12.4"), None)
+    assert out.status == Status.FAIL and "tiny kernel failed: CUDA error: no kernel image" in out.reason
+    old = evaluate_env(ctx("cuda"), HOST, dict(tch, cuda="13.0"), nvml_facts(driver_cuda="12.2"), None)
+    assert old.status == Status.FAIL and old.reason.count("tiny kernel failed") == 1
+
+
+def test_tiny_kernel_without_cuda_is_not_known() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    assert tiny_kernel() == (None, None)
 
 
 @pytest.mark.parametrize(("cvd", "visible"), [(None, 8), ("0,1", 2), ("", 0), ("-1", 0), ("NoDevFiles", 0),
@@ -265,6 +313,11 @@ def test_check_modules_do_not_import_torch() -> None:
 
 
 @pytest.mark.gpu
+def test_tiny_kernel_runs_on_gpu() -> None:
+    assert tiny_kernel() == (True, None)
+
+
+@pytest.mark.gpu
 def test_run_on_gpu() -> None:
     import torch
 
@@ -272,4 +325,5 @@ def test_run_on_gpu() -> None:
     assert out.status in (Status.PASS, Status.WARN), out.reason
     assert metric(out, "gpu_count") == torch.cuda.device_count()
     assert out.details["torch"]["cuda_available"] is True
+    assert out.details["torch"]["kernel_ok"] is True, out.details["torch"].get("kernel_error")
     assert out.details["nvml"]["available"] is True and out.details["nvml"]["gpus"]

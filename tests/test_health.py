@@ -11,8 +11,16 @@ from typing import Any
 import pytest
 
 from gpuaccept.checks.base import PROFILES, CheckContext, Outcome
-from gpuaccept.checks.health import CHECKS, HealthCheck, evaluate_health, event_reason_names
+from gpuaccept.checks.health import (
+    CHECKS,
+    LIMITS,
+    HealthCheck,
+    attach_kernel_xids,
+    evaluate_health,
+    event_reason_names,
+)
 from gpuaccept.hw.nvml import NvmlSnapshot, snapshot_from_dict
+from gpuaccept.hw.xid import parse_kernel_xids
 from gpuaccept.model import Status
 
 DATA = Path(__file__).parent / "data" / "nvml"
@@ -44,10 +52,16 @@ CASES = [
      ["cuda:6: row remapping failed", "cuda:1:", "row remap pending"]),
     ("pcie_downgraded", Status.FAIL, {"cuda:3"}, ["cuda:3: PCIe x8 < x16 max", "gen4 < gen5"]),
     ("throttle_hw", Status.FAIL, {"cuda:2", "cuda:5", "cuda:6"},
-     ["cuda:5: HW slowdown, HW power brake", "HW thermal slowdown", "cuda:2: SW thermal slowdown"]),
+     ["cuda:5: HW slowdown (10/10 samples), HW power brake", "HW thermal slowdown", "cuda:2: SW thermal slowdown"]),
     ("nvlink_down", Status.FAIL, {"cuda:4"}, ["cuda:4: NVLink 1/18 link(s) down (7)"]),
     ("unsupported_l40s_4x", Status.PASS, set(), ["4 GPU(s) healthy", "unsupported"]),
     ("gpu_lost", Status.FAIL, {"cuda:2"}, ["cuda:2: NVML: GPU is lost"]),
+    ("handle_errors", Status.FAIL, {"cuda:2", "cuda:5"},
+     ["cuda:2: NVML cannot open the GPU: Unknown Error", "cuda:5: NVML: Insufficient Permissions"]),
+    ("hw_slowdown_samples", Status.FAIL, {"cuda:4"}, ["cuda:4: HW slowdown (7/10 samples)"]),
+    ("xid_nvlink_memtemp", Status.FAIL, {"cuda:1", "cuda:2", "cuda:5", "cuda:6", "cuda:7"},
+     ["cuda:1: XID 48 (double-bit (uncorrectable) ECC error)", "cuda:2: NVLink recovery errors 2 > 0 (link 3: 2)"]),
+    ("visible_upper_half", Status.FAIL, {"cuda:1"}, ["cuda:1: 1 volatile uncorrectable ECC"]),
 ]
 
 
@@ -276,6 +290,92 @@ def test_check_declaration() -> None:
         for p in HealthCheck.params:
             assert p.coerce(values[p.name], "test", p.name) == values[p.name]
         assert HealthCheck.timeout_s[profile] > 0
+
+
+def test_unknown_handle_error_fails_not_passes() -> None:
+    d = raw("healthy_h100_sxm_8x")
+    d["gpus"][3] = {"index": 3, "ordinal": 3, "errors": {"handle": "Unknown Error"}}
+    out = judge(d)
+    assert out.status == Status.FAIL and out.reason == "cuda:3: NVML cannot open the GPU: Unknown Error"
+    assert out.details["unsupported"]["cuda:3"]["handle"] == "Unknown Error"
+
+
+def test_no_permission_alone_is_a_skip_saying_how_to_fix() -> None:
+    d = raw("handle_errors")
+    d["gpus"][2] = raw("healthy_h100_sxm_8x")["gpus"][2]
+    out = judge(d)
+    assert out.status == Status.SKIP and not out.needs_gpu
+    assert out.reason.startswith("cuda:5: NVML: Insufficient Permissions to open the GPU (run as a user")
+    assert [p["status"] for p in out.details["problems"]] == ["skip"]
+
+
+def test_transient_hw_slowdown_is_noted_majority_fails() -> None:
+    out = judge(raw("hw_slowdown_samples"))
+    assert "cuda:0" not in problem_devices(out)
+    assert out.details["notes"]["cuda:0"] == ["HW slowdown in 2/10 samples (transient, e.g. a clock change)"]
+    d = raw("hw_slowdown_samples")
+    d["gpus"][4]["clocks_event_reasons_samples"] = [8] * 5 + [0] * 5  # exactly half: not a majority
+    assert judge(d).status == Status.PASS
+    d["gpus"][4]["clocks_event_reasons_samples"] = [0] * 9 + [0x80]  # power brake: one sample suffices
+    assert judge(d).reason == "cuda:4: HW power brake"
+
+
+def test_old_snapshot_without_samples_judges_its_single_read() -> None:
+    d = raw("healthy_h100_sxm_8x")
+    del d["gpus"][2]["clocks_event_reasons_samples"]
+    d["gpus"][2]["clocks_event_reasons"] = 0x8
+    assert judge(d).reason == "cuda:2: HW slowdown"
+
+
+def test_xids_nvlink_counters_memory_temperature() -> None:
+    out = judge(raw("xid_nvlink_memtemp"))
+    by_dev = {p["device"]: (p["status"], p["message"]) for p in out.details["problems"]}
+    assert by_dev["cuda:5"] == ("warn", "XID 94 (contained ECC error)")
+    assert by_dev["cuda:6"] == ("warn", "NVLink replay errors 140 > 100 (link 11: 140)")
+    assert by_dev["cuda:7"] == ("warn", "memory temperature 88 C > 85 C")
+    assert "cuda:3" not in by_dev  # XID 13 and 31: application faults, named only
+    assert out.details["notes"]["cuda:3"] == [
+        "XID 13 (graphics engine exception (usually an application fault)), "
+        "31 (GPU memory page fault (usually an application fault)) (not judged)"]
+    assert metric(out, "xid_fail_count", "cuda:1") == 1 and metric(out, "xid_fail_count", "cuda:0") == 0
+    assert metric(out, "nvlink_recovery_errors", "cuda:2") == 2
+    assert metric(out, "memory_temperature_c", "cuda:0") == 33
+
+
+def test_memory_temperature_unsupported_is_not_judged() -> None:
+    out = judge(raw("unsupported_l40s_4x"))
+    assert not any(m.name == "memory_temperature_c" for m in out.metrics)
+    assert out.details["unsupported"]["cuda:0"]["memory_temperature_c"] == "Not Supported"
+
+
+def test_limits_are_the_default_thresholds() -> None:
+    rules = {r.metric: r for r in HealthCheck.thresholds}
+    for name, (bound, sev) in LIMITS.items():
+        assert rules[name].max == bound and rules[name].severity == sev
+
+
+def test_metrics_labelled_by_torch_ordinal_tagged_with_uuid_and_pci() -> None:
+    out = judge(raw("visible_upper_half"))  # CUDA_VISIBLE_DEVICES=4,5,6,7
+    assert {m.device for m in out.metrics} == {"cuda:0", "cuda:1", "cuda:2", "cuda:3"}
+    m = next(m for m in out.metrics if m.name == "ecc_volatile_uncorrectable" and m.device == "cuda:1")
+    assert m.tags == {"uuid": "GPU-3f1c2a4e-8b7d-4c21-9e0a-5d6f7a8b9c05", "pci_bus_id": "00000000:AB:00.0"}
+    gpus = {g["device"]: g for g in out.details["gpus"]}
+    assert gpus["cuda:1"]["nvml_index"] == 5 and out.details["cuda_visible_devices"] == "4,5,6,7"
+
+
+def test_kernel_log_xids_attached_by_pci_bus_id() -> None:
+    snap = snapshot_from_dict(raw("healthy_h100_sxm_8x"))
+    attach_kernel_xids(snap, parse_kernel_xids((DATA.parent / "kmsg" / "dmesg_h100.txt").read_text()))
+    assert snap.gpus[7].xid_kernel_log == [79] and snap.gpus[3].xid_kernel_log == [74]
+    assert snap.gpus[0].xid_kernel_log == []
+    out = evaluate_health(snap, HealthCheck.defaults("standard"))
+    assert out.status == Status.FAIL
+    assert "cuda:3: XID 74 (NVLink error)" in out.reason and "cuda:7: XID 79 (GPU has fallen off the bus)" in out.reason
+    unread = snapshot_from_dict(raw("healthy_h100_sxm_8x"))
+    attach_kernel_xids(unread, None, "/dev/kmsg: Operation not permitted; dmesg: read kernel buffer failed")
+    out = evaluate_health(unread, HealthCheck.defaults("standard"))
+    assert out.status == Status.PASS
+    assert out.details["unsupported"]["cuda:0"]["xid_kernel_log"].startswith("/dev/kmsg: Operation not permitted")
 
 
 def nvml_library_present() -> bool:

@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from gpuaccept.errors import ConfigError
-from gpuaccept.launch.k8s import K8sBackend
-from gpuaccept.launch.k8s_manifests import build_manifests, object_name, to_yaml
-from gpuaccept.launch.k8s_options import KINDS, K8sOptions, parse_toleration
+from gpuaccept.launch.k8s.backend import K8sBackend
+from gpuaccept.launch.k8s.manifests import build_manifests, object_name, to_yaml
+from gpuaccept.launch.k8s.options import KINDS, K8sOptions, parse_toleration
 from gpuaccept.launch.pod_script import NODE_SCRIPT, mpi_launcher_script
 from gpuaccept.launch.spec import Mount, sanitize_name
 from tests.helpers import gpuaccept
@@ -254,7 +254,9 @@ def test_mpijob_launcher_uses_the_hostfile_and_checks_ranks() -> None:
     assert len(mpiruns) == 3
     assert all('--hostfile "$hostfile"' in line for line in mpiruns[:2])
     assert "hostfile=/etc/mpi/hostfile" in script and "np=24" in script and "--map-by ppr:8:node" in script
-    assert "-x NCCL_IB_HCA -x TERM -x GPUACCEPT_RESULTS_DIR --mca btl_tcp_if_include eth0" in script
+    assert ("-x NCCL_IB_HCA -x TERM -x GPUACCEPT_RESULTS_DIR -x MASTER_ADDR -x MASTER_PORT -x PATH -x LD_LIBRARY_PATH "
+            "--mca btl_tcp_if_include eth0") in script
+    assert "MASTER_ADDR=${MASTER_ADDR:-$(awk 'NF {print $1; exit}' \"$hostfile\")}" in script
     assert launcher["command"][3:] == ["gpuaccept-launcher", "python", "train.py", "--lr", "3e-4"]
     env = env_of(launcher)
     assert env["OMPI_ALLOW_RUN_AS_ROOT"] == "1" and env["NCCL_IB_HCA"] == "mlx5"
@@ -432,9 +434,78 @@ def test_cli_dry_run_prints_valid_yaml(tmp_path: Path) -> None:
     (["--image", "x", "--toleration", "gpu:Sometimes"], "effect must be one of"),
     (["--image", "x", "--namespace", "Bad_NS"], "DNS label"),
     (["--image", "x", "--kind", "trainjob", "--priority-class", "high"], "priority class"),
+    (["--image", "x", "--kind", "trainjob", "--trainer-version", "2.0"], "--trainer-version"),
 ])
 def test_cli_bad_input_exits_2_with_one_line(argv: list[str], message: str) -> None:
     proc = gpuaccept("launch", "k8s", "--dry-run", *argv)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in proc.stderr
+
+
+# ---- one pod per host, Trainer releases ------------------------------------------------------------------------
+
+def _pod_templates(doc: dict[str, Any]) -> list[tuple[dict[str, str], dict[str, Any]]]:
+    """(labels, pod spec) of every pod template in ``doc`` that has containers."""
+    out = []
+    for tmpl in walk(doc, "template") + walk(doc, "podTemplateOverrides"):
+        for t in tmpl if isinstance(tmpl, list) else [tmpl]:
+            if isinstance(t, dict) and isinstance(t.get("spec"), dict) and "containers" in t["spec"]:
+                out.append((t.get("metadata", {}).get("labels", {}), t["spec"]))
+    return out
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_node_pods_repel_each_other_on_a_host(kind: str) -> None:
+    """With --gpus-per-node 4 on 8-GPU hosts two node pods could share a host: a required anti-affinity forbids it."""
+    doc = manifests(suite_spec(opts(kind), gpus_per_node=4))[-1]
+    templates = _pod_templates(doc)
+    node_pods = [(labels, pod) for labels, pod in templates if labels.get("gpuaccept/role") != "launcher"]
+    assert node_pods
+    for labels, pod in node_pods:
+        (term,) = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert term["topologyKey"] == "kubernetes.io/hostname"
+        match = term["labelSelector"]["matchLabels"]
+        if kind == "trainjob":  # JobSet labels the pods it creates with its name, the TrainJob's
+            assert match == {"jobset.sigs.k8s.io/jobset-name": "accept-h100"}
+        else:  # the selector matches the pod itself, so every node pod of the run (all roles) repels the others
+            assert match.items() <= labels.items(), (match, labels)
+            assert "gpuaccept/run-id" not in match
+    if kind == "pytorchjob":  # master and workers repel each other too: the selector has no role
+        assert all("gpuaccept/role" not in p["affinity"]["podAntiAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"][0]["labelSelector"]["matchLabels"] for _, p in node_pods)
+    launchers = [pod for labels, pod in templates if labels.get("gpuaccept/role") == "launcher"]
+    assert all("affinity" not in pod for pod in launchers)  # the CPU-only launcher may share a worker's host
+    if kind == "mpijob":
+        assert launchers and node_pods[0][1]["affinity"]["podAntiAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"][0]["labelSelector"]["matchLabels"][
+            "gpuaccept/role"] == "worker"
+
+
+def test_trainjob_follows_the_trainer_release() -> None:
+    new = manifests(command_spec(opts("trainjob")))[0]
+    assert "runtimePatches" in new["spec"] and "podTemplateOverrides" not in new["spec"]
+    for version in ("2.1", "v2.1.0"):
+        old = manifests(command_spec(opts("trainjob", trainer_version=version)))[0]
+        assert "runtimePatches" not in old["spec"]
+        (override,) = old["spec"]["podTemplateOverrides"]
+        assert override["targetJobs"] == [{"name": "node"}]
+        patched = new["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
+        # the same pod patch, in the older shape
+        assert override["spec"] == patched["template"]["spec"]["template"]["spec"]
+        assert override["metadata"] == patched["template"]["spec"]["template"]["metadata"]
+    for version in ("2.3", "v2.2.1", "3.0"):
+        assert "runtimePatches" in manifests(command_spec(opts("trainjob", trainer_version=version)))[0]["spec"]
+    for bad in ("2.0", "two", "2", ""):
+        with pytest.raises(ConfigError, match="--trainer-version"):
+            K8sOptions.from_dict({"kind": "trainjob", "trainer_version": bad})
+    with pytest.raises(ConfigError, match="security context"):
+        manifests(command_spec(opts("trainjob", trainer_version="2.1", privileged=True)))
+
+
+def test_trainer_version_flag() -> None:
+    parser = argparse.ArgumentParser()
+    K8sBackend.add_arguments(parser)
+    args = parser.parse_args(["--kind", "trainjob", "--trainer-version", "2.1"])
+    assert K8sBackend.options_from_args(args)["trainer_version"] == "2.1"
+    assert K8sBackend.options_from_args(parser.parse_args([]))["trainer_version"] == "2.2"

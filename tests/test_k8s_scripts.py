@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from gpuaccept.launch.k8s_manifests import build_manifests
-from gpuaccept.launch.k8s_options import K8sOptions
+from gpuaccept.launch.k8s.manifests import build_manifests
+from gpuaccept.launch.k8s.options import K8sOptions
 from gpuaccept.launch.log_reports import reports_from_log
 from gpuaccept.launch.pod_script import EXIT_PLACEMENT, REPORT_BEGIN, REPORT_END
 from gpuaccept.launch.spec import JobSpec

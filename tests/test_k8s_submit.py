@@ -17,17 +17,18 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import yaml
 
 from gpuaccept.errors import ConfigError, UsageError
-from gpuaccept.launch.k8s import K8sBackend
-from gpuaccept.launch.k8s_manifests import build_manifests, selector
-from gpuaccept.launch.k8s_options import K8sOptions
-from gpuaccept.launch.k8s_status import job_state, pod_summary
+from gpuaccept.launch.k8s.backend import K8sBackend
+from gpuaccept.launch.k8s.manifests import build_manifests, selector
+from gpuaccept.launch.k8s.options import K8sOptions
+from gpuaccept.launch.k8s.status import job_state, pod_summary
 from gpuaccept.launch.pod_script import REPORT_END
 from gpuaccept.launch.spec import JobSpec
-from gpuaccept.model import Verdict
+from gpuaccept.model import NodeReport, Verdict
 from tests.helpers import ROOT, cli_env, gpuaccept
 from tests.k8s_fake_api import TOKEN, FakeKubeAPI, pod
 from tests.k8s_support import need_module
@@ -128,6 +129,11 @@ def test_submit_watch_gather_job(api: FakeKubeAPI, node_logs: dict[str, str], tm
 
     reports = backend.gather(sub, spec)
     assert {r.host: r.verdict for r in reports} == {"gpu-node-1": Verdict.SUCCESS, "gpu-node-2": Verdict.FAILURE}
+    assert {r.host: r.pod for r in reports} == {"gpu-node-1": "accept-0-x0", "gpu-node-2": "accept-1-x1"}
+    schema = json.loads((ROOT / "src" / "gpuaccept" / "data" / "report.schema.json").read_text())
+    for r in reports:  # the pod field is part of the published schema and survives a round trip
+        jsonschema.validate(r.to_dict(), schema)
+        assert NodeReport.from_dict(json.loads(json.dumps(r.to_dict()))).pod == r.pod
     assert sub.hosts == ["gpu-node-1", "gpu-node-2"]
     listing = api.calls("GET", "/api/v1/namespaces/gpu-team/pods")[0]
     assert listing["query"]["labelSelector"] == selector("job", "accept")
@@ -202,11 +208,23 @@ def test_mpijob_reports_come_from_the_launcher_log(api: FakeKubeAPI, node_logs: 
     api.pods = [pod("accept-launcher-abc", {**base, "gpuaccept/role": "launcher"}, "cpu-node-1"),
                 pod("accept-worker-0", {**base, "gpuaccept/role": "worker"}, "gpu-node-1", phase="Running"),
                 pod("accept-worker-1", {**base, "gpuaccept/role": "worker"}, "gpu-node-2", phase="Running")]
-    api.logs[("accept-launcher-abc", "launcher")] = node_logs["gpu-node-1"] + node_logs["gpu-node-2"]
+    # Ranks started through sshd do not see the pod's GPUACCEPT_HOSTNAME: their reports name the worker pods
+    # (the MPI operator sets each worker's hostname to its pod name).
+    log = (node_logs["gpu-node-1"].replace('"host": "gpu-node-1"', '"host": "accept-worker-0"')
+           + node_logs["gpu-node-2"].replace('"host": "gpu-node-2"', '"host": "accept-worker-1"'))
+    assert log.count('"host": "accept-worker-') == 4  # the reports' and their checks'
+    api.logs[("accept-launcher-abc", "launcher")] = log
     reports = backend.gather(sub, spec)
-    assert sorted(r.host for r in reports) == ["gpu-node-1", "gpu-node-2"]
+    assert sorted((r.host, r.pod) for r in reports) == [("gpu-node-1", "accept-worker-0"),
+                                                       ("gpu-node-2", "accept-worker-1")]
     assert [r["path"] for r in api.calls("GET", "/log")] == ["/api/v1/namespaces/default/pods/accept-launcher-abc/log"]
-    assert sub.hosts == []  # the launcher's node is not a node under test
+    selectors = [r["query"]["labelSelector"] for r in api.calls("GET", "/pods") if not r["path"].endswith("/log")]
+    assert selectors[-2:] == [f"{selector('mpijob', 'accept')}", f"{selector('mpijob', 'accept', 'worker')}"]
+    assert selectors[-1].endswith("gpuaccept/role=worker")
+    assert {c.host for r in reports for c in r.checks} == {"gpu-node-1", "gpu-node-2"}
+    assert sub.hosts == ["gpu-node-1", "gpu-node-2"]  # the workers' nodes; the launcher's is not under test
+    saved = json.loads((Path(spec.run_results_dir) / "k8s" / "accept-launcher-abc-0" / "report.json").read_text())
+    assert (saved["host"], saved["pod"]) == ("gpu-node-1", "accept-worker-0")
 
 
 # ---- errors ----------------------------------------------------------------------------------------------------

@@ -96,3 +96,34 @@ def test_summary_lines_name_each_node_and_the_verdict() -> None:
     assert "[NODE] node2: FAILURE - failed: compute" in lines
     assert any(x.startswith("[NODE] node3: MISSING") for x in lines)
     assert lines[-1] == "[RESULT] FAILURE: node2, node3"
+
+
+def _rank(name: str, host: str, rank: int, status: Status = Status.PASS, reason: str = "fine") -> CheckResult:
+    return CheckResult(name, status, reason, host=host, rank=rank, details={"distributed": True})
+
+
+def test_cross_node_checks_give_one_result_for_the_run() -> None:
+    rank0 = _report("a", _ok("env", "a", 0), _rank("collectives", "a", 0), _rank("collectives", "a", 1),
+                    _rank("collectives", "b", 2), _rank("collectives", "b", 3, Status.FAIL, "allreduce 3 GB/s"),
+                    _ok("env", "b", 2))
+    cluster = _merge([rank0], ["a", "b"])
+    fabric = cluster.analysis["cross_node"]
+    assert (fabric["verdict"], fabric["ranks"], fabric["hosts"]) == ("failure", 4, ["a", "b"])
+    assert fabric["checks"] == {"collectives": {"status": "fail", "ranks": 4, "failed_ranks": [3],
+                                                "reason": "allreduce 3 GB/s"}}
+    assert [(e.host, e.verdict) for e in cluster.nodes] == [("a", Verdict.SUCCESS), ("b", Verdict.FAILURE)]
+    lines = summary_lines(cluster)
+    assert lines[-2:] == ["[FABRIC] cross-node: FAILURE - collectives fail (ranks 3) over 4 rank(s) on 2 node(s)",
+                          "[RESULT] FAILURE: b"]
+
+
+def test_cross_node_result_counts_the_nodes_that_took_part() -> None:
+    ok = _merge([_report("a", _rank("ddp_train", "a", 0))], ["a", "b"])
+    assert ok.analysis["cross_node"]["verdict"] == "failure"
+    assert "1 of 2 node(s) took part" in summary_lines(ok)[-2]
+
+
+def test_a_per_node_run_has_no_cross_node_result() -> None:
+    cluster = _merge([_report("a", _ok("env", "a")), _report("b", _ok("env", "b"))], ["a", "b"])
+    assert "cross_node" not in cluster.analysis
+    assert not any(line.startswith("[FABRIC]") for line in summary_lines(cluster))

@@ -34,8 +34,24 @@ def _processes_mentioning(text: str) -> list[int]:
     return pids
 
 
+def test_two_local_nodes_test_the_fabric_by_default_and_report_one_cross_node_result(tmp_path: Path) -> None:
+    r = _local(tmp_path, "--nodes", "2", "--device", "cpu", "--profile", "quick", "--checks", "steady,collectives")
+    assert r.returncode == 0, r.stdout + r.stderr
+    report = cluster_report(tmp_path / "run")
+    assert report["verdict"] == "success"
+    for node in report["nodes"]:  # per node: the node check once, and this node's rank of the collectives
+        assert sorted((c["name"], c["status"], c["host"]) for c in node["report"]["checks"]) == [
+            ("collectives", "pass", node["host"]), ("steady", "pass", node["host"])]
+    fabric = report["analysis"]["cross_node"]
+    assert (fabric["verdict"], fabric["ranks"], fabric["hosts"]) == ("success", 2, ["local-0", "local-1"])
+    assert fabric["checks"] == {"collectives": {"status": "pass", "ranks": 2, "failed_ranks": [], "reason": ""}}
+    assert "[FABRIC] cross-node: SUCCESS - collectives pass over 2 rank(s) on 2 node(s)" in r.stdout.splitlines()
+    job = json.loads((tmp_path / "run" / "launch" / "job.json").read_text())
+    assert job["spec"]["distributed"] is True and job["spec"]["suite_args"][-1] == "--distributed"
+
+
 def test_two_local_nodes_run_the_suite_and_merge_into_a_cluster_report(tmp_path: Path) -> None:
-    r = _local(tmp_path, "--nodes", "2", "--device", "cpu", "--checks", "steady")
+    r = _local(tmp_path, "--nodes", "2", "--device", "cpu", "--checks", "steady", "--per-node-only")
     assert r.returncode == 0, r.stdout + r.stderr
     report = cluster_report(tmp_path / "run")
     assert report["verdict"] == "success" and report["backend"] == "local"
@@ -48,12 +64,14 @@ def test_two_local_nodes_run_the_suite_and_merge_into_a_cluster_report(tmp_path:
     job = json.loads((tmp_path / "run" / "launch" / "job.json").read_text())
     assert job["expected_hosts"] == ["local-0", "local-1"]
     assert job["spec"]["suite_args"] == ["--checks", "steady", "--device", "cpu"]
+    assert "cross_node" not in report["analysis"] and "[FABRIC]" not in r.stdout
 
 
 def test_a_node_that_fails_makes_the_cluster_fail_and_is_named(tmp_path: Path) -> None:
     config = tmp_path / "site.yaml"
     config.write_text("checks:\n  failon:\n    params: {host: local-1}\n")
-    r = _local(tmp_path, "--nodes", "3", "--device", "cpu", "--checks", "steady,failon", "--config", str(config))
+    r = _local(tmp_path, "--nodes", "3", "--device", "cpu", "--checks", "steady,failon", "--config", str(config),
+               "--per-node-only")
     assert r.returncode == 1, r.stdout + r.stderr
     report = cluster_report(tmp_path / "run")
     assert [n["verdict"] for n in report["nodes"]] == ["success", "failure", "success"]
@@ -92,7 +110,7 @@ def _nap_config(tmp_path: Path) -> Path:
 
 def test_timeout_stops_every_node_and_keeps_what_was_measured(tmp_path: Path) -> None:
     r = _local(tmp_path, "--nodes", "2", "--device", "cpu", "--checks", "steady,nap", "--config",
-               str(_nap_config(tmp_path)), "--timeout", "3")
+               str(_nap_config(tmp_path)), "--timeout", "3", "--per-node-only")
     assert r.returncode == 1, r.stdout + r.stderr
     assert "timed out after" in r.stdout
     report = cluster_report(tmp_path / "run")
@@ -107,7 +125,7 @@ def test_ctrl_c_or_sigterm_cancels_the_nodes_and_exits_130(tmp_path: Path, signu
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpuaccept", "launch", "local", "--results-dir", str(tmp_path), "--run-id", "run",
          "--poll-interval", "0.2", "--nodes", "2", "--device", "cpu", "--checks", "steady,nap", "--config",
-         str(_nap_config(tmp_path))], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+         str(_nap_config(tmp_path)), "--per-node-only"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env=launch_env())
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -126,7 +144,7 @@ def test_ctrl_c_or_sigterm_cancels_the_nodes_and_exits_130(tmp_path: Path, signu
 
 
 def test_detached_local_run_can_be_gathered_later(tmp_path: Path) -> None:
-    r = _local(tmp_path, "--nodes", "2", "--device", "cpu", "--checks", "steady", "--detach")
+    r = _local(tmp_path, "--nodes", "2", "--device", "cpu", "--checks", "steady", "--detach", "--per-node-only")
     assert r.returncode == 0 and "gpuaccept gather" in r.stdout
     deadline = time.monotonic() + 60
     while len(list((tmp_path / "run").glob("*/report.json"))) < 2 or any(
@@ -160,7 +178,8 @@ def test_launch_side_never_imports_torch_or_unused_backends(tmp_path: Path) -> N
         "from gpuaccept.cli import build_parser, main\n"
         "build_parser()\n"
         "assert not [m for m in sys.modules if m.startswith('gpuaccept.launch.') and m not in "
-        "('gpuaccept.launch.cli', 'gpuaccept.launch.registry', 'gpuaccept.launch.base', 'gpuaccept.launch.spec')], "
+        "('gpuaccept.launch.cli', 'gpuaccept.launch.collect', 'gpuaccept.launch.registry', 'gpuaccept.launch.base', "
+        "'gpuaccept.launch.spec')], "
         "sorted(sys.modules)\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         f"    rc = main(['launch', 'slurm', '--nodes', '2', '--device', 'cpu', '--results-dir', {str(tmp_path)!r}, "
@@ -176,6 +195,8 @@ def test_launch_side_never_imports_torch_or_unused_backends(tmp_path: Path) -> N
     (["--nodes", "2", "--profile", "quick", "--", "hostname"], "--profile is a suite option"),
     (["--distributed", "--", "hostname"], "--distributed is for the suite"),
     (["--no-torchrun"], "--no-torchrun applies to a command"),
+    (["--per-node-only", "--", "hostname"], "--per-node-only is for the suite"),
+    (["--distributed", "--per-node-only"], "contradict each other"),
     (["--run-id", "../escape"], "--run-id '../escape'"),
     (["--name", "___"], "a job name needs letters or digits"),
     (["--image", "ubuntu"], "runs no containers"),
@@ -221,6 +242,14 @@ def test_spec_file_sets_the_job_and_flags_override_it(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     lines = [x for x in r.stdout.splitlines() if x.startswith("env ")]
     assert len(lines) == 2
+    assert lines[0] == ("env GPUACCEPT_HOSTNAME=local-0 NODE_RANK=0 NCCL_DEBUG=INFO FLAG=true python3 -m "
+                        "torch.distributed.run --nnodes=2 --nproc-per-node=1 --node-rank=0 --master-addr=127.0.0.1 "
+                        "--master-port=29999 --no-python python3 -m gpuaccept run --profile quick --checks steady "
+                        "--device cpu --distributed --no-history --report-dir /r/s")
+    spec.write_text(SPEC + "per_node_only: true\n")
+    r = gpuaccept("launch", "local", "--spec", str(spec), "--python", "python3", "--results-dir", "/r",
+                  "--run-id", "s", "--dry-run")
+    lines = [x for x in r.stdout.splitlines() if x.startswith("env ")]
     assert lines[0] == ("env GPUACCEPT_HOSTNAME=local-0 NODE_RANK=0 NCCL_DEBUG=INFO FLAG=true python3 -m gpuaccept "
                         "run --profile quick --checks steady --device cpu --no-history --report-dir /r/s")
     r = gpuaccept("launch", "local", "--spec", str(spec), "--nodes", "1", "--checks", "steady,failon",

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpuaccept.errors import ConfigError
-from gpuaccept.launch.mpi import _NAME_RANK, MpiBackend
+from gpuaccept.launch.mpi.backend import _NAME_RANK, MpiBackend, open_mpi_major
 from gpuaccept.launch.spec import JobSpec
 from tests.launch_support import check_golden, cluster_report, gpuaccept, one_error_line, require, shellcheck
 
@@ -125,3 +125,46 @@ def test_hostfile_slots_are_read(tmp_path: Path) -> None:
                   "--run-id", "h", "--dry-run", "--", "all_reduce_perf")
     assert r.returncode == 0, r.stderr
     assert "gpu01 slots=8\ngpu02 slots=8\n" in r.stdout and "-np 16" in r.stdout
+
+
+def test_distributed_ranks_get_master_addr_and_port_of_the_first_host() -> None:
+    plan = MpiBackend().plan(_spec(command=None, suite_args=["--distributed"], distributed=True))
+    argv = plan.commands[0]
+    pairs = [argv[i + 1] for i, a in enumerate(argv) if a == "-x"]
+    assert "MASTER_ADDR=gpu01" in pairs
+    port = [p for p in pairs if p.startswith("MASTER_PORT=")]
+    assert len(port) == 1 and 29500 <= int(port[0].split("=")[1]) < 49500
+    assert pairs.count("PATH") == 1 and pairs.count("LD_LIBRARY_PATH") == 1
+    own = MpiBackend().plan(_spec(env={"MASTER_ADDR": "10.0.0.1"}, distributed=True)).commands[0]
+    assert [a for a in own if a.startswith("MASTER_ADDR=")] == ["MASTER_ADDR=10.0.0.1"]
+
+
+def test_per_node_suite_plan_has_no_master_address() -> None:
+    argv = MpiBackend().plan(_spec(command=None, suite_args=[], distributed=False)).commands[0]
+    assert not [a for a in argv if a.startswith("MASTER_")]
+
+
+@pytest.mark.parametrize(("major", "btl"), [(None, "tcp,self,vader"), (4, "tcp,self,vader"), (5, "tcp,self,sm")])
+def test_tcp_transport_names_the_shared_memory_btl_of_the_open_mpi_version(major: int | None, btl: str) -> None:
+    opts = {"hosts": ["gpu01", "gpu02"], "transport": "tcp", "ompi_major": major}
+    argv = MpiBackend().plan(_spec(options=opts)).commands[0]
+    assert argv[argv.index("btl") + 1] == btl
+
+
+def test_open_mpi_version_is_read_from_mpirun() -> None:
+    assert open_mpi_major("mpirun (Open MPI) 5.0.3\n\nReport bugs to https://www.open-mpi.org/\n") == 5
+    assert open_mpi_major("mpirun (Open MPI) 4.1.4") == 4
+    assert open_mpi_major("HYDRA build details:") is None
+    require("mpirun")
+    r = subprocess.run(["mpirun", "--version"], capture_output=True, text=True, check=False)
+    assert open_mpi_major(r.stdout + r.stderr) is not None, r.stdout
+
+
+def test_a_command_under_mpirun_sees_master_addr_and_port(tmp_path: Path) -> None:
+    out = tmp_path / "env"
+    code = ("import os, pathlib; e = os.environ; pathlib.Path(" + repr(str(out)) + ").write_text("
+            "' '.join([e['MASTER_ADDR'], e['MASTER_PORT'], str('PATH' in e)]))")
+    r = _mpi(tmp_path, "--hosts", "localhost", "--transport", "tcp", "--", sys.executable, "-c", code)
+    assert r.returncode == 0, r.stdout + r.stderr
+    addr, port, has_path = out.read_text().split(" ")
+    assert (addr, has_path) == ("localhost", "True") and port.isdigit()

@@ -16,8 +16,9 @@ import pytest
 
 from gpuaccept.errors import ConfigError, InputError
 from gpuaccept.launch.base import Submission
-from gpuaccept.launch.slurm import SlurmBackend, SlurmOptions, _Watch, pyxis_image, render_script
-from gpuaccept.launch.slurm_parse import (
+from gpuaccept.launch.slurm.backend import SlurmBackend, _Watch
+from gpuaccept.launch.slurm.options import SlurmOptions
+from gpuaccept.launch.slurm.parse import (
     expand_hostlist,
     parse_sacct,
     parse_sbatch,
@@ -26,6 +27,7 @@ from gpuaccept.launch.slurm_parse import (
     sacct_unavailable,
     squeue_says_unknown_job,
 )
+from gpuaccept.launch.slurm.script import pyxis_image, render_script
 from gpuaccept.launch.spec import JobSpec, Mount
 from tests.launch_support import (
     SLURM_DATA,
@@ -355,7 +357,10 @@ def test_suite_runs_on_both_nodes_through_sbatch_and_srun(slurm: LocalSlurm, tmp
     assert "[NODE] node1: SUCCESS" in r.stdout and r.stdout.rstrip().endswith("cluster-report.json")
     assert slurm.wait_job(report["job_id"]) == "COMPLETED"
     log = next((tmp_path / "run" / "launch").glob("slurm-*.out")).read_text()
-    assert log.count("[RESULT] SUCCESS") == 2
+    # 2 nodes: one run over both by default (rank 0 writes the report), on nodes the job has to itself
+    assert log.count("[RESULT] SUCCESS") == 1 and ": rendezvous " in log
+    script = (tmp_path / "run" / "launch" / "job.sbatch").read_text()
+    assert "#SBATCH --exclusive\n#SBATCH --mem=0\n" in script
 
 
 def test_a_check_failing_on_one_node_is_reported_failed_not_lost(slurm: LocalSlurm, tmp_path: Path) -> None:
@@ -462,3 +467,49 @@ def test_sbatch_refusal_exits_2_with_its_reason(slurm: LocalSlurm, tmp_path: Pat
     line = one_error_line(r)
     assert "sbatch refused the job" in line and "nosuch" in line
     assert slurm.queued_jobs() == before
+
+
+def _dry(tmp_path: Path, *args: str) -> str:
+    r = gpuaccept("launch", "slurm", "--results-dir", str(tmp_path / "res"), "--run-id", "d", "--dry-run", *args,
+                  cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_nodes_are_exclusive_with_all_their_memory_unless_told_otherwise(tmp_path: Path) -> None:
+    default = _dry(tmp_path, "--nodes", "2", "--device", "cpu")
+    assert "#SBATCH --exclusive\n#SBATCH --mem=0\n" in default
+    shared = _dry(tmp_path, "--nodes", "2", "--device", "cpu", "--no-exclusive", "--mem", "64g")
+    assert "--exclusive" not in shared and "#SBATCH --mem=64G\n" in shared
+    site = _dry(tmp_path, "--nodes", "2", "--device", "cpu", "--mem", "none")
+    assert "--mem" not in site
+    assert "--mem: '1.5G' is not a memory size" in one_error_line(
+        gpuaccept("launch", "slurm", "--mem", "1.5G", "--dry-run"))
+
+
+def test_a_command_in_a_pyxis_container_starts_in_the_submit_directory(tmp_path: Path) -> None:
+    script = _dry(tmp_path, "--nodes", "2", "--image", "nvcr.io/nvidia/pytorch:24.05-py3", "--", "python", "train.py")
+    here = str(tmp_path)
+    assert f"{here}:{here}" in script.split("--container-mounts=")[1].split("'")[0]
+    assert f"--container-workdir={here}" in script
+    suite = _dry(tmp_path, "--nodes", "2", "--image", "img:1", "--device", "cpu")
+    assert "--container-workdir" not in suite
+
+
+def test_gather_on_a_running_job_says_so_and_writes_nothing(slurm: LocalSlurm, tmp_path: Path) -> None:
+    config = tmp_path / "nap.yaml"
+    config.write_text("checks:\n  nap:\n    params: {seconds: 120}\n")
+    r = _launch(slurm, tmp_path, "--nodes", "1", "--device", "cpu", "--checks", "nap", "--config", str(config),
+                "--detach")
+    assert r.returncode == 0, r.stdout + r.stderr
+    job_id = json.loads((tmp_path / "run" / "launch" / "job.json").read_text())["job_id"]
+    try:
+        g = gpuaccept("gather", str(tmp_path / "run"), env=_env(slurm))
+        assert g.returncode == 3, g.stdout + g.stderr
+        assert f"[RESULT] STILL RUNNING: the slurm job {job_id} is " in g.stdout
+        assert not (tmp_path / "run" / "cluster-report.json").exists()
+    finally:
+        subprocess.run(["scancel", job_id], env=_env(slurm), check=False)
+    assert slurm.wait_job(job_id) == "CANCELLED"
+    done = gpuaccept("gather", str(tmp_path / "run"), env=_env(slurm))
+    assert done.returncode == 1 and (tmp_path / "run" / "cluster-report.json").exists()

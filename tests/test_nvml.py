@@ -141,9 +141,22 @@ H100_SPEC: dict[str, Any] = {
     "nvmlDeviceGetEnforcedPowerLimit": 700000,
     "nvmlDeviceGetNvLinkState": lambda link: [1, 1, 0, 1][link] if link < 4 else Err(
         pynvml.NVML_ERROR_INVALID_ARGUMENT),
+    # replay count = link number, so per-link placement is visible; link 2 is down and never asked
+    "nvmlDeviceGetNvLinkErrorCounter": lambda link, counter: {
+        pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT: 0, pynvml.NVML_NVLINK_ERROR_DL_REPLAY: link,
+        pynvml.NVML_NVLINK_ERROR_DL_RECOVERY: 0}[counter] if link != 2 else Err(pynvml.NVML_ERROR_INVALID_ARGUMENT),
+    "nvmlDeviceGetFieldValues": lambda ids: [field_value(pynvml.NVML_SUCCESS, 47) for _ in ids],
+    "events": None,  # nvmlDeviceRegisterEvents: None accepts; an Err rejects; absent: Not Supported
 }
 
-DEVICE_FUNCS = (*H100_SPEC, "nvmlDeviceGetGpuMaxPcieLinkGeneration", "nvmlDeviceGetCurrentClocksThrottleReasons")
+DEVICE_FUNCS = (*(k for k in H100_SPEC if k.startswith("nvml")), "nvmlDeviceGetGpuMaxPcieLinkGeneration",
+                "nvmlDeviceGetCurrentClocksThrottleReasons")
+
+
+def field_value(ret: int, value: int) -> types.SimpleNamespace:
+    """A ``c_nvmlFieldValue_t`` as nvmlDeviceGetFieldValues returns it (unsigned int value)."""
+    return types.SimpleNamespace(nvmlReturn=ret, valueType=pynvml.NVML_VALUE_TYPE_UNSIGNED_INT,
+                                 value=types.SimpleNamespace(uiVal=value))
 
 
 class FakeNvml:
@@ -155,9 +168,13 @@ class FakeNvml:
         self.shutdown_error = shutdown_error
         self.init_error = init_error
         self.shutdowns = 0
+        self.calls: list[tuple[Any, ...]] = []  # (function, *args) of the calls that take arguments
+        self.registered: list[tuple[int, int]] = []  # (handle, event types) registered on the event set
+        self.pending: list[Any] = []
+        self.freed = 0
         self.module = types.ModuleType("pynvml")
         for name, value in vars(pynvml).items():
-            if name.startswith("NVML"):  # constants and the NVMLError class family
+            if name.startswith(("NVML", "nvmlEventType")):  # constants and the NVMLError class family
                 setattr(self.module, name, value)
         m = self.module
         m.nvmlInit = self._init  # type: ignore[attr-defined]
@@ -167,6 +184,11 @@ class FakeNvml:
         m.nvmlSystemGetCudaDriverVersion_v2 = lambda: 12040  # type: ignore[attr-defined]
         m.nvmlDeviceGetCount = lambda: len(self.gpus)  # type: ignore[attr-defined]
         m.nvmlDeviceGetHandleByIndex = self._handle  # type: ignore[attr-defined]
+        m.nvmlDeviceGetHandleByUUID = self._handle_by_uuid  # type: ignore[attr-defined]
+        m.nvmlEventSetCreate = lambda: "evset"  # type: ignore[attr-defined]
+        m.nvmlDeviceRegisterEvents = self._register  # type: ignore[attr-defined]
+        m.nvmlEventSetWait_v2 = self._wait  # type: ignore[attr-defined]
+        m.nvmlEventSetFree = self._free  # type: ignore[attr-defined]
         for fn in DEVICE_FUNCS:
             if fn not in omit:
                 setattr(m, fn, self._device_fn(fn))
@@ -187,11 +209,39 @@ class FakeNvml:
             raise pynvml.NVMLError(self.shutdown_error)
 
     def _handle(self, index: int) -> int:
+        self.calls.append(("nvmlDeviceGetHandleByIndex", index))
         self._raise_or(self.gpus[index])
         return index
 
+    def _handle_by_uuid(self, uuid: str) -> int:
+        self.calls.append(("nvmlDeviceGetHandleByUUID", uuid))
+        for i, spec in enumerate(self.gpus):
+            if isinstance(spec, dict) and spec.get("nvmlDeviceGetUUID") == uuid:
+                return self._raise_or(spec.get("handle_by_uuid", i))
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+
+    def _register(self, handle: int, types_: int, evset: str) -> None:
+        assert evset == "evset"
+        spec = self.gpus[handle]
+        assert isinstance(spec, dict)
+        self._raise_or(spec.get("events", Err(pynvml.NVML_ERROR_NOT_SUPPORTED)))
+        self.registered.append((handle, types_))
+        for xid in spec.get("xids", []):  # raised while the snapshot is taken, i.e. after registration
+            self.pending.append(types.SimpleNamespace(device=handle, eventType=pynvml.nvmlEventTypeXidCriticalError,
+                                                      eventData=xid))
+
+    def _wait(self, evset: str, timeout_ms: int) -> Any:
+        assert evset == "evset" and timeout_ms == 0  # never block
+        if not self.pending:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_TIMEOUT)
+        return self.pending.pop(0)
+
+    def _free(self, evset: str) -> None:
+        self.freed += 1
+
     def _device_fn(self, name: str) -> Any:
         def fn(handle: int, *args: Any) -> Any:
+            self.calls.append((name, handle, *args))
             spec = self.gpus[handle]
             assert isinstance(spec, dict)
             if name not in spec:
@@ -232,7 +282,11 @@ def test_reader_values_and_unsupported(monkeypatch: pytest.MonkeyPatch) -> None:
     assert g.retired_pages_sbe == UNSUPPORTED and g.errors["retired_pages_sbe"] == "Insufficient Permissions"
     assert g.pcie_link_gen_gpu_max == UNSUPPORTED  # not in the spec: Not Supported
     assert set(g.unsupported_fields()) == {"retired_pages_pending", "retired_pages_sbe", "retired_pages_dbe",
-                                           "pcie_link_gen_gpu_max"}
+                                           "pcie_link_gen_gpu_max", "xid_kernel_log"}  # the kernel log is not NVML's
+    assert g.memory_temperature_c == 47 and g.xid_events == [] and g.ordinal is None and g.device == "cuda:0"
+    assert g.nvlink_replay_errors == {"0": 0, "1": 1, "3": 3}  # active links only; link 2 is down
+    assert g.nvlink_crc_flit_errors == {"0": 0, "1": 0, "3": 0} and g.nvlink_recovery_errors == g.nvlink_crc_flit_errors
+    assert g.clocks_event_reasons_samples == [0x88]  # sample_s=0: the single read
     # a lost GPU is a record, not a crash
     lost = snap.gpus[1]
     assert lost.index == 1 and lost.name == UNSUPPORTED and lost.errors == {"handle": "GPU is lost"}
@@ -245,8 +299,8 @@ def test_reader_all_unsupported_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     assert g.nvlink_active == UNSUPPORTED  # link 0 rejected: no NVLink at all
     assert g.remapped_rows_failure == UNSUPPORTED and g.errors["remapped_rows_failure"] == "Not Supported"
     assert g.memory_used_bytes == UNSUPPORTED and "memory_used_bytes" in g.errors
-    assert set(g.unsupported_fields()) == {f for f in nvml._GPU_KINDS if f not in ("index", "errors")}
-    assert set(g.errors) == set(g.unsupported_fields())
+    assert set(g.unsupported_fields()) == {f for f in nvml._GPU_KINDS if f not in ("index", "errors", "ordinal")}
+    assert set(g.errors) == set(g.unsupported_fields()) - {"xid_kernel_log"}  # filled by the health check
 
 
 def test_reader_old_binding_falls_back_to_throttle_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -321,3 +375,87 @@ def test_read_snapshot_on_gpu() -> None:
         assert isinstance(g.memory_total_bytes, int) and g.memory_total_bytes > 2**30
         assert isinstance(g.uuid, str) and g.uuid.startswith("GPU-")
     assert snapshot_from_dict(json.loads(json.dumps(snap.to_dict()))) == snap
+
+
+# ---------------------------------------------------------------- CUDA_VISIBLE_DEVICES, sampling, XID events
+
+
+def h100(i: int, **extra: Any) -> dict[str, Any]:
+    return {**H100_SPEC, "nvmlDeviceGetUUID": f"GPU-00000000-1111-2222-3333-44444444440{i}",
+            "nvmlDeviceGetPciInfo": types.SimpleNamespace(busId=f"00000000:{0x18 + 0x10 * i:02X}:00.0".encode()),
+            **extra}
+
+
+def test_visible_gpus_opened_by_uuid_and_labelled_by_ordinal(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeNvml([h100(i) for i in range(8)]).install(monkeypatch)
+    snap = nvml.read_visible_snapshot("4,5,6,7", [0, 1], sample_s=0)  # --gpus 0,1 in a job given GPUs 4-7
+    assert [(g.ordinal, g.index, g.device) for g in snap.gpus] == [(0, 4, "cuda:0"), (1, 5, "cuda:1")]
+    assert snap.gpu_count == 8 and snap.cuda_visible_devices == "4,5,6,7"
+    opened = [c[1] for c in fake.calls if c[0] == "nvmlDeviceGetHandleByUUID"]
+    assert opened == ["GPU-00000000-1111-2222-3333-444444444404", "GPU-00000000-1111-2222-3333-444444444405"]
+    read = {c[1] for c in fake.calls if c[0] == "nvmlDeviceGetTemperature"}
+    assert read == {4, 5}  # GPUs 0 and 1 (another job's) are never read
+    assert snapshot_from_dict(json.loads(json.dumps(snap.to_dict()))) == snap
+
+
+def test_visible_default_is_only_the_visible_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    FakeNvml([h100(i) for i in range(4)]).install(monkeypatch)
+    snap = nvml.read_visible_snapshot("GPU-00000000-1111-2222-3333-444444444403,GPU-00000000-1111-2222-3333-4444444444",
+                                      sample_s=0)
+    assert [g.index for g in snap.gpus] == [3]  # the ambiguous prefix ends enumeration
+    assert [g.index for g in nvml.read_visible_snapshot(None, sample_s=0).gpus] == [0, 1, 2, 3]
+    with pytest.raises(InputError, match="GPU index 1 does not exist: 1 GPU"):
+        nvml.read_visible_snapshot("2", [1], sample_s=0)
+
+
+def test_handle_error_by_uuid_is_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
+    FakeNvml([h100(0), h100(1, handle_by_uuid=Err(pynvml.NVML_ERROR_UNKNOWN)),
+              h100(2, handle_by_uuid=Err(pynvml.NVML_ERROR_NO_PERMISSION))]).install(monkeypatch)
+    gpus = nvml.read_visible_snapshot(None, sample_s=0).gpus
+    assert gpus[1].errors == {"handle": "Unknown Error"} and gpus[1].uuid.endswith("01")
+    assert gpus[2].errors == {"handle": "Insufficient Permissions"}
+    assert gpus[0].temperature_c == 45
+
+
+def test_clock_reasons_sampled(monkeypatch: pytest.MonkeyPatch) -> None:
+    masks = iter([0x8, 0x8, 0, 0, 0x8, 0, 0, 0, 0, 0])
+    spec = h100(0, nvmlDeviceGetCurrentClocksEventReasons=lambda: next(masks))
+    FakeNvml([spec, h100(1)]).install(monkeypatch)
+    slept: list[float] = []
+    snap = nvml.read_visible_snapshot(None, sample_s=1.0, interval_s=0.1, sleep=slept.append)
+    assert slept == [0.1] * 9
+    assert snap.gpus[0].clocks_event_reasons_samples == [0x8, 0x8, 0, 0, 0x8, 0, 0, 0, 0, 0]
+    assert snap.gpus[0].clocks_event_reasons == 0x8 and snap.gpus[1].clocks_event_reasons_samples == [0x88] * 10
+
+
+def test_xid_events_registered_and_drained(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeNvml([h100(0), h100(1, xids=[79, 48]), {k: v for k, v in h100(2).items() if k != "events"}]
+                    ).install(monkeypatch)
+    gpus = nvml.read_visible_snapshot(None, sample_s=0).gpus
+    assert fake.registered == [(0, pynvml.nvmlEventTypeXidCriticalError), (1, pynvml.nvmlEventTypeXidCriticalError)]
+    assert gpus[0].xid_events == [] and gpus[1].xid_events == [79, 48]
+    assert gpus[2].xid_events == UNSUPPORTED and gpus[2].errors["xid_events"] == "Not Supported"
+    assert fake.freed == 1
+
+
+def test_memory_temperature_field_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    FakeNvml([h100(0, nvmlDeviceGetFieldValues=lambda ids: [field_value(pynvml.NVML_ERROR_NOT_SUPPORTED, 0)]),
+              h100(1, nvmlDeviceGetFieldValues=lambda ids: [field_value(pynvml.NVML_SUCCESS, 0)])]).install(monkeypatch)
+    g0, g1 = nvml.read_snapshot().gpus
+    assert g0.memory_temperature_c == UNSUPPORTED and g0.errors["memory_temperature_c"] == "Not Supported"
+    assert g1.memory_temperature_c == UNSUPPORTED and "reported 0 C" in g1.errors["memory_temperature_c"]
+
+
+@pytest.mark.gpu
+def test_visible_mapping_agrees_with_torch() -> None:
+    """Each torch ordinal's UUID (``torch.cuda.get_device_properties(i).uuid``) is the GPU NVML opened for it."""
+    import os
+
+    import torch
+
+    snap = nvml.read_visible_snapshot(os.environ.get("CUDA_VISIBLE_DEVICES"), sample_s=0.2)
+    assert len(snap.gpus) == torch.cuda.device_count()
+    for g in snap.gpus:
+        assert g.ordinal is not None
+        assert str(g.uuid).removeprefix("GPU-") == str(torch.cuda.get_device_properties(g.ordinal).uuid)
+        assert isinstance(g.clocks_event_reasons_samples, list) and g.clocks_event_reasons_samples

@@ -87,7 +87,7 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
 
 def test_run_id_from_the_history_store(tmp_path: Path) -> None:
     """A run id (or a unique prefix) is looked up in a real SQLite history store."""
-    from gpuaccept.results.store import open_store
+    from gpuaccept.results.history import open_store
 
     url = f"sqlite:///{tmp_path / 'history.db'}"
     store = open_store(url)

@@ -133,7 +133,7 @@ def test_serves_the_newest_reports_from_a_directory(tmp_path: Path) -> None:
 
 
 def test_serves_the_history_store(tmp_path: Path) -> None:
-    from gpuaccept.results.store import open_store
+    from gpuaccept.results.history import open_store
 
     url = f"sqlite:///{tmp_path / 'history.db'}"
     store = open_store(url)

@@ -20,7 +20,9 @@ import pytest
 
 from gpuaccept.errors import ConfigError, InputError, UsageError
 from gpuaccept.launch.pod_script import NODE_SCRIPT
-from gpuaccept.launch.runai import RunaiBackend, RunaiOptions, build_argv, parse_describe, runai_toleration
+from gpuaccept.launch.runai.backend import RunaiBackend
+from gpuaccept.launch.runai.parse import parse_describe
+from gpuaccept.launch.runai.plan import RunaiOptions, build_argv, runai_toleration
 from gpuaccept.launch.spec import JobSpec, Mount, sanitize_name
 from gpuaccept.model import Verdict
 from tests.fake_runai import SUBMIT_FLAGS, calls, install
@@ -318,7 +320,7 @@ def test_cli_launch_runai_with_the_fake(tmp_path: Path) -> None:
     _pod_logs(spec, state, ["accept-worker-0", "accept-worker-1"], tmp_path)
     proc = gpuaccept("launch", "runai", "--image", "img", "--nodes", "2", "--name", "accept", "--project", "team",
                      "--run-id", "r-e2e", "--results-dir", str(tmp_path / "results"), "--poll-interval", "0.2",
-                     *SUITE, PATH=f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}", timeout=180)
+                     "--per-node-only", *SUITE, PATH=f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}", timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     cluster = json.loads((tmp_path / "results" / "r-e2e" / "cluster-report.json").read_text())
     assert sorted(n["host"] for n in cluster["nodes"]) == ["accept-worker-0", "accept-worker-1"]

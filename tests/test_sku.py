@@ -158,6 +158,8 @@ def test_packaged_file_loaded_by_path_equals_default(tmp_path: Path) -> None:
     (lambda d: d["skus"].append({**d["skus"][0], "id": "x200"}), "skus[1].match"),
     (lambda d: d.update(skus=[]), "skus"),
     (lambda d: d.update(version=2), "version"),
+    (lambda d: d["skus"][0].update(nvlink_all_pairs="yes"), "skus[0].nvlink_all_pairs"),
+    (lambda d: d["skus"][0].update(nvlink_all_pairs=True), "skus[0].nvlink_all_pairs"),  # no nvlink_gbs
 ])
 def test_malformed_file_raises_config_error_naming_the_key(tmp_path: Path, mutate: Any, key: str) -> None:
     doc = _minimal()

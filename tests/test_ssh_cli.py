@@ -35,7 +35,8 @@ def test_launch_ssh_runs_the_suite_on_two_hosts(sshd: Sshd, tmp_path: Path) -> N
     assert res.returncode == 0, res.stdout + res.stderr
     out = res.stdout.splitlines()
     assert any(line.startswith("[node-a] ") and "env: PASS" in line for line in out), res.stdout
-    assert any(line.startswith("[node-b] ") and "env: PASS" in line for line in out), res.stdout
+    # two hosts: one distributed run by default; node-b is rank 1, rank 0 on node-a reports for both
+    assert any(line.startswith("[node-b] [RESULT] rank 1: SUCCESS") for line in out), res.stdout
     assert "[RESULT] SUCCESS" in out
     cluster = json.loads((tmp_path / "local" / "cli-suite" / "cluster-report.json").read_text())
     assert cluster["backend"] == "ssh" and cluster["verdict"] == "success" and cluster["expected_nodes"] == 2
@@ -43,7 +44,7 @@ def test_launch_ssh_runs_the_suite_on_two_hosts(sshd: Sshd, tmp_path: Path) -> N
         ("node-a", "reported", "success"), ("node-b", "reported", "success")]
     # the plan's script and each host's output are kept in the launch directory
     launch = tmp_path / "local" / "cli-suite" / "launch"
-    assert (launch / "ssh-node.sh").is_file() and "env: PASS" in (launch / "node-b.log").read_text()
+    assert (launch / "ssh-node.sh").is_file() and "rank 1: SUCCESS" in (launch / "node-b.log").read_text()
 
 
 def test_launch_ssh_command_failing_on_one_host(sshd: Sshd, tmp_path: Path) -> None:

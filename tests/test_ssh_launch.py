@@ -26,7 +26,7 @@ from gpuaccept.errors import InputError
 from gpuaccept.launch.base import JobState, Submission
 from gpuaccept.launch.gather import merge_reports
 from gpuaccept.launch.spec import JobSpec
-from gpuaccept.launch.ssh import SshBackend
+from gpuaccept.launch.ssh.backend import SshBackend
 from gpuaccept.model import NodeState, Status, Verdict
 from tests.sshd import Sshd, free_port, start_sshd
 
@@ -277,7 +277,7 @@ def test_killed_launcher_leaves_no_remote_process(sshd: Sshd, tmp_path: Path) ->
         "import json, sys, time\n"
         "from pathlib import Path\n"
         "from gpuaccept.launch.spec import JobSpec\n"
-        "from gpuaccept.launch.ssh import SshBackend\n"
+        "from gpuaccept.launch.ssh.backend import SshBackend\n"
         "spec = JobSpec(**json.loads(sys.argv[1]))\n"
         "b = SshBackend()\n"
         "b.submit(b.plan(spec), spec, Path(sys.argv[2]))\n"

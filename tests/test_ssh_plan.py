@@ -16,17 +16,10 @@ from gpuaccept.launch.base import Plan
 from gpuaccept.launch.hosts import Host
 from gpuaccept.launch.registry import backend_class
 from gpuaccept.launch.spec import JobSpec, Mount
-from gpuaccept.launch.ssh import (
-    SCRIPT_NAME,
-    SshBackend,
-    SshOptions,
-    kill_command,
-    master_port,
-    preflight_command,
-    run_argv,
-    scp_argv,
-    ssh_argv,
-)
+from gpuaccept.launch.ssh.backend import SshBackend
+from gpuaccept.launch.ssh.options import SshOptions
+from gpuaccept.launch.ssh.plan import SCRIPT_NAME, kill_command, master_port, run_argv, scp_argv, ssh_argv
+from gpuaccept.launch.ssh.preflight import preflight_command
 from tests.sshd import need_binary
 
 DATA = Path(__file__).parent / "data" / "ssh"
@@ -191,7 +184,7 @@ def test_argv_builders() -> None:
 
 
 def _slot(opts: SshOptions) -> Any:
-    from gpuaccept.launch.ssh import layout
+    from gpuaccept.launch.ssh.plan import layout
 
     return layout(spec(nodes=1, options={"hosts": ["a"]}), opts)[0]
 

@@ -17,8 +17,9 @@ import pytest
 from gpuaccept.errors import GpuacceptError, InputError
 from gpuaccept.model import NodeReport, Verdict
 from gpuaccept.results import migrations
+from gpuaccept.results.history import open_store, record
 from gpuaccept.results.rows import RUN_COLUMNS, flatten_node
-from gpuaccept.results.store import StoreError, open_store, record
+from gpuaccept.results.store import StoreError
 from gpuaccept.results.store_sqlite import APPLICATION_ID
 from tests.pg_server import shared_server
 from tests.store_reports import T0, cluster_report, iso, metrics_per_node, node_report
@@ -361,7 +362,7 @@ def test_password_never_shown() -> None:
 
 def test_missing_psycopg_is_a_clear_error() -> None:
     code = ("import sys; sys.modules['psycopg'] = None\n"
-            "from gpuaccept.results.store import open_store, StoreError\n"
+            "from gpuaccept.results.history import open_store\nfrom gpuaccept.results.store import StoreError\n"
             "try:\n    open_store('postgresql://u@127.0.0.1:1/db')\n"
             "except StoreError as e:\n    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -2,7 +2,9 @@
 
 Exit codes: 0 every check passed (warnings and skips allowed), 1 a check
 failed or errored, 2 bad usage, configuration or input (one line, no
-traceback), 130 interrupted (what was measured is on disk).
+traceback), 3 ``gpuaccept gather`` on a job that is still running (nothing
+written; gather again when it has ended), 130 interrupted (what was measured
+is on disk).
 
 Nothing here imports torch; subcommands import their modules lazily.
 """
@@ -27,6 +29,7 @@ from gpuaccept.errors import GpuacceptError
 from gpuaccept.model import Verdict
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_RUNNING = 3
 PROFILES = ("quick", "standard", "full")
 
 
@@ -172,7 +175,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     plan = plan_suite(opts, cfg, reg, device)
     nproc = 1
     if info is None and any(is_distributed(c) for c in plan.checks):
-        from gpuaccept.dist.local import default_nproc
+        from gpuaccept.distributed.local import default_nproc
 
         nproc = args.nproc or default_nproc(plan.device, plan.gpus, os.environ)
     if args.plan:
@@ -191,8 +194,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     console = RichConsole(stream, keys) if stream.isatty() else PlainConsole(stream, keys)
     runner: Runner
     if info is not None:
-        from gpuaccept.dist.control import RendezvousError
-        from gpuaccept.dist.session import DistributedRunner
+        from gpuaccept.distributed.control import RendezvousError
+        from gpuaccept.distributed.session import DistributedRunner
 
         leader = info.rank == 0
         runner = DistributedRunner(plan, Path(report_dir), info, run_id=args.run_id, argv=sys.argv[1:],
@@ -264,7 +267,7 @@ def _rank_info(args: argparse.Namespace) -> Any:
     A plain run refuses to be one of several launcher processes on a node:
     each would run the whole node suite on the same GPUs.
     """
-    from gpuaccept.dist.env import detect_rank, processes_on_node
+    from gpuaccept.distributed.env import detect_rank, processes_on_node
     from gpuaccept.errors import UsageError
 
     if args.distributed:
@@ -286,7 +289,8 @@ COMMANDS = {"run": _cmd_run, "checks": _cmd_checks}
 # Such modules import nothing heavy at module level.
 SUBCOMMAND_MODULES: tuple[str, ...] = ("gpuaccept.results.cli", "gpuaccept.launch.cli",
                                       "gpuaccept.results.baseline_cli", "gpuaccept.results.analysis_cli",
-                                      "gpuaccept.report.cli",
+                                      "gpuaccept.report.cli", "gpuaccept.containers.sshd_cli",
+                                      "gpuaccept.containers.image_cli", "gpuaccept.nccltests.cli",
                                       "gpuaccept.containers.constraints_cli")
 
 

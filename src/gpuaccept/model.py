@@ -188,6 +188,8 @@ class NodeReport:
     device: str | None = None
     argv: list[str] = field(default_factory=list)
     version: str = ""
+    pod: str | None = None
+    """The container (Kubernetes or Run:ai pod) the report came from, when ``host`` names the node it ran on."""
 
     def failed_checks(self) -> list[str]:
         return [c.name for c in self.checks if c.status.is_failure]
@@ -197,7 +199,7 @@ class NodeReport:
         return Verdict.FAILURE if self.failed_checks() else Verdict.SUCCESS
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
             "run_id": self.run_id,
             "host": self.host,
@@ -210,6 +212,9 @@ class NodeReport:
             "argv": list(self.argv),
             "checks": [c.to_dict() for c in self.checks],
         }
+        if self.pod is not None:
+            d["pod"] = self.pod
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> NodeReport:
@@ -224,6 +229,7 @@ class NodeReport:
             device=d.get("device"),
             argv=list(d.get("argv", [])),
             version=d.get("version", ""),
+            pod=d.get("pod"),
         )
 
 

@@ -8,11 +8,11 @@ Files in ``<report_dir>/<run_id>/``:
 - ``logs/<check>.log``: the check's stdout and stderr.
 
 A distributed check (a class with ``distributed = True``, see
-:mod:`gpuaccept.dist.group`) runs as ``nproc`` processes, one per GPU (two gloo
+:mod:`gpuaccept.distributed.group`) runs as ``nproc`` processes, one per GPU (two gloo
 ranks on CPU), that meet on a c10d store rank 0 serves on a free loopback
 port; their outcomes are merged into one result (``logs/<check>.rank<r>.log``).
 With fewer than two ranks it is skipped. ``gpuaccept run --distributed``
-uses :class:`gpuaccept.dist.session.DistributedRunner` instead.
+uses :class:`gpuaccept.distributed.session.DistributedRunner` instead.
 """
 
 from __future__ import annotations
@@ -36,12 +36,11 @@ from typing import Any
 
 from gpuaccept import __version__
 from gpuaccept.checks.base import Outcome
+from gpuaccept.childproc import append_jsonl, died_reason, kill_tree, read_outcome
 from gpuaccept.errors import UsageError
 from gpuaccept.judge import judge
 from gpuaccept.model import CheckResult, Metric, NodeReport, Status, Verdict
 from gpuaccept.suite import PlannedCheck, SuitePlan
-
-LOG_TAIL_LINES = 5
 
 
 class Interrupted(Exception):
@@ -79,28 +78,6 @@ def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
-
-
-def _append_jsonl(path: Path, data: dict[str, Any]) -> None:
-    with open(path, "a") as fh:
-        fh.write(json.dumps(data, allow_nan=False) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
-def _log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    try:
-        text = path.read_text(errors="replace").strip().splitlines()
-    except OSError:
-        return ""
-    return " | ".join(text[-lines:])
-
-
-def _signal_name(returncode: int) -> str:
-    try:
-        return signal.Signals(-returncode).name
-    except ValueError:
-        return f"signal {-returncode}"
 
 
 class Runner:
@@ -183,7 +160,7 @@ class Runner:
                 self.events.on_start(check, i, total)
                 result = self._run_one(check)
                 self.report.checks.append(result)
-                _append_jsonl(self.results_path, result.to_dict())
+                append_jsonl(self.results_path, result.to_dict())
                 self._save()
                 self.events.on_end(check, result)
         self.report.verdict = self.report.decide()
@@ -257,7 +234,7 @@ class Runner:
 
     def _run_group(self, check: PlannedCheck) -> CheckResult:
         """A distributed check on this node: ``nproc`` rank processes, merged into one result."""
-        from gpuaccept.dist.local import run_local_group
+        from gpuaccept.distributed.local import run_local_group
 
         return run_local_group(self, check)
 
@@ -281,7 +258,7 @@ class Runner:
         user's config rules still win over it.
         """
         if self.baseline is not None:
-            from gpuaccept.results.baseline import overlay_baseline
+            from gpuaccept.results.baseline_judge import overlay_baseline
 
             base, rules = self.baseline
             overlay_baseline(CheckResult(check.name, outcome.status, outcome.reason, metrics=outcome.metrics,
@@ -303,29 +280,3 @@ def is_distributed(check: PlannedCheck) -> bool:
     from gpuaccept.checks import load_check
 
     return bool(getattr(load_check(check.path), "distributed", False))
-
-
-def read_outcome(out: Path) -> dict[str, Any] | None:
-    """The outcome JSON a check process wrote (the file is removed), or None when there is none."""
-    try:
-        raw: dict[str, Any] = json.loads(out.read_text())
-    except (OSError, ValueError):
-        return None
-    out.unlink(missing_ok=True)
-    return raw
-
-
-def died_reason(returncode: int, log: Path) -> str:
-    """Why a check process left no result: its exit status and the tail of its log."""
-    how = _signal_name(returncode) if returncode < 0 else f"exit code {returncode}"
-    tail = _log_tail(log)
-    return f"check process died ({how}) without a result" + (f": {tail}" if tail else "")
-
-
-def kill_tree(child: subprocess.Popen[bytes]) -> None:
-    if child.poll() is None:
-        try:
-            os.killpg(child.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    child.wait()

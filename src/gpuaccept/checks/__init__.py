@@ -1,9 +1,10 @@
-"""The registry of checks, in suite order.
+"""The checks, one module per family, and their registry in suite order.
 
-Built-in checks live in this package, one module per family. Third-party
-checks register through the ``gpuaccept.checks`` entry-point group or the
-``GPUACCEPT_PLUGINS`` environment variable (comma-separated module names);
-a plugin module lists its classes in a module-level ``CHECKS`` tuple.
+``base`` is the interface (declared parameters with per-profile defaults, default thresholds,
+timeouts). Built-in checks live here; third-party checks register through the ``gpuaccept.checks``
+entry-point group or ``GPUACCEPT_PLUGINS`` (comma-separated module names; a plugin module lists its
+classes in a module-level ``CHECKS`` tuple). May import ``model``, ``errors``, ``hw`` and
+``distributed``; torch is imported inside the functions that measure.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from gpuaccept.errors import UsageError
 BUILTIN_MODULES = (
     "gpuaccept.checks.env",
     "gpuaccept.checks.health",
+    "gpuaccept.checks.fabric",
     "gpuaccept.checks.compute",
     "gpuaccept.checks.memory",
     "gpuaccept.checks.memtest",
@@ -26,6 +28,7 @@ BUILTIN_MODULES = (
     "gpuaccept.checks.nbody",
     "gpuaccept.checks.collectives",
     "gpuaccept.checks.ddp",
+    "gpuaccept.checks.nccl_tests",
 )
 
 

@@ -21,15 +21,18 @@ largest; nccl-tests' "Avg bus bandwidth" over all sizes is not used because
 small sizes drag it down). Equivalent reference: ``all_reduce_perf -b 4K -e 256M
 -f 16 -w 2 -n 5 -c 1`` and its siblings from nccl-tests.
 
-The busbw at large sizes is judged against ``min_busbw_gbs`` when set, else,
-on a single GPU node whose SKU is known, against ``nvlink_gbs / 2`` (one
-direction) times the SKU's ``nvlink`` pass fraction for allreduce, allgather
-and reducescatter. Off GPU there is no expectation: the check passes when every
+The busbw at large sizes is judged against ``min_busbw_gbs`` when set, else
+against the SKU's NVLink figure where NVLink joins every pair of ranks (see
+:mod:`gpuaccept.checks.collectives_expect` for the rule and why PCIe-joined
+GPUs get none). Off GPU there is no expectation: the check passes when every
 element is right. Rank 0's details hold every rank's time per row, so a slow
 rank is visible.
 
 On GPUs the largest size is capped at a quarter of the free memory (two
 buffer pools plus verification slices); with gloo on CPU at ``cpu_max_bytes``.
+The ranks agree on the cap (the smallest over ranks, one all-reduce with MIN)
+before building the sweep, so a GPU with less free memory shortens every
+rank's sweep alike instead of leaving the ranks on different rows.
 
 Input patterns are small integers, exact in every dtype: for the reducing ops
 each element is owned by one rank (``i mod n``) that adds a varying value on
@@ -47,7 +50,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from gpuaccept.checks.base import CheckContext, Outcome, Param, ThresholdRule
-from gpuaccept.dist.group import Abandon, DistributedCheck, RankContext, first_line, process_group
+from gpuaccept.checks.collectives_expect import SKU_JUDGED_OPS, free_bytes, local_max_bytes, rank_busbw_expectation
+from gpuaccept.distributed.group import (
+    Abandon,
+    DistributedCheck,
+    RankContext,
+    agree_min,
+    first_line,
+    process_group,
+)
 from gpuaccept.model import Metric, Status, Threshold
 
 if TYPE_CHECKING:
@@ -65,8 +76,6 @@ DTYPES: dict[str, tuple[int, int]] = {
 }
 STRIDE = 7919
 COPY_MODULUS_CAP = 65521
-LARGE_ENOUGH_BYTES = 64 << 20  # below this, busbw says little about the links: no SKU expectation
-SKU_JUDGED_OPS = ("allreduce", "allgather", "reducescatter")
 CHUNK_ELEMS = 1 << 24  # elements per slice when filling and verifying (bounded temporary memory)
 
 
@@ -404,24 +413,6 @@ def rank_table(rows: list[Row], times: list[list[float]], wrongs: list[list[floa
             "slowest_rank": slowest}
 
 
-def _sku_busbw(rc: RankContext, device: str, max_bytes: int) -> tuple[str, float, float] | None:
-    """SKU expectation for busbw: single node, a known SKU with NVLink, and a large enough top size."""
-    if device != "cuda" or rc.num_nodes != 1 or max_bytes < LARGE_ENOUGH_BYTES or rc.device_index is None:
-        return None
-    import torch
-
-    from gpuaccept.hw.sku import match_sku
-
-    sku = match_sku(torch.cuda.get_device_name(rc.device_index))
-    if sku is None or not sku.nvlink_gbs:
-        return None
-    try:
-        frac = sku.pass_fraction("nvlink")
-    except KeyError:
-        return None
-    return sku.id, sku.nvlink_gbs / 2, frac
-
-
 class CollectivesCheck(DistributedCheck):
     """Collective sweep with nccl-tests semantics on every rank; every element verified."""
 
@@ -460,24 +451,25 @@ class CollectivesCheck(DistributedCheck):
 
     def run_rank(self, ctx: CheckContext, rc: RankContext) -> Outcome:
         p = ctx.params
-        max_bytes = int(p["max_bytes"] if ctx.device == "cuda" else min(p["max_bytes"], p["cpu_max_bytes"]))
+        requested = int(p["max_bytes"] if ctx.device == "cuda" else min(p["max_bytes"], p["cpu_max_bytes"]))
         details: dict[str, Any] = {"world_size": rc.world_size, "rank": rc.rank, "host": rc.host_of(rc.rank),
                                    "launcher": rc.launcher}
-        if ctx.device == "cuda" and rc.device_index is not None:
-            import torch
-
-            free, _total = torch.cuda.mem_get_info(rc.device_index)
-            if 4 * max_bytes > free:  # two pools of max_bytes plus verification slices and NCCL buffers
-                details["max_bytes_requested"] = max_bytes
-                max_bytes = max(1, free // 4)
-        details["max_bytes"] = max_bytes
-        min_bytes = min(int(p["min_bytes"]), max_bytes)
-        sizes = sweep_sizes(min_bytes, max_bytes, int(p["step_factor"]))
         rows: list[Row] = []
         failure: str | None = None
         with process_group(rc, ctx.device) as pg:
             details["backend"] = pg.backend
-            sku = _sku_busbw(rc, ctx.device, max(sizes))
+            mine = local_max_bytes(requested, free_bytes(ctx.device, rc))
+            max_bytes = agree_min(mine, pg.device)  # every rank must build the same sweep
+            if max_bytes < requested:
+                details["max_bytes_requested"] = requested
+            if max_bytes < mine:
+                details["max_bytes_local"] = mine
+                ctx.log(f"rank {rc.rank}: largest message {fmt_bytes(max_bytes)}, agreed with the rank with the "
+                        f"least free memory (this rank could hold {fmt_bytes(mine)})")
+            details["max_bytes"] = max_bytes
+            sizes = sweep_sizes(min(int(p["min_bytes"]), max_bytes), max_bytes, int(p["step_factor"]))
+            sku, why = rank_busbw_expectation(rc, ctx.device, max(sizes), pg.device)
+            details["busbw_expectation"] = why
             where = ["setting up"]
             started = time.monotonic()
             def partial() -> Outcome:

@@ -3,14 +3,17 @@
 Reference commands: the CUDA sample ``matrixMulCUBLAS``, or
 ``dcgmproftester12 --no-dcgm-validation -t 1004 -d 30`` (tensor-core GEMM load).
 The throughput is ``2*N^3`` flops per GEMM over the median of timed windows
-(CUDA events on GPU, ``time.perf_counter`` on CPU), each window running
-``iters`` GEMMs cycled over ``buffers`` seeded random A/B pairs. Every measured
-GEMM result is checked against an fp64 CPU reference on a sample of its
-entries, so a fast wrong answer fails.
+(CUDA events on GPU, ``time.perf_counter`` on CPU), each window running GEMMs
+cycled over ``buffers`` seeded random A/B pairs. Each dtype first runs untimed
+for ``warmup_s`` seconds; a timed probe at its end sets the GEMMs per window so
+that each window lasts at least ``min_window_s`` (and ``iters`` GEMMs). The
+standard and full profiles measure sustained throughput (seconds of warm-up,
+windows >= 0.5 s), so a GPU that throttles under load reads low; quick
+measures a burst and says so. Every measured GEMM result is checked against an
+fp64 CPU reference on a sample of its entries, so a fast wrong answer fails.
 
-The timing helpers at the top (:func:`synchronize`, :func:`time_windows`,
-:func:`median`) are device-agnostic and used by the nbody check too. torch is
-imported inside functions only.
+The device-agnostic timing helpers live in :mod:`gpuaccept.checks.timing`
+(re-exported here). torch is imported inside functions only.
 """
 
 from __future__ import annotations
@@ -18,15 +21,22 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import statistics
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from gpuaccept.checks.base import Check, CheckContext, Outcome, Param, torch_devices_or_skip
+from gpuaccept.checks.timing import (
+    burst_note,
+    finite_or_none,
+    median,
+    synchronize,
+    time_windows,
+    warm_up,
+    window_iters,
+)
 from gpuaccept.model import Metric, Status, Threshold
 
 if TYPE_CHECKING:
@@ -45,66 +55,7 @@ VERIFY_SAMPLE = 64  # rows and columns of each checked result compared with the 
 # below what a TF32 computation gives (~1e-3) so TF32 passed off as fp32 is caught.
 GEMM_TOLERANCE = {"fp64": 1e-10, "fp32": 2e-4, "tf32": 2e-2, "fp16": 1e-2, "bf16": 5e-2, "fp8": 5e-2}
 
-
-# --------------------------------------------------------------------------- timing helpers
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait for all queued work on ``device`` (no-op on CPU)."""
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def time_windows(fn: Callable[[], object], device: torch.device, *, warmup: int, windows: int, iters: int,
-                 before_window: Callable[[], None] | None = None) -> list[float]:
-    """Seconds taken by each of ``windows`` windows of ``iters`` back-to-back ``fn()`` calls.
-
-    ``warmup`` untimed calls come first. On CUDA each window is bracketed by
-    events on the current stream (so launch overhead overlapping the GPU is not
-    counted); on CPU by ``time.perf_counter``. ``before_window`` runs before each
-    window, outside the timing (a barrier for concurrent runs).
-    """
-    import torch
-
-    if windows < 1 or iters < 1:
-        raise ValueError("windows and iters must be >= 1")
-    cuda = device.type == "cuda"
-    # events record on the current stream of the current device: make that ``device``
-    with torch.cuda.device(device) if cuda else contextlib.nullcontext():
-        for _ in range(warmup):
-            fn()
-        synchronize(device)
-        times: list[float] = []
-        for _ in range(windows):
-            if before_window is not None:
-                before_window()
-            if cuda:
-                start = torch.cuda.Event(enable_timing=True)
-                end = torch.cuda.Event(enable_timing=True)
-                start.record()
-                for _ in range(iters):
-                    fn()
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end) / 1e3)
-            else:
-                t0 = time.perf_counter()
-                for _ in range(iters):
-                    fn()
-                times.append(time.perf_counter() - t0)
-    return times
-
-
-def finite_or_none(x: float) -> float | None:
-    """``x``, or None for NaN/inf (JSON has neither), for ``details``."""
-    return x if math.isfinite(x) else None
-
-
-def median(values: Sequence[float]) -> float:
-    """The median of ``values`` (NaN for none)."""
-    return statistics.median(values) if values else math.nan
+__all__ = ["finite_or_none", "median", "synchronize", "time_windows"]  # timing helpers, re-exported for callers
 
 
 @contextlib.contextmanager
@@ -282,6 +233,7 @@ class GemmResult:
     error: float
     ok: bool
     mode: str = "single"
+    warmup_s: float = 0.0
 
     def tflops(self, seconds: float) -> float:
         return gemm_flops(self.size) * self.iters / seconds / 1e12 if seconds > 0 else math.nan
@@ -299,11 +251,15 @@ class GemmResult:
 
 def measure_gemm(device: torch.device, dtype: str, size: int, *, warmup: int, iters: int, trials: int,
                  buffers: int, seed: int = 0, before_window: Callable[[], None] | None = None,
-                 mode: str = "single") -> GemmResult:
-    """Time ``trials`` windows of ``iters`` GEMMs of ``dtype`` on ``device``, then verify the last result.
+                 mode: str = "single", warmup_s: float = 0.0, min_window_s: float = 0.0) -> GemmResult:
+    """Time ``trials`` windows of GEMMs of ``dtype`` on ``device``, then verify the last result.
 
-    The caller sets the TF32 mode (:func:`fp32_matmul_mode`). On CUDA the work runs
-    on a dedicated stream of ``device``.
+    First at least ``warmup`` GEMMs and ``warmup_s`` seconds run untimed
+    (:func:`~gpuaccept.checks.timing.warm_up`); each window then runs
+    ``max(iters, min_window_s / probed seconds per GEMM)`` GEMMs. With the
+    defaults (no time asked for) that is ``warmup`` GEMMs and ``iters`` per window.
+    The caller sets the TF32 mode (:func:`fp32_matmul_mode`). On CUDA the work
+    runs on a dedicated stream of ``device``.
     """
     import torch
 
@@ -314,19 +270,24 @@ def measure_gemm(device: torch.device, dtype: str, size: int, *, warmup: int, it
         stream_ctx = torch.cuda.stream(torch.cuda.Stream(device))
     with device_ctx, stream_ctx:
         work = GemmWorkload(device, dtype, size, buffers, seed)
-        times = time_windows(work.step, device, warmup=warmup, windows=trials, iters=iters,
+        warm = warm_up(work.step, device, seconds=warmup_s, min_calls=max(1, warmup))
+        n_iter = window_iters(warm.per_call_s, min_window_s, iters)
+        times = time_windows(work.step, device, warmup=0, windows=trials, iters=n_iter,
                              before_window=before_window)
         error = work.verify()
         del work
-    return GemmResult(str(device), dtype, size, iters, times, error, gemm_ok(error, dtype), mode)
+    return GemmResult(str(device), dtype, size, n_iter, times, error, gemm_ok(error, dtype), mode,
+                      round(warm.seconds, 3))
 
 
 def measure_concurrent(devices: Sequence[torch.device], dtype: str, size: int, *, warmup: int, iters: int,
-                       trials: int, buffers: int, seed: int = 0) -> list[GemmResult]:
+                       trials: int, buffers: int, seed: int = 0, warmup_s: float = 0.0,
+                       min_window_s: float = 0.0) -> list[GemmResult]:
     """:func:`measure_gemm` on every device at once, one thread per device.
 
-    A barrier lines up the start of each timed window on all devices, so each
-    window is measured while the others are loaded too.
+    Each device warms up on its own; a barrier then lines up the start of each
+    timed window on all devices, so each window is measured while the others
+    are loaded too.
     """
     barrier = threading.Barrier(len(devices))
 
@@ -336,7 +297,8 @@ def measure_concurrent(devices: Sequence[torch.device], dtype: str, size: int, *
     def one(idx: int) -> GemmResult:
         try:
             return measure_gemm(devices[idx], dtype, size, warmup=warmup, iters=iters, trials=trials,
-                                buffers=buffers, seed=seed + idx, before_window=wait, mode="concurrent")
+                                buffers=buffers, seed=seed + idx, before_window=wait, mode="concurrent",
+                                warmup_s=warmup_s, min_window_s=min_window_s)
         except BaseException:
             barrier.abort()
             raise
@@ -380,19 +342,25 @@ class ComputeCheck(Check):
               item="str", choices=GEMM_DTYPES),
         Param("size", "int", 8192, "matrix dimension N on GPU (N x N x N GEMM)", minimum=16),
         Param("cpu_size", "int", 384, "matrix dimension N on CPU", minimum=16),
-        Param("warmup", "int", 5, "untimed GEMMs before timing", minimum=0),
-        Param("iters", "int", 20, "GEMMs per timed window", minimum=1),
+        Param("warmup", "int", 5, "untimed GEMMs before timing, at least", minimum=0),
+        Param("warmup_s", "float", 5.0, "untimed GEMM load per dtype before timing, in seconds (clocks settle)",
+              minimum=0),
+        Param("iters", "int", 20, "GEMMs per timed window, at least", minimum=1),
+        Param("min_window_s", "float", 0.5, "shortest timed window in seconds (GEMMs per window from a timed probe)",
+              minimum=0),
         Param("trials", "int", 5, "timed windows; the median window is reported", minimum=1),
         Param("buffers", "int", 4, "A/B pairs cycled so caches do not flatter", minimum=1),
         Param("per_gpu", "bool", True, "measure each GPU alone"),
         Param("concurrent", "bool", True, "measure all GPUs at once (when there are several)"),
     )
     profile_params: ClassVar[dict[str, dict[str, Any]]] = {
-        "quick": {"warmup": 2, "iters": 10, "trials": 3, "cpu_size": 256},
+        # quick: a burst (boost clocks), kept short; its reason says so
+        "quick": {"warmup": 2, "warmup_s": 0.2, "iters": 10, "min_window_s": 0.02, "trials": 3, "cpu_size": 256},
         "standard": {},
-        "full": {"warmup": 10, "iters": 50, "trials": 10, "cpu_size": 512},
+        "full": {"warmup": 10, "warmup_s": 10.0, "iters": 50, "min_window_s": 1.0, "trials": 10, "cpu_size": 512},
     }
-    timeout_s: ClassVar[dict[str, float]] = {"quick": 120.0, "standard": 600.0, "full": 1800.0}
+    # standard, 8 GPUs, 5 dtypes: (8 alone + 1 concurrent) x 5 x (5 s + 5 x 0.5 s) ~ 340 s plus set-up
+    timeout_s: ClassVar[dict[str, float]] = {"quick": 120.0, "standard": 900.0, "full": 3600.0}
 
     def run(self, ctx: CheckContext) -> Outcome:
         devices = torch_devices_or_skip(ctx)
@@ -412,7 +380,12 @@ class ComputeCheck(Check):
 
         skus: dict[str, Sku | None] = _skus_of(devices) if on_gpu else {}
         warmup, iters, trials, buffers = (int(p[k]) for k in ("warmup", "iters", "trials", "buffers"))
-        knobs = {"warmup": warmup, "iters": iters, "trials": trials, "buffers": buffers}
+        warmup_s, min_window_s = float(p["warmup_s"]), float(p["min_window_s"])
+        knobs = {"warmup": warmup, "iters": iters, "trials": trials, "buffers": buffers, "warmup_s": warmup_s,
+                 "min_window_s": min_window_s}
+        burst = burst_note(warmup_s, min_window_s)
+        if burst:
+            plan.notes.append(burst)
         single: list[GemmResult] = []
         concurrent: list[GemmResult] = []
         try:
@@ -421,13 +394,17 @@ class ComputeCheck(Check):
                     if p["per_gpu"] or len(devices) == 1:
                         for dev in devices:
                             res = measure_gemm(dev, dtype, size, warmup=warmup, iters=iters, trials=trials,
-                                               buffers=buffers)
+                                               buffers=buffers, warmup_s=warmup_s,
+                                               min_window_s=min_window_s)
                             ctx.log(f"{dev} {dtype} N={size}: {_fmt_flops(res.median_tflops)} median "
-                                    f"(best {_fmt_flops(res.best_tflops)}), error {res.error:.2g}")
+                                    f"(best {_fmt_flops(res.best_tflops)}), {res.iters} GEMMs x "
+                                    f"{median(res.window_s):.3f} s windows after {res.warmup_s:g} s warm-up, "
+                                    f"error {res.error:.2g}")
                             single.append(res)
                     if p["concurrent"] and len(devices) > 1:
                         results = measure_concurrent(devices, dtype, size, warmup=warmup, iters=iters,
-                                                     trials=trials, buffers=buffers)
+                                                     trials=trials, buffers=buffers, warmup_s=warmup_s,
+                                                     min_window_s=min_window_s)
                         for res in results:
                             ctx.log(f"{res.device} {dtype} N={size} concurrent: {_fmt_flops(res.median_tflops)}")
                         concurrent.extend(results)
@@ -441,7 +418,8 @@ class ComputeCheck(Check):
             "size": size,
             **knobs,
             "results": [{"device": r.device, "dtype": r.dtype, "mode": r.mode, "median_tflops": r.median_tflops,
-                         "best_tflops": r.best_tflops, "error": finite_or_none(r.error),
+                         "best_tflops": r.best_tflops, "error": finite_or_none(r.error), "iters": r.iters,
+                         "median_window_s": round(median(r.window_s), 4), "warmup_s": r.warmup_s,
                          "tolerance": GEMM_TOLERANCE[r.dtype]}
                         for r in single + concurrent],
         }

@@ -27,7 +27,7 @@ import time
 from typing import Any, ClassVar
 
 from gpuaccept.checks.base import CheckContext, Outcome, Param, ThresholdRule
-from gpuaccept.dist.group import Abandon, DistributedCheck, RankContext, first_line, process_group
+from gpuaccept.distributed.group import Abandon, DistributedCheck, RankContext, first_line, process_group
 from gpuaccept.model import Metric, Status, Threshold
 
 

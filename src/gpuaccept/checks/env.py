@@ -1,7 +1,7 @@
 """The ``env`` check: what this node is (host, OS, CPU, memory, Python, torch, driver, GPUs).
 
 Everything found goes into ``details`` for the report; the verdicts are the
-driver/CUDA compatibility (:func:`cuda_compat`), the expected GPU count
+driver/CUDA compatibility (:func:`cuda_compat`, which a tiny kernel informs), the expected GPU count
 (``--expect-gpus``), NVML and torch agreeing on the GPU count, and
 ``--require-gpu``.
 """
@@ -74,24 +74,66 @@ def parse_version(v: str | None) -> tuple[int, int] | None:
     return major, minor
 
 
-def cuda_compat(driver_cuda: str | None, torch_cuda: str | None) -> tuple[Status, str]:
+COMPAT_PACKAGE = "cuda-compat"
+COMPAT_DIR = "/usr/local/cuda/compat"
+
+
+def cuda_compat(driver_cuda: str | None, torch_cuda: str | None, cuda_available: bool | None = None,
+                kernel_ok: bool | None = None) -> tuple[Status, str]:
     """Can this driver run torch's CUDA runtime? (``nvidia-smi`` "CUDA Version" vs ``torch.version.cuda``).
 
-    Driver's CUDA major older than the runtime's: FAIL (the runtime refuses
-    to start). Same major, older minor: WARN (CUDA minor version compatibility
-    runs it, but features needing the newer driver, e.g. JIT of newer PTX, are
-    unavailable). Newer or equal: PASS. Either version unknown: SKIP (not judged).
+    ``cuda_available`` is ``torch.cuda.is_available()`` and ``kernel_ok`` whether a
+    tiny kernel ran (None: not known). The table, driver vs runtime version:
+
+    * either unknown: SKIP (not judged);
+    * driver newer or equal: PASS;
+    * same major, older minor: WARN (minor version compatibility runs it, but
+      features needing the newer driver, e.g. JIT of newer PTX, are unavailable);
+    * older major, CUDA available and a kernel ran: WARN, forward compatibility
+      (the ``cuda-compat`` package, ``/usr/local/cuda/compat``, as NGC containers
+      ship it for datacenter GPUs) supplies the newer user-mode driver;
+    * older major otherwise: FAIL (the runtime refuses to start, or its kernels fail).
     """
     drv, rt = parse_version(driver_cuda), parse_version(torch_cuda)
     if drv is None or rt is None:
         return Status.SKIP, f"driver CUDA {driver_cuda or 'unknown'}, torch CUDA {torch_cuda or 'none'}: not compared"
-    if drv[0] < rt[0]:
-        return Status.FAIL, (f"driver supports CUDA {driver_cuda} < torch's CUDA {torch_cuda} runtime: "
-                             f"upgrade the driver")
-    if drv < rt:
+    if drv >= rt:
+        return Status.PASS, f"driver CUDA {driver_cuda} >= torch CUDA {torch_cuda}"
+    if drv[0] == rt[0]:
         return Status.WARN, (f"driver CUDA {driver_cuda} < torch CUDA {torch_cuda}: minor version "
                              f"compatibility, some features unavailable")
-    return Status.PASS, f"driver CUDA {driver_cuda} >= torch CUDA {torch_cuda}"
+    if cuda_available and kernel_ok:
+        return Status.WARN, (f"driver CUDA {driver_cuda} < torch CUDA {torch_cuda}, but CUDA works: forward "
+                             f"compatibility through the {COMPAT_PACKAGE} package ({COMPAT_DIR}; datacenter GPUs "
+                             f"only); upgrade the driver to leave it")
+    if cuda_available and kernel_ok is False:
+        why = "torch reports CUDA available but a tiny kernel failed"
+    elif cuda_available:
+        why = "torch reports CUDA available but no kernel was tried"
+    else:
+        why = "torch cannot use CUDA"
+    return Status.FAIL, (f"driver supports CUDA {driver_cuda} < torch's CUDA {torch_cuda} runtime ({why}): "
+                         f"upgrade the driver, or install the {COMPAT_PACKAGE} package matching torch's CUDA "
+                         f"on a datacenter GPU")
+
+
+def tiny_kernel() -> tuple[bool | None, str | None]:
+    """Run one small kernel on the current CUDA device (``python -c "import torch; torch.ones(1,device='cuda')+1"``).
+
+    (True, None) when it ran and gave the right answer, (False, error) when not,
+    (None, None) when torch or CUDA is not available. Imports torch.
+    """
+    try:
+        import torch
+    except ImportError:
+        return None, None
+    try:
+        if not torch.cuda.is_available():
+            return None, None
+        got = float((torch.ones(4, device="cuda") * 2 + 1).sum().item())
+    except Exception as exc:  # a driver/runtime mismatch surfaces here as a RuntimeError
+        return False, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return (True, None) if got == 12.0 else (False, f"wrong result {got} (expected 12)")
 
 
 def visible_gpu_count(nvml_count: int, cuda_visible_devices: str | None) -> int:
@@ -123,6 +165,8 @@ def _cudnn_text(v: int | None) -> str | None:
 def torch_info() -> dict[str, Any]:
     """torch, CUDA runtime, cuDNN and NCCL versions and torch's GPU count (``python -m torch.utils.collect_env``).
 
+    When CUDA is available, ``kernel_ok``/``kernel_error`` say whether :func:`tiny_kernel` ran.
+
     ``{"installed": False, "error": ...}`` when torch does not import.
     """
     try:
@@ -146,6 +190,8 @@ def torch_info() -> dict[str, Any]:
         info["device_count"] = int(torch.cuda.device_count())
     except Exception as exc:
         info["cuda_available"], info["device_count"], info["cuda_error"] = False, 0, str(exc)
+    if info["cuda_available"]:
+        info["kernel_ok"], info["kernel_error"] = tiny_kernel()
     return info
 
 
@@ -234,7 +280,10 @@ def evaluate_env(ctx: CheckContext, host: dict[str, Any], tch: dict[str, Any], n
             problems.append((Status.FAIL, f"NVML sees {gpu_count} GPUs (CUDA_VISIBLE_DEVICES applied) "
                                           f"but torch sees {torch_count}"))
     compat_status, compat_reason = cuda_compat(nvml.get("cuda_driver_version") if nvml.get("available") else None,
-                                               tch.get("cuda"))
+                                               tch.get("cuda"), tch.get("cuda_available"), tch.get("kernel_ok"))
+    if tch.get("kernel_ok") is False and compat_status != Status.FAIL:
+        problems.append((Status.FAIL, f"torch reports CUDA available but a tiny kernel failed: "
+                                      f"{tch.get('kernel_error')}"))
     if compat_status in (Status.FAIL, Status.WARN):
         problems.append((compat_status, compat_reason))
 

@@ -1,27 +1,31 @@
-"""The ``health`` check: ECC, retired/remapped memory, PCIe link, clock throttling, thermals, power, NVLink.
+"""The ``health`` check: ECC, memory repair, PCIe link, clock throttling, thermals, power, NVLink, XIDs.
 
 All readings come from one NVML snapshot (:mod:`gpuaccept.hw.nvml`, the
 ``nvidia-smi -q`` data) and are judged by the pure function
 :func:`evaluate_health`, so recorded snapshots can be replayed in tests.
 Fields NVML reports as unsupported are listed in ``details`` and never fail.
 
-GPU selection: ``--gpus`` indices are used as NVML indices as they are. NVML
-numbers GPUs in PCI bus order, whereas CUDA numbers them fastest-first unless
-``CUDA_DEVICE_ORDER=PCI_BUS_ID`` and renumbers them under
-``CUDA_VISIBLE_DEVICES``; metric devices here are ``cuda:<NVML index>``, and
-``details.gpus`` carries each UUID to correlate the two. Without ``--gpus``
-every GPU the driver sees is checked, hidden or not.
+GPU selection: ``--gpus`` are torch CUDA ordinals. NVML ignores
+``CUDA_VISIBLE_DEVICES``, so the visible devices are mapped to NVML GPUs by
+UUID (:mod:`gpuaccept.hw.gpumap`) and opened with
+``nvmlDeviceGetHandleByUUID``; without ``--gpus`` only the visible GPUs are
+judged. Metrics are labelled ``cuda:<torch ordinal>`` and tagged with the
+GPU's UUID and PCI bus id.
 """
 
 from __future__ import annotations
 
+import os
+from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, ClassVar
 
 from gpuaccept.checks.base import PROFILES, Check, CheckContext, Outcome, Param, ThresholdRule
 from gpuaccept.errors import GpuacceptError, InputError
+from gpuaccept.hw.gpumap import normalize_pci_bus_id
 from gpuaccept.hw.nvml import FATAL_NVML_ERRORS, UNSUPPORTED, GpuSnapshot, NvmlSnapshot, NvmlUnavailable
+from gpuaccept.hw.xid import XID_SEVERITY, XidEvent, xid_meaning
 from gpuaccept.model import Metric, Status, Threshold, worst
 
 # nvmlClocksEventReason* bits (``nvidia-smi -q -d PERFORMANCE``).
@@ -39,8 +43,25 @@ EVENT_REASONS: dict[int, str] = {
     0x400: "reliability",
 }
 GPU_IDLE = 0x1
-FAIL_REASONS: dict[int, str] = {0x8: "HW slowdown", 0x40: "HW thermal slowdown", 0x80: "HW power brake"}
+HW_SLOWDOWN = 0x8
+FAIL_REASONS: dict[int, str] = {0x40: "HW thermal slowdown", 0x80: "HW power brake"}
+"""Fail when set in any sample. HW slowdown (0x8) fails only when set in more than half of the samples:
+NVML documents that it "may be also reported during PState or clock change"."""
 WARN_REASONS: dict[int, str] = {0x20: "SW thermal slowdown"}
+NO_PERMISSION = "Insufficient Permissions"
+
+LIMITS: dict[str, tuple[float, Status]] = {
+    "memory_temperature_c": (85.0, Status.WARN),  # HBM3 max operating temperature is 95 C on H100
+    "nvlink_crc_flit_errors": (100.0, Status.WARN),
+    "nvlink_replay_errors": (100.0, Status.WARN),
+    "nvlink_recovery_errors": (0.0, Status.FAIL),
+    "xid_fail_count": (0.0, Status.FAIL),
+    "xid_warn_count": (0.0, Status.WARN),
+}
+"""Default upper bounds (metric -> max, severity): the check's judgement and its ThresholdRules both use these.
+
+NVLink counts are summed over the GPU's active links since driver load; XID
+counts are those of :data:`gpuaccept.hw.xid.XID_SEVERITY` (NVML events and kernel log)."""
 
 SOURCE = "nvml"
 """Threshold source of bounds taken from the GPU's own NVML limits (max link, slowdown temperature, power limit)."""
@@ -106,8 +127,17 @@ class _GpuJudge:
     def add(self, status: Status, message: str) -> None:
         self.problems.append(Problem(self.device, status, message))
 
+    def limit(self, name: str, value: float, unit: str, message: str) -> None:
+        """A metric bounded by :data:`LIMITS`, and ``message`` as a problem when it is over."""
+        bound, sev = LIMITS[name]
+        self.metrics.append(Metric(name, value, unit, device=self.device, threshold=Threshold("<=", bound, sev)))
+        if value > bound:
+            self.add(sev, message)
+
     def judge(self) -> None:
         self.nvml_errors()
+        if "handle" in self.g.errors:
+            return
         self.ecc()
         self.memory_repair()
         self.pcie()
@@ -115,8 +145,19 @@ class _GpuJudge:
         self.thermal_power()
         if self.params.get("nvlink", True):
             self.nvlink()
+        self.memory_temperature()
+        self.xids()
 
     def nvml_errors(self) -> None:
+        """A GPU NVML cannot open fails ("GPU is lost", "Unknown Error", ...); no permission is a SKIP."""
+        handle = self.g.errors.get("handle")
+        if handle == NO_PERMISSION:
+            self.add(Status.SKIP, "NVML: Insufficient Permissions to open the GPU (run as a user with access "
+                                  "to /dev/nvidia*, e.g. in the video group, or in a container given the GPU)")
+            return
+        if handle is not None and handle not in FATAL_NVML_ERRORS:
+            self.add(Status.FAIL, f"NVML cannot open the GPU: {handle}")
+            return
         for msg in self.g.errors.values():
             if msg in FATAL_NVML_ERRORS:
                 self.add(Status.FAIL, f"NVML: {msg}")
@@ -210,10 +251,20 @@ class _GpuJudge:
         HW slowdown, HW thermal slowdown and HW power brake fail; SW thermal
         slowdown warns; idle, application clocks, SW power cap and sync boost are normal.
         """
-        mask = self.g.clocks_event_reasons
-        if not isinstance(mask, int):
+        g = self.g
+        samples = g.clocks_event_reasons_samples if isinstance(g.clocks_event_reasons_samples, list) else (
+            [g.clocks_event_reasons] if isinstance(g.clocks_event_reasons, int) else [])
+        if not samples:
             return
+        mask = 0
+        for m in samples:
+            mask |= m
+        slow = sum(1 for m in samples if m & HW_SLOWDOWN)
         hard = [name for bit, name in FAIL_REASONS.items() if mask & bit]
+        if 2 * slow > len(samples):
+            hard.insert(0, "HW slowdown" + (f" ({slow}/{len(samples)} samples)" if len(samples) > 1 else ""))
+        elif slow:
+            self.notes.append(f"HW slowdown in {slow}/{len(samples)} samples (transient, e.g. a clock change)")
         if hard:
             self.add(Status.FAIL, ", ".join(hard))
         soft = [name for bit, name in WARN_REASONS.items() if mask & bit]
@@ -256,6 +307,37 @@ class _GpuJudge:
         self.metrics.append(_count("nvlink_links_down", len(down), self.device))
         if down:
             self.add(Status.FAIL, f"NVLink {len(down)}/{len(links)} link(s) down ({','.join(map(str, down))})")
+        for name, what in (("nvlink_crc_flit_errors", "NVLink CRC flit errors"),
+                           ("nvlink_replay_errors", "NVLink replay errors"),
+                           ("nvlink_recovery_errors", "NVLink recovery errors")):
+            counts = getattr(self.g, name)
+            if isinstance(counts, dict) and counts:
+                total = sum(counts.values())
+                bad = ", ".join(f"link {k}: {v}" for k, v in counts.items() if v)
+                self.limit(name, float(total), "count", f"{what} {total} > {LIMITS[name][0]:g} ({bad})")
+
+    def memory_temperature(self) -> None:
+        """HBM temperature (``nvidia-smi --query-gpu=temperature.memory``); not judged where unsupported."""
+        if isinstance(self.g.memory_temperature_c, int):
+            t = self.g.memory_temperature_c
+            self.limit("memory_temperature_c", float(t), "C",
+                       f"memory temperature {t} C > {LIMITS['memory_temperature_c'][0]:g} C")
+
+    def xids(self) -> None:
+        """XIDs from NVML events and the kernel log, named; those in XID_SEVERITY warn or fail."""
+        seen: Counter[int] = Counter()
+        for source in (self.g.xid_events, self.g.xid_kernel_log):
+            if isinstance(source, list):
+                seen.update(source)
+        if not isinstance(self.g.xid_events, list) and not isinstance(self.g.xid_kernel_log, list):
+            return
+        for sev, name in ((Status.FAIL, "xid_fail_count"), (Status.WARN, "xid_warn_count")):
+            hits = {x: n for x, n in sorted(seen.items()) if XID_SEVERITY.get(x) == sev}
+            what = "XID " + ", ".join(f"{x}{f' x{n}' if n > 1 else ''} ({xid_meaning(x)})" for x, n in hits.items())
+            self.limit(name, float(sum(hits.values())), "count", what)
+        other = [x for x in sorted(seen) if x not in XID_SEVERITY]
+        if other:
+            self.notes.append("XID " + ", ".join(f"{x} ({xid_meaning(x)})" for x in other) + " (not judged)")
 
 
 def _reason(problems: list[Problem]) -> str:
@@ -269,15 +351,43 @@ def _reason(problems: list[Problem]) -> str:
     return "; ".join(parts) + (f"; +{more} more GPU(s)" if more > 0 else "")
 
 
+def attach_kernel_xids(snapshot: NvmlSnapshot, events: list[XidEvent] | None, why: str = "") -> None:
+    """Put the kernel log's XIDs on the GPUs of ``snapshot``, matched by PCI bus id. Pure.
+
+    ``events`` None: the log could not be read; each readable GPU then records
+    ``why`` under ``errors["xid_kernel_log"]`` and its kernel XIDs stay unsupported.
+    XIDs of GPUs outside this run are ignored.
+    """
+    for g in snapshot.gpus:
+        if "handle" in g.errors:
+            continue
+        if events is None:
+            g.xid_kernel_log = UNSUPPORTED
+            g.errors["xid_kernel_log"] = why or "kernel log not readable"
+            continue
+        try:
+            pci = normalize_pci_bus_id(str(g.pci_bus_id))
+        except InputError:
+            g.xid_kernel_log = UNSUPPORTED
+            g.errors["xid_kernel_log"] = f"no PCI bus id to match the kernel log ({g.pci_bus_id})"
+            continue
+        g.xid_kernel_log = [e.xid for e in events if normalize_pci_bus_id(e.pci_bus_id) == pci]
+        g.errors.pop("xid_kernel_log", None)
+
+
 def evaluate_health(snapshot: NvmlSnapshot, params: dict[str, Any]) -> Outcome:
     """Judge an NVML snapshot. Pure: no NVML calls, so recorded snapshots replay exactly.
 
     FAIL: volatile uncorrectable ECC, row-remap failure, PCIe width below max,
-    HW slowdown / HW thermal / HW power brake, an NVLink link down while others
-    are up, a lost GPU. WARN: lifetime uncorrectable ECC, pending page
-    retirement or row remap, PCIe generation below max (not while idle),
-    SW thermal slowdown, temperature within ``temp_margin_c`` of slowdown,
-    power draw over the limit, ECC disabled. SKIP (needs a GPU) for no GPU.
+    HW thermal slowdown / HW power brake in any sample, HW slowdown in more
+    than half of the samples, an NVLink link down while others are up, a GPU
+    NVML cannot open (lost, needs a restart, "Unknown Error", ...), an XID that
+    needs attention, NVLink counters and memory temperature over :data:`LIMITS`.
+    WARN: lifetime uncorrectable ECC, pending page retirement or row remap, PCIe
+    generation below max (not while idle), SW thermal slowdown, temperature
+    within ``temp_margin_c`` of slowdown, power draw over the limit, ECC
+    disabled, the WARN rows of LIMITS. SKIP: no GPU (needs a GPU), or a GPU
+    NVML may not open (Insufficient Permissions) when nothing else is wrong.
     """
     if not snapshot.gpus:
         return Outcome.skip("NVML sees no GPU", needs_gpu=True, driver_version=snapshot.driver_version)
@@ -289,6 +399,8 @@ def evaluate_health(snapshot: NvmlSnapshot, params: dict[str, Any]) -> Outcome:
     for g in snapshot.gpus:
         judge = _GpuJudge(g, params)
         judge.judge()
+        for m in judge.metrics:
+            m.tags.update({k: v for k, v in (("uuid", g.uuid), ("pci_bus_id", g.pci_bus_id)) if v != UNSUPPORTED})
         problems += judge.problems
         metrics += judge.metrics
         if judge.notes:
@@ -300,7 +412,7 @@ def evaluate_health(snapshot: NvmlSnapshot, params: dict[str, Any]) -> Outcome:
             unsupported[g.device] = missing
         mask = g.clocks_event_reasons
         gpus.append({
-            "device": g.device, "name": g.name, "uuid": g.uuid, "pci_bus_id": g.pci_bus_id,
+            "device": g.device, "nvml_index": g.index, "name": g.name, "uuid": g.uuid, "pci_bus_id": g.pci_bus_id,
             "clocks_event_reasons": event_reason_names(mask) if isinstance(mask, int) else UNSUPPORTED,
             "pcie": (f"gen{g.pcie_link_gen} x{g.pcie_link_width} "
                      f"(max gen{g.pcie_link_gen_max} x{g.pcie_link_width_max})"),
@@ -315,11 +427,17 @@ def evaluate_health(snapshot: NvmlSnapshot, params: dict[str, Any]) -> Outcome:
         "problems": [p.to_dict() for p in problems],
         "unsupported": unsupported,
     }
+    if snapshot.cuda_visible_devices is not None:
+        details["cuda_visible_devices"] = snapshot.cuda_visible_devices
     if notes:
         details["notes"] = notes
-    if problems:
-        status = worst(*(p.status for p in problems))
-        return Outcome(status, _reason(problems), metrics, details)
+    judged = [p for p in problems if p.status != Status.SKIP]
+    skipped = sorted({p.device for p in problems if p.status == Status.SKIP})
+    if judged:
+        status = worst(*(p.status for p in judged))
+        return Outcome(status, _reason(judged + [p for p in problems if p.status == Status.SKIP]), metrics, details)
+    if skipped:  # a GPU not read is never a pass
+        return Outcome(Status.SKIP, _reason(problems), metrics, details)
     n_unsup = sum(len(v) for v in unsupported.values())
     reason = (f"{len(snapshot.gpus)} GPU(s) healthy "
               f"(driver {snapshot.driver_version}, CUDA {snapshot.cuda_driver_version})")
@@ -341,6 +459,10 @@ class HealthCheck(Check):
               minimum=0.0),
         Param("require_ecc", "bool", True, "warn when a GPU supports ECC but has it disabled"),
         Param("nvlink", "bool", True, "check NVLink link states"),
+        Param("sample_s", "float", 1.0, "seconds to sample clock event reasons (HW slowdown must persist)",
+              minimum=0.0),
+        Param("sample_interval_s", "float", 0.1, "seconds between clock event reason samples", minimum=0.01),
+        Param("kernel_log", "bool", True, "read XIDs from the kernel log (/dev/kmsg or dmesg) where permitted"),
     )
     # A snapshot costs the same in every profile.
     profile_params: ClassVar[dict[str, dict[str, Any]]] = {p: {} for p in PROFILES}
@@ -351,20 +473,27 @@ class HealthCheck(Check):
         ThresholdRule("remapped_rows_failure", max=0.0),
         ThresholdRule("retired_pages_pending", max=0.0, severity=Status.WARN),
         ThresholdRule("nvlink_links_down", max=0.0),
+        *(ThresholdRule(name, max=bound, severity=sev) for name, (bound, sev) in LIMITS.items()),
     )
     # nvmlInit can take seconds per GPU when persistence mode is off.
     timeout_s: ClassVar[dict[str, float]] = {"quick": 60.0, "standard": 60.0, "full": 120.0}
     key_metric = "temperature_c"
 
     def run(self, ctx: CheckContext) -> Outcome:
-        from gpuaccept.hw.nvml import read_snapshot
+        from gpuaccept.hw.nvml import read_visible_snapshot
+        from gpuaccept.hw.xid import parse_kernel_xids, read_kernel_log
 
         try:
-            snapshot = read_snapshot(ctx.gpus)
+            snapshot = read_visible_snapshot(os.environ.get("CUDA_VISIBLE_DEVICES"), ctx.gpus,
+                                             sample_s=float(ctx.params.get("sample_s", 1.0)),
+                                             interval_s=float(ctx.params.get("sample_interval_s", 0.1)))
         except NvmlUnavailable as exc:
             return Outcome.skip(str(exc), needs_gpu=True)
         except InputError as exc:
             return Outcome.failed(str(exc))
+        if ctx.params.get("kernel_log", True):
+            text, where = read_kernel_log()
+            attach_kernel_xids(snapshot, parse_kernel_xids(text) if text is not None else None, where)
         outcome = evaluate_health(snapshot, ctx.params)
         if ctx.verbose:
             outcome.details["snapshot"] = snapshot.to_dict()

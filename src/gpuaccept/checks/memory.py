@@ -18,6 +18,12 @@ expects ``memory_bandwidth_gbs`` and gets a pre-set FAIL bound of
 theoretical PCIe bandwidth per direction with a WARN bound of
 ``expected x pass_fraction("pcie")``. Every copy is verified: a copy that does
 not reproduce its source fails the check.
+
+The pinned copies run with the measuring thread bound to the GPU's NUMA node
+(sysfs under ``root``, :mod:`gpuaccept.hw.numa`) and the pinned buffers allocated
+after binding, so they are local to the GPU, as ``numactl --cpunodebind=N
+--membind=N bandwidthTest`` would be; the metrics' ``numa_node`` tag says which
+node (-1: measured unbound, the details say why).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from gpuaccept.checks.base import Check, CheckContext, Outcome, Param, torch_devices_or_skip
+from gpuaccept.hw.numa import NumaBinding, bound_to, current_affinity, plan_binding
 from gpuaccept.model import Metric, Status, Threshold
 
 MIB = 1 << 20
@@ -174,6 +181,49 @@ def measure_pinned(device: Any, nbytes: int, iterations: int, warmup: int = 2) -
     return result(h2d_s, h2d_per), result(d2h_s, d2h_per)
 
 
+def torch_pci_bus_id(device: Any) -> str | None:
+    """``dddd:bb:dd.0`` of a torch CUDA device (``nvidia-smi --query-gpu=pci.bus_id``); None when torch lacks it."""
+    import torch
+
+    props = torch.cuda.get_device_properties(device)
+    try:
+        domain, bus, dev = (int(getattr(props, k)) for k in ("pci_domain_id", "pci_bus_id", "pci_device_id"))
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return f"{domain:04x}:{bus:02x}:{dev:02x}.0"
+
+
+def release_pinned_cache() -> None:
+    """Free torch's cached pinned host blocks, so the next pinned buffer is a new allocation (placed where bound)."""
+    import torch
+
+    empty = getattr(torch._C, "_host_emptyCache", None)
+    if empty is not None:
+        empty()
+
+
+def measure_pinned_numa(device: Any, nbytes: int, iterations: int, warmup: int,
+                        binding: NumaBinding) -> tuple[CopyResult, CopyResult, bool]:
+    """:func:`measure_pinned` with the calling thread bound to ``binding``'s CPUs, restored afterwards.
+
+    The pinned buffers are allocated inside the binding (torch's cached pinned
+    blocks are released first and after), so first touch places them on the
+    GPU's node. Returns (h2d, d2h, whether it was bound).
+    """
+    with bound_to(binding.cpus if binding.bound else None) as bound:
+        release_pinned_cache()
+        try:
+            h2d, d2h = measure_pinned(device, nbytes, iterations, warmup)
+        finally:
+            release_pinned_cache()
+    return h2d, d2h, bound
+
+
+def pinned_tags(h2d: CopyResult, binding: NumaBinding, bound: bool) -> dict[str, str | int | float]:
+    """Tags of the pinned-copy metrics: buffer size and the NUMA node measured on (-1: unbound)."""
+    return {"size_bytes": h2d.bytes_per_iter, "numa_node": binding.node if bound and binding.node is not None else -1}
+
+
 def verify_stream(a: Any, b: Any, c: Any, expect: str, block: int = 1 << 22) -> bool:
     """True when ``c`` equals ``a`` (``expect='copy'``) or ``b + 3*a`` (``'triad'``), compared blockwise."""
     import torch
@@ -255,6 +305,8 @@ class MemoryCheck(Check):
               minimum=1),
         Param("warmup", "int", 2, "untimed copies before timing", minimum=0),
         Param("pcie", "bool", True, "measure pinned host<->device bandwidth on GPU"),
+        Param("numa_bind", "bool", True, "bind H2D/D2H measurements (thread and pinned memory) to the GPU's NUMA node"),
+        Param("root", "str", "/", "filesystem root under which sys/ is read for NUMA nodes (a recorded tree in tests)"),
     )
     profile_params: ClassVar[dict[str, dict[str, Any]]] = {
         "quick": {"size_mib": 512, "host_mib": 128, "cpu_mib": 32, "iterations": 10},
@@ -323,17 +375,22 @@ class MemoryCheck(Check):
             if d2d.mismatches:
                 broken.append(f"{label} device copy: {d2d.mismatches} words differ")
             if p["pcie"]:
-                h2d, d2h = measure_pinned(dev, int(p["host_mib"]) * MIB, iterations, warmup)
+                binding = (plan_binding(torch_pci_bus_id(dev), current_affinity(), str(p["root"]))
+                           if p["numa_bind"] else NumaBinding(None, (), "numa_bind is off: measured unbound"))
+                h2d, d2h, bound = measure_pinned_numa(dev, int(p["host_mib"]) * MIB, iterations, warmup, binding)
                 # The host slot may legitimately run a lower PCIe generation than the GPU supports: warn only.
                 pcie_exp = sku.pcie_bandwidth_gbs() if sku is not None else None
                 pcie_thr = sku_threshold(sku, pcie_exp, "pcie", Status.WARN)
-                ptags: dict[str, str | int | float] = {"size_bytes": h2d.bytes_per_iter}
+                ptags = pinned_tags(h2d, binding, bound)
+                dev_details["numa"] = binding.reason
+                if binding.bound and not bound:
+                    dev_details["numa"] += ", but setting the affinity failed: measured unbound"
                 metrics.append(Metric("h2d_pinned_gbs", h2d.gbs, "GB/s", device=label, expected=pcie_exp,
                                       threshold=pcie_thr, tags=dict(ptags)))
                 metrics.append(Metric("d2h_pinned_gbs", d2h.gbs, "GB/s", device=label, expected=pcie_exp,
                                       threshold=pcie_thr, tags=dict(ptags)))
                 dev_details["pinned_mismatched_words"] = h2d.mismatches
-                ctx.log(f"{label}: h2d {h2d.gbs:.1f} GB/s, d2h {d2h.gbs:.1f} GB/s (pinned)")
+                ctx.log(f"{label}: h2d {h2d.gbs:.1f} GB/s, d2h {d2h.gbs:.1f} GB/s (pinned; {dev_details['numa']})")
                 if h2d.mismatches:
                     broken.append(f"{label} host round trip: {h2d.mismatches} words differ")
             details["devices"][label] = dev_details

@@ -8,7 +8,7 @@ Direct-URL installs (a wheel file, a VCS checkout, a local directory; PEP 610's
 ``direct_url.json``) and editable installs are pinned by version too, with a comment that names
 where they came from. A pin by URL (``--urls``, for non-editable installs) makes pip fetch that
 URL each time it resolves the package, and an install fails outright once a local file of it is
-gone (NGC images install from wheel files they delete afterwards). Left out, with a comment that
+gone (images often install torch from a wheel file and delete the file). Left out, with a comment that
 says why: versions that are not PEP 440 (pip rejects a file that pins one) and broken metadata.
 
 The module imports only the standard library, so it also runs on its own with any Python 3.8+::

@@ -1,1 +1,4 @@
-"""Hardware discovery: NVML readings, torch devices and the per-SKU data file."""
+"""Hardware discovery: devices without torch, NVML readings and the per-SKU data file.
+
+May import only ``model`` and ``errors`` of ours; torch only inside functions.
+"""

@@ -13,10 +13,11 @@ in tests::
 
     python -m gpuaccept.hw.nvml --dump > node.json      # every GPU
     python -m gpuaccept.hw.nvml --dump --gpus 0,3       # NVML indices 0 and 3
+    python -m gpuaccept.hw.nvml --dump --visible        # the GPUs CUDA_VISIBLE_DEVICES shows
 
-NVML indices follow PCI bus order, which is not always CUDA's order: CUDA
-enumerates fastest-first unless ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, and
-``CUDA_VISIBLE_DEVICES`` renumbers. Use UUIDs to correlate the two.
+NVML indices follow PCI bus order and ignore ``CUDA_VISIBLE_DEVICES``;
+:func:`read_visible_snapshot` maps torch ordinals to NVML GPUs by UUID
+(:mod:`gpuaccept.hw.gpumap`) and labels each GPU with its ordinal.
 """
 
 from __future__ import annotations
@@ -24,12 +25,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from gpuaccept.errors import GpuacceptError, InputError
+from gpuaccept.hw.gpumap import NvmlGpuId, map_visible_devices, select_ordinals
+from gpuaccept.hw.nvml_ext import XidWatch, read_memory_temperature, read_nvlink_errors, sample_reasons
 
 UNSUPPORTED: Final = "unsupported"
 Unsupported = Literal["unsupported"]
@@ -55,6 +60,16 @@ class GpuSnapshot:
     bitmask. ``pcie_link_*_max`` is the best link this GPU *and slot* allow;
     ``pcie_link_gen_gpu_max`` is the GPU's own maximum. ``nvlink_active`` has
     one bool per NVLink link. ``errors`` maps each unsupported field to the NVML message.
+
+    ``ordinal`` is the torch CUDA ordinal when the GPU was selected through
+    ``CUDA_VISIBLE_DEVICES`` (None: unknown, label by NVML index).
+    ``clocks_event_reasons_samples`` holds the masks sampled over about a
+    second (the first is ``clocks_event_reasons``). ``memory_temperature_c``
+    is the HBM sensor (C). ``nvlink_*_errors`` map an active link's number
+    (as a string) to its counter (``nvidia-smi nvlink -e``). ``xid_events``
+    are the critical XIDs NVML reported while the snapshot was taken;
+    ``xid_kernel_log`` the XIDs the kernel log holds for this GPU (filled by
+    the health check, not by NVML).
     """
 
     index: int
@@ -88,12 +103,20 @@ class GpuSnapshot:
     power_draw_w: float | Unsupported = UNSUPPORTED
     power_limit_w: float | Unsupported = UNSUPPORTED
     nvlink_active: list[bool] | Unsupported = UNSUPPORTED
+    ordinal: int | None = None
+    clocks_event_reasons_samples: list[int] | Unsupported = UNSUPPORTED
+    memory_temperature_c: int | Unsupported = UNSUPPORTED
+    nvlink_crc_flit_errors: dict[str, int] | Unsupported = UNSUPPORTED
+    nvlink_replay_errors: dict[str, int] | Unsupported = UNSUPPORTED
+    nvlink_recovery_errors: dict[str, int] | Unsupported = UNSUPPORTED
+    xid_events: list[int] | Unsupported = UNSUPPORTED
+    xid_kernel_log: list[int] | Unsupported = UNSUPPORTED
     errors: dict[str, str] = field(default_factory=dict)
 
     @property
     def device(self) -> str:
-        """The label used in metrics and reasons (``cuda:<NVML index>``)."""
-        return f"cuda:{self.index}"
+        """The label used in metrics and reasons: ``cuda:<torch ordinal>``, else ``cuda:<NVML index>``."""
+        return f"cuda:{self.index if self.ordinal is None else self.ordinal}"
 
     def unsupported_fields(self) -> list[str]:
         """Names of the fields NVML could not report."""
@@ -109,13 +132,15 @@ class NvmlSnapshot:
 
     ``cuda_driver_version`` is the newest CUDA version the driver supports
     ("12.4", the "CUDA Version" in the ``nvidia-smi`` banner); ``gpu_count`` is
-    every GPU NVML sees, even when ``gpus`` holds only a selection.
+    every GPU NVML sees, even when ``gpus`` holds only a selection;
+    ``cuda_visible_devices`` the value the selection was mapped from (None: unset or not used).
     """
 
     driver_version: str | Unsupported = UNSUPPORTED
     nvml_version: str | Unsupported = UNSUPPORTED
     cuda_driver_version: str | Unsupported = UNSUPPORTED
     gpu_count: int = 0
+    cuda_visible_devices: str | None = None
     gpus: list[GpuSnapshot] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
 
@@ -138,19 +163,34 @@ _GPU_KINDS: dict[str, str] = {
     "clocks_event_reasons": "int",
     "temperature_c": "int", "temperature_slowdown_c": "int", "temperature_shutdown_c": "int",
     "power_draw_w": "float", "power_limit_w": "float",
-    "nvlink_active": "list", "errors": "dict",
+    "nvlink_active": "list", "ordinal": "optint", "clocks_event_reasons_samples": "intlist",
+    "memory_temperature_c": "int", "nvlink_crc_flit_errors": "intmap", "nvlink_replay_errors": "intmap",
+    "nvlink_recovery_errors": "intmap", "xid_events": "intlist", "xid_kernel_log": "intlist", "errors": "dict",
 }
 _SNAPSHOT_KINDS: dict[str, str] = {
     "driver_version": "str", "nvml_version": "str", "cuda_driver_version": "str",
-    "gpu_count": "int", "errors": "dict",
+    "gpu_count": "int", "cuda_visible_devices": "optstr", "errors": "dict",
 }
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _kind_ok(value: Any, kind: str) -> bool:
     if kind == "bool":
         return isinstance(value, bool)
     if kind == "int":
-        return isinstance(value, int) and not isinstance(value, bool)
+        return _is_int(value)
+    if kind == "optint":
+        return value is None or (_is_int(value) and value >= 0)
+    if kind == "optstr":
+        return value is None or isinstance(value, str)
+    if kind == "intlist":
+        return isinstance(value, list) and all(_is_int(v) and v >= 0 for v in value)
+    if kind == "intmap":
+        return isinstance(value, dict) and all(isinstance(k, str) and k.isdigit() and _is_int(v) and v >= 0
+                                               for k, v in value.items())
     if kind == "float":
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if kind == "str":
@@ -167,7 +207,7 @@ def _fields_from(d: dict[str, Any], kinds: dict[str, str], where: str) -> dict[s
         if name not in d:
             continue
         value = d[name]
-        if value == UNSUPPORTED and kind not in ("dict", "str"):
+        if value == UNSUPPORTED and kind not in ("dict", "str", "optint", "optstr"):
             out[name] = UNSUPPORTED
             continue
         if not _kind_ok(value, kind):
@@ -236,13 +276,25 @@ def _map(value: Any, fn: Callable[[Any], Any]) -> Any:
     return UNSUPPORTED if value == UNSUPPORTED else fn(value)
 
 
-def _read_gpu(nvml: Any, index: int) -> GpuSnapshot:
-    errors: dict[str, str] = {}
+def _open(nvml: Any, index: int, uuid: str = "", ordinal: int | None = None) -> tuple[GpuSnapshot, Any]:
+    """The GPU's (still empty) snapshot and its handle, opened by UUID when known, else by NVML index.
+
+    A handle that cannot be opened ("GPU is lost", "Unknown Error",
+    "Insufficient Permissions") is recorded as ``errors["handle"]`` and the
+    handle returned is "unsupported".
+    """
+    g = GpuSnapshot(index=index, ordinal=ordinal)
+    r = _Reader(nvml, g.errors)
+    if uuid:
+        g.uuid = uuid
+        return g, r.call("handle", "nvmlDeviceGetHandleByUUID", uuid)
+    return g, r.get("handle", nvml.nvmlDeviceGetHandleByIndex, index)
+
+
+def _read_gpu(nvml: Any, g: GpuSnapshot, handle: Any) -> GpuSnapshot:
+    """Fill ``g`` from an open ``handle`` (``nvidia-smi -q -i <uuid>``)."""
+    errors = g.errors
     r = _Reader(nvml, errors)
-    handle = r.get("handle", nvml.nvmlDeviceGetHandleByIndex, index)
-    if handle == UNSUPPORTED:  # e.g. "GPU is lost": nothing else can be read
-        return GpuSnapshot(index=index, errors=errors)
-    g = GpuSnapshot(index=index, errors=errors)
     g.name = _map(r.call("name", "nvmlDeviceGetName", handle), _text)
     g.uuid = _map(r.call("uuid", "nvmlDeviceGetUUID", handle), _text)
     pci = r.call("pci_bus_id", "nvmlDeviceGetPciInfo", handle)
@@ -312,7 +364,34 @@ def _read_gpu(nvml: Any, index: int) -> GpuSnapshot:
     g.power_limit_w = _map(r.call("power_limit_w", "nvmlDeviceGetEnforcedPowerLimit", handle),
                            lambda mw: mw / 1000.0)
     g.nvlink_active = _read_nvlink(nvml, handle, errors)
+    if isinstance(g.nvlink_active, list):
+        counters, why = read_nvlink_errors(nvml, handle, g.nvlink_active)
+        g.nvlink_crc_flit_errors = counters.get("nvlink_crc_flit_errors", UNSUPPORTED)
+        g.nvlink_replay_errors = counters.get("nvlink_replay_errors", UNSUPPORTED)
+        g.nvlink_recovery_errors = counters.get("nvlink_recovery_errors", UNSUPPORTED)
+    else:
+        why = "NVLink not supported"
+    for name in ("nvlink_crc_flit_errors", "nvlink_replay_errors", "nvlink_recovery_errors"):
+        if getattr(g, name) == UNSUPPORTED:
+            errors[name] = why or "Not Supported"
+    temp, why = read_memory_temperature(nvml, handle)
+    if temp is None:
+        errors["memory_temperature_c"] = why
+    else:
+        g.memory_temperature_c = temp
     return g
+
+
+def _reasons_now(nvml: Any, handle: Any) -> int | None:
+    """The current clock event reason mask (newer binding name first), None when NVML rejects both."""
+    for name in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
+        fn = getattr(nvml, name, None)
+        if fn is not None:
+            try:
+                return int(fn(handle))
+            except nvml.NVMLError:
+                continue
+    return None
 
 
 def _read_nvlink(nvml: Any, handle: Any, errors: dict[str, str]) -> list[bool] | Unsupported:
@@ -333,13 +412,39 @@ def _read_nvlink(nvml: Any, handle: Any, errors: dict[str, str]) -> list[bool] |
     return states
 
 
-def read_snapshot(indices: list[int] | None = None) -> NvmlSnapshot:
-    """Read driver versions and the GPUs at NVML ``indices`` (None: all) in one NVML session.
+@dataclass(frozen=True)
+class _Target:
+    index: int
+    uuid: str = ""
+    ordinal: int | None = None
 
-    Raises :class:`NvmlUnavailable` when NVML cannot load ("NVML not available:
-    NVML Shared Library Not Found") and :class:`InputError` for an index NVML
-    does not have. Per-field failures become "unsupported", never exceptions.
-    """
+
+def _inventory(nvml: Any, count: int, with_mig: bool) -> list[NvmlGpuId]:
+    """Index, UUID and bus id of every GPU (``nvidia-smi -L``); UUID "" where the handle fails."""
+    out: list[NvmlGpuId] = []
+    for i in range(count):
+        errs: dict[str, str] = {}
+        r = _Reader(nvml, errs)
+        h = r.get("handle", nvml.nvmlDeviceGetHandleByIndex, i)
+        uuid = _map(r.call("uuid", "nvmlDeviceGetUUID", h), _text) if h != UNSUPPORTED else UNSUPPORTED
+        pci = _map(r.call("pci", "nvmlDeviceGetPciInfo", h), lambda p: _text(p.busId)) if uuid != UNSUPPORTED \
+            else UNSUPPORTED
+        migs: list[str] = []
+        if with_mig and uuid != UNSUPPORTED:
+            n = r.call("mig", "nvmlDeviceGetMaxMigDeviceCount", h)
+            for j in range(n if isinstance(n, int) else 0):
+                mh = r.call("mig", "nvmlDeviceGetMigDeviceHandleByIndex", h, j)
+                mu = r.call("mig", "nvmlDeviceGetUUID", mh) if mh != UNSUPPORTED else UNSUPPORTED
+                if mu != UNSUPPORTED:
+                    migs.append(_text(mu))
+        out.append(NvmlGpuId(i, uuid if isinstance(uuid, str) and uuid != UNSUPPORTED else "",
+                             pci if isinstance(pci, str) and pci != UNSUPPORTED else "", tuple(migs)))
+    return out
+
+
+def _session(pick: Callable[[Any, int], list[_Target]], sample_s: float, interval_s: float,
+             sleep: Callable[[float], None], visible: str | None = None) -> NvmlSnapshot:
+    """One NVML session: versions, the GPUs ``pick(nvml, count)`` selects, XID events and clock samples."""
     try:
         import pynvml
     except ImportError as exc:
@@ -351,7 +456,7 @@ def read_snapshot(indices: list[int] | None = None) -> NvmlSnapshot:
     try:
         errors: dict[str, str] = {}
         r = _Reader(pynvml, errors)
-        snap = NvmlSnapshot(errors=errors)
+        snap = NvmlSnapshot(errors=errors, cuda_visible_devices=visible)
         snap.driver_version = _map(r.call("driver_version", "nvmlSystemGetDriverVersion"), _text)
         snap.nvml_version = _map(r.call("nvml_version", "nvmlSystemGetNVMLVersion"), _text)
         cuda = r.call("cuda_driver_version", "nvmlSystemGetCudaDriverVersion_v2")
@@ -363,17 +468,79 @@ def read_snapshot(indices: list[int] | None = None) -> NvmlSnapshot:
             snap.gpu_count = int(pynvml.nvmlDeviceGetCount())
         except pynvml.NVMLError as exc:
             raise NvmlUnavailable(f"NVML not available: cannot count GPUs: {exc}") from exc
-        selected = list(range(snap.gpu_count)) if indices is None else list(indices)
-        bad = [i for i in selected if not 0 <= i < snap.gpu_count]
-        if bad:
-            raise InputError(f"GPU index {bad[0]} does not exist: NVML sees {snap.gpu_count} GPU(s)")
-        snap.gpus = [_read_gpu(pynvml, i) for i in selected]
+        opened = [_open(pynvml, t.index, t.uuid, t.ordinal) for t in pick(pynvml, snap.gpu_count)]
+        watch = XidWatch(pynvml)  # before any reading: NVML reports only XIDs raised after this
+        for g, h in opened:
+            if h != UNSUPPORTED:
+                why = watch.register(h)
+                if why:
+                    g.errors["xid_events"] = why
+                else:
+                    g.xid_events = []
+        snap.gpus = [_read_gpu(pynvml, g, h) if h != UNSUPPORTED else g for g, h in opened]
+        _sample(pynvml, opened, sample_s, interval_s, sleep)
+        found, why = watch.drain(lambda dev: _text(pynvml.nvmlDeviceGetUUID(dev)))
+        for g in snap.gpus:
+            if isinstance(g.xid_events, list):
+                g.xid_events = found.get(str(g.uuid), [])
+                if why:
+                    g.errors["xid_events"] = why
+                    g.xid_events = UNSUPPORTED
         return snap
     finally:
         try:
             pynvml.nvmlShutdown()
         except pynvml.NVMLError:
             pass
+
+
+def _sample(nvml: Any, opened: list[tuple[GpuSnapshot, Any]], sample_s: float, interval_s: float,
+            sleep: Callable[[float], None]) -> None:
+    """Fill ``clocks_event_reasons_samples``: the first read plus one every ``interval_s`` for ``sample_s``."""
+    def read() -> list[int | None]:
+        return [_reasons_now(nvml, h) if isinstance(g.clocks_event_reasons, int) else None for g, h in opened]
+
+    first = [g.clocks_event_reasons if isinstance(g.clocks_event_reasons, int) else None for g, _ in opened]
+    for (g, h), samples in zip(opened, sample_reasons(read, first, sample_s, interval_s, sleep), strict=True):
+        if samples:
+            g.clocks_event_reasons_samples = samples
+        elif h != UNSUPPORTED:
+            g.errors["clocks_event_reasons_samples"] = g.errors.get("clocks_event_reasons", "Not Supported")
+
+
+def read_snapshot(indices: list[int] | None = None, *, sample_s: float = 0.0, interval_s: float = 0.1,
+                  sleep: Callable[[float], None] = time.sleep) -> NvmlSnapshot:
+    """Read driver versions and the GPUs at NVML ``indices`` (None: all) in one NVML session.
+
+    Clock event reasons are sampled for ``sample_s`` seconds (0: one sample).
+    Raises :class:`NvmlUnavailable` when NVML cannot load ("NVML not available:
+    NVML Shared Library Not Found") and :class:`InputError` for an index NVML
+    does not have. Per-field failures become "unsupported", never exceptions.
+    """
+    def pick(_nvml: Any, count: int) -> list[_Target]:
+        selected = list(range(count)) if indices is None else list(indices)
+        bad = [i for i in selected if not 0 <= i < count]
+        if bad:
+            raise InputError(f"GPU index {bad[0]} does not exist: NVML sees {count} GPU(s)")
+        return [_Target(i) for i in selected]
+
+    return _session(pick, sample_s, interval_s, sleep)
+
+
+def read_visible_snapshot(visible: str | None, ordinals: list[int] | None = None, *, sample_s: float = 1.0,
+                          interval_s: float = 0.1, sleep: Callable[[float], None] = time.sleep) -> NvmlSnapshot:
+    """The GPUs torch sees as ``cuda:<ordinal>`` under ``CUDA_VISIBLE_DEVICES=visible``, opened by UUID.
+
+    ``ordinals`` are torch ordinals (``--gpus``; None: every visible GPU).
+    Each GPU's ``ordinal`` is set; ``gpu_count`` is still every GPU NVML sees.
+    Raises as :func:`read_snapshot`, and InputError for an ordinal not visible.
+    """
+    def pick(nvml: Any, count: int) -> list[_Target]:
+        inv = _inventory(nvml, count, with_mig="mig-" in (visible or "").lower())
+        chosen = select_ordinals(map_visible_devices(visible, inv), ordinals)
+        return [_Target(v.index, v.uuid, v.ordinal) for v in chosen]
+
+    return _session(pick, sample_s, interval_s, sleep, visible)
 
 
 def _summary_line(g: GpuSnapshot) -> str:
@@ -387,11 +554,17 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m gpuaccept.hw.nvml [--dump] [--gpus 0,1]``: print a snapshot (JSON with --dump)."""
     ap = argparse.ArgumentParser(prog="python -m gpuaccept.hw.nvml", description="Print an NVML snapshot of this node.")
     ap.add_argument("--dump", action="store_true", help="print the snapshot as JSON (the test-fixture format)")
-    ap.add_argument("--gpus", default=None, help="comma-separated NVML indices (default: all)")
+    ap.add_argument("--gpus", default=None, help="comma-separated NVML indices (default: all; with --visible: "
+                    "torch ordinals)")
+    ap.add_argument("--visible", action="store_true", help="select through CUDA_VISIBLE_DEVICES, by UUID")
+    ap.add_argument("--sample-s", type=float, default=1.0, help="seconds to sample clock event reasons (default 1)")
     args = ap.parse_args(argv)
     indices = [int(x) for x in args.gpus.split(",") if x.strip()] if args.gpus else None
     try:
-        snap = read_snapshot(indices)
+        if args.visible:
+            snap = read_visible_snapshot(os.environ.get("CUDA_VISIBLE_DEVICES"), indices, sample_s=args.sample_s)
+        else:
+            snap = read_snapshot(indices, sample_s=args.sample_s)
     except (NvmlUnavailable, InputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

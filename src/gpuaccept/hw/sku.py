@@ -31,7 +31,7 @@ _TOP_KEYS = {"version", "defaults", "skus"}
 _DEFAULTS_KEYS = {"pass_fractions"}
 _SKU_REQUIRED = {"id", "name", "source", "match", "compute_capability", "memory_gib", "peak_tflops",
                  "memory_bandwidth_gbs", "pcie", "nvlink_gbs", "max_power_w"}
-_SKU_OPTIONAL = {"exclude", "pass_fractions"}
+_SKU_OPTIONAL = {"exclude", "pass_fractions", "nvlink_all_pairs"}
 _PCIE_KEYS = {"gen", "width"}
 _ID_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _CC_RE = re.compile(r"^\d+\.\d+$")
@@ -60,6 +60,8 @@ class Sku:
     nvlink_gbs: float | None
     max_power_w: float
     pass_fractions: Mapping[str, float] = field(hash=False)
+    nvlink_all_pairs: bool = False
+    """NVLink joins every pair of GPUs on every board this part ships on (NVSwitch, or a full mesh)."""
 
     def peak_tflops(self, dtype: str) -> float | None:
         """Dense spec peak in TFLOP/s for ``dtype`` (``fp64`` ... ``fp8``), None if not specified."""
@@ -162,6 +164,11 @@ def _parse_sku(raw: Any, source: str, key: str, default_fractions: dict[str, flo
     if isinstance(width, bool) or width not in (1, 2, 4, 8, 16):
         raise _fail(source, f"{key}.pcie.width", f"expected 1, 2, 4, 8 or 16 lanes, got {width!r}")
     nvlink = d["nvlink_gbs"]
+    all_pairs = d.get("nvlink_all_pairs", False)
+    if not isinstance(all_pairs, bool):
+        raise _fail(source, f"{key}.nvlink_all_pairs", f"expected true or false, got {all_pairs!r}")
+    if all_pairs and nvlink is None:
+        raise _fail(source, f"{key}.nvlink_all_pairs", "needs nvlink_gbs (the SKU has no NVLink)")
     fractions = dict(default_fractions)
     fractions.update(_fractions(d.get("pass_fractions", {}), source, f"{key}.pass_fractions"))
     return Sku(
@@ -180,6 +187,7 @@ def _parse_sku(raw: Any, source: str, key: str, default_fractions: dict[str, flo
         nvlink_gbs=None if nvlink is None else _number(nvlink, source, f"{key}.nvlink_gbs"),
         max_power_w=_number(d["max_power_w"], source, f"{key}.max_power_w"),
         pass_fractions=MappingProxyType(fractions),
+        nvlink_all_pairs=all_pairs,
     )
 
 

@@ -5,7 +5,9 @@ imported only when that backend is named (``gpuaccept --help`` imports none
 of them, and nothing here imports torch). Exit codes follow the CLI's map:
 0 every node passed, 1 a node failed or is missing (or the job failed, or
 the timeout hit), 2 bad usage, spec or input with nothing submitted, 130
-interrupted (the job is cancelled and what came back is gathered).
+interrupted (the job is cancelled and what came back is gathered); ``gather``
+exits 3 when the scheduler says the job is still queued or running, and
+writes nothing (the cluster report of a finished job is not overwritten).
 """
 
 from __future__ import annotations
@@ -22,12 +24,29 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from gpuaccept.cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, _csv, _Parser, _positive_float, add_suite_options
+from gpuaccept.cli import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_RUNNING,
+    _csv,
+    _Parser,
+    _positive_float,
+    add_suite_options,
+)
 from gpuaccept.errors import GpuacceptError, InputError, UsageError
+from gpuaccept.launch.collect import (
+    CLUSTER_REPORT,
+    analysed,
+    backend_reports,
+    progress,
+    read_reports_tolerant,
+    warn,
+    write_cluster,
+)
 from gpuaccept.launch.registry import BACKENDS
 from gpuaccept.results.autosave import add_history_options, save
 
-CLUSTER_REPORT = "cluster-report.json"
 JOB_FILE = "job.json"
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -39,6 +58,7 @@ BACKEND_HELP = {
     "runai": "runai training pytorch|mpi submit",
     "mpi": "mpirun (Open MPI) with a hostfile: MPI programs, nccl-tests",
     "local": "N nodes as processes on this machine (try the flow, tests)",
+    "bcp": "NVIDIA Base Command Platform: ngc base-command job run (PYTORCH or MPI arrays)",
 }
 #: Backends whose nodes normally see this machine's filesystem: without --image they default to this interpreter.
 SHARED_FS_BACKENDS = ("local", "slurm", "mpi")
@@ -118,7 +138,10 @@ def _add_job_options(p: argparse.ArgumentParser) -> None:
                    help="interpreter on the nodes that has gpuaccept/torch (default: this one for local, slurm "
                         "and mpi without --image, as their nodes share the filesystem; else python3)")
     g.add_argument("--distributed", action="store_true", default=None,
-                   help="run the suite as torchrun ranks (gpuaccept run --distributed) instead of once per node")
+                   help="run the suite as ranks (gpuaccept run --distributed): node checks once per node, the "
+                        "cross-node checks (collectives, ddp_train) over every rank; the default for 2+ nodes")
+    g.add_argument("--per-node-only", action="store_true", default=None,
+                   help="run the suite once per node, with no cross-node check (the fabric is not tested)")
     g.add_argument("--no-torchrun", action="store_true", default=None,
                    help="run the command once per node instead of under torchrun")
     o = p.add_argument_group("launch")
@@ -272,7 +295,11 @@ def build_spec(args: argparse.Namespace, backend_cls: Any) -> Any:
     if command is not None and args.distributed:
         raise UsageError("--distributed is for the suite; a command runs under torchrun already (see --no-torchrun)")
     if command is None and args.no_torchrun:
-        raise UsageError("--no-torchrun applies to a command after --; the suite runs once per node by default")
+        raise UsageError("--no-torchrun applies to a command after --; for the suite see --per-node-only")
+    if command is not None and args.per_node_only:
+        raise UsageError("--per-node-only is for the suite; a command runs once per node with --no-torchrun")
+    if args.distributed and args.per_node_only:
+        raise UsageError("--distributed and --per-node-only contradict each other; give one")
 
     cfg = _validate_suite(args) if command is None else None
     if args.results_dir and args.report_dir and os.path.abspath(args.results_dir) != os.path.abspath(args.report_dir):
@@ -287,7 +314,10 @@ def build_spec(args: argparse.Namespace, backend_cls: Any) -> Any:
     run_id = args.run_id or new_run_id(name)
     if not _RUN_ID.match(run_id):
         raise UsageError(f"--run-id {run_id!r}: use letters, digits, '.', '_' and '-' (it names a directory)")
-    distributed = bool(args.distributed) if command is None else not args.no_torchrun
+    if command is None:  # 2+ nodes: the suite tests the fabric between them unless told not to
+        distributed = bool(args.distributed) or (nodes > 1 and not args.per_node_only)
+    else:
+        distributed = not args.no_torchrun
     s_args = suite_args(args) if command is None else []
     if command is None and distributed:
         if not _run_supports_distributed():
@@ -295,7 +325,10 @@ def build_spec(args: argparse.Namespace, backend_cls: Any) -> Any:
         s_args.append("--distributed")
     python = args.python or (sys.executable if backend_cls.name in SHARED_FS_BACKENDS and not args.image
                              else "python3")
-    workdir = args.workdir or (os.getcwd() if command is not None and not args.image else None)
+    # A command starts where it was launched from; in a container too where the nodes share this filesystem
+    # (slurm mounts the directory into the Pyxis container).
+    here = command is not None and (not args.image or backend_cls.name in SHARED_FS_BACKENDS)
+    workdir = args.workdir or (os.getcwd() if here else None)
     return JobSpec(
         name=name, nodes=nodes, run_id=run_id, results_dir=os.path.abspath(results),
         gpus_per_node=args.gpus_per_node or 0, procs_per_node=args.procs_per_node, command=command,
@@ -303,98 +336,6 @@ def build_spec(args: argparse.Namespace, backend_cls: Any) -> Any:
         mounts=[Mount.parse(m) for m in args.mount or []], time_limit_min=args.time, workdir=workdir,
         distributed=distributed, python=python, options=options,
     )
-
-
-def _progress(run_dir: Path, nodes: int) -> Any:
-    """``reports K/N``: nodes with a finished report (a distributed run's one report counts each host in it)."""
-    def count() -> str:
-        hosts: set[str] = set()
-        for path in run_dir.glob("**/report.json"):
-            try:
-                data = json.loads(path.read_text())
-                if data.get("verdict") in (None, "running"):
-                    continue
-                hosts.add(str(data.get("host")))
-                hosts.update(str(c["host"]) for c in data.get("checks", []) if c.get("host"))
-            except (OSError, ValueError, AttributeError, TypeError, KeyError):
-                continue
-        return f"reports {len(hosts)}/{nodes}" if hosts else ""
-    return count
-
-
-def read_reports_tolerant(directory: Path) -> tuple[list[Any], list[str]]:
-    """Every readable ``**/report.json`` under ``directory``, and one line per file that is not a report."""
-    from gpuaccept.model import NodeReport
-
-    reports, problems = [], []
-    for path in sorted(directory.glob("**/report.json")):
-        try:
-            reports.append(NodeReport.from_dict(json.loads(path.read_text())))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            problems.append(f"{path}: not a gpuaccept report ({type(exc).__name__}: {exc})")
-    return reports, problems
-
-
-def _warn(line: str) -> None:
-    print(f"[LAUNCH] warning: {line}", file=sys.stderr, flush=True)
-
-
-def backend_reports(backend: Any, submission: Any, spec: Any, run_dir: Path) -> list[Any]:
-    """``backend.gather``, with a warning line on stderr for each report the backend could not read (the
-    ``problems`` of the submission's handle). When the backend cannot be reached, or returns no report while
-    ``run_dir`` holds some (from an earlier gather), the readable reports under ``run_dir`` are used instead,
-    with a warning that says why."""
-    from gpuaccept.launch.base import Backend
-
-    try:
-        reports: list[Any] = backend.gather(submission, spec)
-        fallback = ""
-    except GpuacceptError as exc:
-        reports, fallback = [], f"cannot fetch the reports from the {backend.name} job: {exc}"
-    finally:
-        for line in getattr(submission.handle, "problems", None) or []:
-            _warn(str(line))
-    if fallback or not reports:
-        local, problems = read_reports_tolerant(run_dir)
-        if fallback and type(backend).gather is not Backend.gather:  # the default gather reads run_dir itself
-            _warn(f"{fallback}; using the {len(local)} report(s) already under {run_dir}")
-        elif local and not fallback:
-            _warn(f"the {backend.name} job returned no report; using the {len(local)} already under {run_dir}")
-        if fallback or local:
-            for line in problems:
-                _warn(line)
-            reports = local
-    return reports
-
-
-def _analysed(cluster: Any) -> Any:
-    """The cluster report with outlier analysis across its GPUs and nodes added (``analysis`` keys
-    ``outliers`` and ``stats``); an outlier is evidence for the operator, not a verdict."""
-    from gpuaccept.results.analysis import analyze
-
-    cluster.analysis.update(analyze(cluster))
-    outliers = cluster.analysis.get("outliers") or []
-    if outliers:
-        print(f"[RESULT] {len(outliers)} outlier(s) among GPUs and nodes; see 'gpuaccept report' or "
-              "'gpuaccept analyze'", flush=True)
-    return cluster
-
-
-def _write_cluster(cluster: Any, run_dir: Path, extra: str | None) -> Path:
-    text = json.dumps(cluster.to_dict(), indent=2, allow_nan=False) + "\n"
-    path = run_dir / CLUSTER_REPORT
-    run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-    if extra:
-        try:
-            Path(extra).parent.mkdir(parents=True, exist_ok=True)
-            Path(extra).write_text(text)
-        except OSError as exc:
-            raise InputError(f"cannot write --cluster-report {extra}: {exc.strerror}; "
-                             f"the cluster report is in {path}") from None
-    return path
 
 
 def _cmd_launch(args: argparse.Namespace) -> int:
@@ -445,7 +386,7 @@ def _cmd_launch(args: argparse.Namespace) -> int:
     from gpuaccept.launch.watch import watch
 
     outcome = watch(backend, submission, stream=sys.stdout, timeout_s=args.timeout,
-                    poll_s=args.poll_interval or 2.0, progress=_progress(run_dir, spec.nodes))
+                    poll_s=args.poll_interval or 2.0, progress=progress(run_dir, spec.nodes))
     return _finish(backend, submission, spec, plan, outcome, started, args, run_dir)
 
 
@@ -471,7 +412,7 @@ def _finish(backend: Any, submission: Any, spec: Any, plan: Any, outcome: Any, s
                                 expected_nodes=spec.nodes, job_id=submission.job_id)
         cluster.analysis["job"] = {"state": state.state, "ok": state.ok, "detail": state.detail,
                                    "timed_out": outcome.timed_out, "interrupted": outcome.interrupted}
-        path = _write_cluster(_analysed(cluster), run_dir, args.cluster_report)
+        path = write_cluster(analysed(cluster), run_dir, args.cluster_report)
         for line in summary_lines(cluster):
             print(line, flush=True)
         print(f"[RESULT] cluster report: {path}", flush=True)
@@ -550,13 +491,13 @@ def _reports_from_backend(job: dict[str, Any], job_path: Path, run_dir: Path,
     try:
         cls = backend_class(name)
     except ImportError as exc:
-        _warn(f"the {name} backend is not available here ({exc}); using the reports already under {run_dir}")
+        warn(f"the {name} backend is not available here ({exc}); using the reports already under {run_dir}")
         return None
     if not callable(getattr(cls, "resume", None)):
         return None
     spec = spec_from_job(job, job_path, overrides)
     if spec is None:
-        _warn(f"{job_path} has no job spec to find the {name} job with; using the reports already under {run_dir}")
+        warn(f"{job_path} has no job spec to find the {name} job with; using the reports already under {run_dir}")
         return None
     here = run_dir.resolve()
     if here.name == spec.run_id:  # copies of logs and reports go where gather was pointed, even if moved
@@ -565,6 +506,27 @@ def _reports_from_backend(job: dict[str, Any], job_path: Path, run_dir: Path,
     submission = getattr(backend, "resume")(spec)  # noqa: B009 (not every backend has resume)
     reports = backend_reports(backend, submission, spec, run_dir)
     return reports, list(submission.hosts or [])
+
+
+def _still_running(job: dict[str, Any], args: argparse.Namespace) -> str | None:
+    """What the scheduler says when the launched job has not ended yet (``the slurm job 42 is RUNNING``), for a
+    backend that can look a job up by its id (``live_state``); None when it has ended or nobody can tell."""
+    from gpuaccept.launch.registry import backend_class
+
+    name, job_id = str(job.get("backend") or ""), job.get("job_id")
+    if args.local or name not in BACKENDS or not job_id:
+        return None
+    try:
+        cls = backend_class(name)
+    except ImportError:
+        return None
+    live = getattr(cls, "live_state", None)
+    if not callable(live):
+        return None
+    state = live(str(job_id))
+    if state is None or state.done:
+        return None
+    return f"the {name} job {job_id} is {state.state}" + (f" ({state.detail})" if state.detail else "")
 
 
 def _cmd_gather(args: argparse.Namespace) -> int:
@@ -583,11 +545,15 @@ def _cmd_gather(args: argparse.Namespace) -> int:
                 raise ValueError("not a mapping")
         except (OSError, ValueError) as exc:
             raise InputError(f"{job_path}: unreadable ({exc})") from None
+    running = _still_running(job, args)
+    if running:
+        print(f"[RESULT] STILL RUNNING: {running}; nothing written, gather again when it has ended")
+        return EXIT_RUNNING
     fetched = _reports_from_backend(job, job_path, run_dir, args)
     if fetched is None:
         reports, problems = read_reports_tolerant(run_dir)
         for line in problems:
-            _warn(line)
+            warn(line)
         ran_on: list[str] = []
     else:
         reports, ran_on = fetched
@@ -600,7 +566,7 @@ def _cmd_gather(args: argparse.Namespace) -> int:
                             backend=str(job.get("backend") or "unknown"), started=str(job.get("started") or utc_now()),
                             finished=utc_now(), expected_hosts=hosts, expected_nodes=nodes,
                             job_id=job.get("job_id"))
-    path = _write_cluster(_analysed(cluster), run_dir, args.cluster_report)
+    path = write_cluster(analysed(cluster), run_dir, args.cluster_report)
     for line in summary_lines(cluster):
         print(line)
     print(f"[RESULT] cluster report: {path}")

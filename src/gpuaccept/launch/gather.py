@@ -4,14 +4,19 @@ Results are attributed to a node by ``CheckResult.host``, falling back to
 ``NodeReport.host``: under ``gpuaccept run --distributed`` rank 0 may write
 one report holding every rank's results, and several ranks of one node may
 each write their own. Either way the cluster report has one entry per host.
+The checks that ran over every rank (``details["distributed"]``, set by
+``gpuaccept run --distributed``) are also summed up once for the whole run, as
+the cluster's cross-node result (``analysis["cross_node"]``): the fabric
+between the nodes passed only when every rank of every such check did.
 Everything here is pure.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
-from gpuaccept.model import CheckResult, ClusterReport, NodeEntry, NodeReport, NodeState, Verdict
+from gpuaccept.model import CheckResult, ClusterReport, NodeEntry, NodeReport, NodeState, Status, Verdict, worst
 
 
 def _node_verdict(sources: list[NodeReport], checks: list[CheckResult]) -> Verdict:
@@ -69,6 +74,52 @@ def _reason(report: NodeReport) -> str:
     return "failed: " + ", ".join(failed) if failed else ""
 
 
+def cross_node(reports: Iterable[NodeReport], expected_nodes: int = 0) -> dict[str, Any] | None:
+    """One result for the checks that ran across nodes (collectives, ddp_train over every rank); None when the
+    run had none (a per-node run).
+
+    ``{"verdict", "ranks", "hosts", "expected_nodes", "checks": {name: {"status", "ranks", "failed_ranks",
+    "reason"}}}``: a check's status is the worst of its ranks', its reason the first failing rank's. The verdict
+    is a failure when any check failed, or when fewer hosts took part than ``expected_nodes``.
+    """
+    per_check: dict[str, list[CheckResult]] = {}
+    for report in reports:
+        for c in report.checks:
+            if c.details.get("distributed"):
+                per_check.setdefault(c.name, []).append(c)
+    if not per_check:
+        return None
+    checks: dict[str, dict[str, Any]] = {}
+    ranks: set[int] = set()
+    hosts: list[str] = []
+    for name, results in per_check.items():
+        seen: dict[int | None, CheckResult] = {}
+        for c in results:  # one result per rank, even when a report and a rank file both hold it
+            seen.setdefault(c.rank, c)
+        failed = [c for c in seen.values() if c.status.is_failure]
+        status = worst(*(c.status for c in seen.values()))
+        checks[name] = {"status": status.value, "ranks": len(seen),
+                        "failed_ranks": sorted(c.rank for c in failed if c.rank is not None),
+                        "reason": failed[0].reason if failed else ""}
+        ranks.update(r for r in seen if r is not None)
+        hosts.extend(c.host for c in seen.values() if c.host and c.host not in hosts)
+    ok = all(not Status(v["status"]).is_failure for v in checks.values()) and len(hosts) >= expected_nodes
+    return {"verdict": (Verdict.SUCCESS if ok else Verdict.FAILURE).value, "ranks": len(ranks), "hosts": hosts,
+            "expected_nodes": expected_nodes, "checks": checks}
+
+
+def cross_node_line(summary: dict[str, Any]) -> str:
+    """``[FABRIC] cross-node: SUCCESS - collectives pass, ddp_train pass over 4 rank(s) on 2 node(s)``."""
+    checks = ", ".join(f"{name} {v['status']}" + (f" (ranks {', '.join(map(str, v['failed_ranks']))})"
+                                                  if v["failed_ranks"] else "")
+                       for name, v in summary["checks"].items())
+    hosts = len(summary["hosts"])
+    short = (f"; {hosts} of {summary['expected_nodes']} node(s) took part"
+             if hosts < summary.get("expected_nodes", 0) else "")
+    return (f"[FABRIC] cross-node: {str(summary['verdict']).upper()} - {checks} over {summary['ranks']} rank(s) "
+            f"on {hosts} node(s){short}")
+
+
 def merge_reports(reports: Iterable[NodeReport], *, run_id: str, backend: str, started: str,
                   finished: str | None = None, expected_hosts: Iterable[str] = (), expected_nodes: int = 0,
                   job_id: str | None = None) -> ClusterReport:
@@ -80,6 +131,7 @@ def merge_reports(reports: Iterable[NodeReport], *, run_id: str, backend: str, s
     shortfall is listed as ``missing-K`` placeholders, so nothing is silently
     dropped.
     """
+    reports = list(reports)
     by_host = split_by_host(reports)
     expected = list(dict.fromkeys(expected_hosts))
     entries: list[NodeEntry] = []
@@ -108,6 +160,9 @@ def merge_reports(reports: Iterable[NodeReport], *, run_id: str, backend: str, s
         "failed": cluster.failed_nodes(),
         "unexpected": extra if expected else [],
     }
+    fabric = cross_node(reports, expected_nodes=max(expected_nodes, len(expected)))
+    if fabric is not None:
+        cluster.analysis["cross_node"] = fabric
     return cluster
 
 
@@ -126,6 +181,9 @@ def summary_lines(cluster: ClusterReport) -> list[str]:
         verdict = e.verdict.value.upper()
         detail = e.reason or f"{n} check(s)"
         lines.append(f"[NODE] {e.host}: {verdict} - {detail}")
+    fabric = cluster.analysis.get("cross_node")
+    if isinstance(fabric, dict) and fabric.get("checks"):
+        lines.append(cross_node_line(fabric))
     if cluster.verdict is Verdict.SUCCESS:
         lines.append("[RESULT] SUCCESS")
     else:

@@ -3,12 +3,12 @@
 The rule every backend here follows (documented in the README):
 
 - ``spec.distributed`` False: the job argv runs once per node. This is the
-  default for the acceptance suite, whose checks use every GPU of the node
-  from one process.
+  suite on one node, or under ``--per-node-only``.
 - ``spec.distributed`` True: one torchrun agent per node starts
   ``spec.nproc`` ranks that run the job argv (``--no-python`` unless the
   command is a ``.py`` script). This is the default for a user command, and
-  the suite under ``--distributed``.
+  for the suite on 2+ nodes (``gpuaccept run --distributed``: node checks once
+  per node, the cross-node checks over every rank).
 
 The suite runs as ``<python> -m gpuaccept run ...`` with ``spec.python``, so
 the node needs no ``gpuaccept`` on its PATH, only in that interpreter.

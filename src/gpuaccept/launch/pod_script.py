@@ -1,4 +1,4 @@
-"""Shell scripts that run inside a container of a Kubernetes or Run:ai job.
+"""Shell scripts that run inside a container of a Kubernetes or Run:ai job, and what their MPI launcher forwards.
 
 Both are POSIX ``sh`` (no bash needed in the image) and take the job argv as
 positional parameters (``sh -c SCRIPT NAME ARGV...``), so the argv is never
@@ -12,10 +12,16 @@ from __future__ import annotations
 
 import shlex
 
+from gpuaccept.launch.spec import JobSpec
+
 REPORT_BEGIN = "@@gpuaccept-report-begin@@"
 REPORT_END = "@@gpuaccept-report-end@@"
 RESULTS_ENV = "GPUACCEPT_RESULTS_DIR"
 MPI_HOSTFILE = "/etc/mpi/hostfile"
+MPI_MASTER_PORT = 29500
+"""Rendezvous port of an MPIJob's ranks when the job's env sets no MASTER_PORT (each pod has its own network)."""
+MPI_ALWAYS_FORWARD = ("MASTER_ADDR", "MASTER_PORT", "PATH", "LD_LIBRARY_PATH")
+"""Forwarded to every rank by the MPIJob launcher, besides the job's environment."""
 EXIT_PLACEMENT = 97
 """Exit status of the MPI launcher when ranks are not placed one group per worker."""
 
@@ -55,10 +61,14 @@ def mpi_launcher_script(workers: int, ranks_per_worker: int, forward_env: list[s
     a time, so that their lines cannot interleave.
 
     ``forward_env`` names are exported to the ranks with ``-x`` (they must be
-    valid identifiers); ``mpirun_args`` are extra options placed before the job.
+    valid identifiers), and so are ``PATH``, ``LD_LIBRARY_PATH``, and
+    ``MASTER_ADDR``/``MASTER_PORT`` (default: the first host of the hostfile,
+    port 29500), which ``gpuaccept run --distributed`` and torch programs
+    need to meet; ``mpirun_args`` are extra options placed before the job.
     """
     np = workers * ranks_per_worker
-    forward = " ".join(f"-x {name}" for name in [*forward_env, RESULTS_ENV])
+    names = [*forward_env, RESULTS_ENV, *MPI_ALWAYS_FORWARD]
+    forward = " ".join(f"-x {name}" for name in dict.fromkeys(names))
     extra = " ".join(shlex.quote(a) for a in mpirun_args)
     mapping = f'--hostfile "$hostfile" -np {np} --map-by ppr:{ranks_per_worker}:node'
     emit = _EMIT_REPORTS
@@ -85,6 +95,11 @@ if printf '%s\\n' "$placement" | grep -qxF "$launcher"; then
   fail "ranks ran on the launcher $launcher, not on the workers (is --hostfile ignored?)"
 fi
 [ "$hosts" -eq "$workers" ] || fail "ranks ran on $hosts hosts, expected $workers"
+# Rank 0 runs on the first host of the hostfile: the ranks meet there.
+MASTER_ADDR=${{MASTER_ADDR:-$(awk 'NF {{print $1; exit}}' "$hostfile")}}
+MASTER_PORT=${{MASTER_PORT:-{MPI_MASTER_PORT}}}
+LD_LIBRARY_PATH=${{LD_LIBRARY_PATH:-}}
+export MASTER_ADDR MASTER_PORT LD_LIBRARY_PATH
 rc=0
 mpirun {mapping} {forward}{" " + extra if extra else ""} "$@" || rc=$?
 # shellcheck disable=SC2016 # expanded on each worker, not here
@@ -94,3 +109,17 @@ awk 'NF {{print $1}}' "$hostfile" | while IFS= read -r host; do
 done
 exit "$rc"
 """
+
+
+MPI_LAUNCHER_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "TERM": "dumb"}
+"""Set on the MPI launcher: mpirun may run as root (NGC images), and ranks write to mpirun's ptys, not a terminal."""
+
+
+def mpi_forward_env(spec: JobSpec) -> list[str]:
+    """Variables the launcher's mpirun exports to the ranks (``-x``): the job's env, and TERM."""
+    return [*spec.env, *(["TERM"] if "TERM" not in spec.env else [])]
+
+
+def mpi_ranks_per_worker(spec: JobSpec) -> int:
+    """One rank per GPU for a distributed job or a user command; one per node for the plain suite."""
+    return spec.nproc if (spec.distributed or spec.command is not None) else 1

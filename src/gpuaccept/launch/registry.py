@@ -8,12 +8,13 @@ from gpuaccept.errors import UsageError
 from gpuaccept.launch.base import Backend
 
 BACKENDS: dict[str, str] = {
-    "slurm": "gpuaccept.launch.slurm:SlurmBackend",
-    "ssh": "gpuaccept.launch.ssh:SshBackend",
-    "k8s": "gpuaccept.launch.k8s:K8sBackend",
-    "runai": "gpuaccept.launch.runai:RunaiBackend",
-    "mpi": "gpuaccept.launch.mpi:MpiBackend",
-    "local": "gpuaccept.launch.local:LocalBackend",
+    "slurm": "gpuaccept.launch.slurm.backend:SlurmBackend",
+    "ssh": "gpuaccept.launch.ssh.backend:SshBackend",
+    "k8s": "gpuaccept.launch.k8s.backend:K8sBackend",
+    "runai": "gpuaccept.launch.runai.backend:RunaiBackend",
+    "bcp": "gpuaccept.launch.bcp.backend:BcpBackend",
+    "mpi": "gpuaccept.launch.mpi.backend:MpiBackend",
+    "local": "gpuaccept.launch.local.backend:LocalBackend",
 }
 
 

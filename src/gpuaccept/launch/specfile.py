@@ -34,7 +34,8 @@ from gpuaccept.errors import ConfigError
 #: Top-level keys that are job settings (argparse dests of the common launch options).
 JOB_KEYS = frozenset({
     "name", "nodes", "gpus_per_node", "procs_per_node", "image", "env", "mount", "time", "workdir", "python",
-    "results_dir", "run_id", "distributed", "no_torchrun", "timeout", "poll_interval", "cluster_report",
+    "results_dir", "run_id", "distributed", "per_node_only", "no_torchrun", "timeout", "poll_interval",
+    "cluster_report",
 })
 #: Keys of the ``suite:`` section (``gpuaccept run`` options).
 SUITE_KEYS = frozenset({

@@ -144,7 +144,7 @@ def load_report(ref: str, *, db: str | None = None, host: str | None = None,
 
 def _from_store(run_id: str, db: str | None, host: str | None) -> Report:
     from gpuaccept.results.dburl import resolve_db_url
-    from gpuaccept.results.store import open_store
+    from gpuaccept.results.history import open_store
 
     url = resolve_db_url(db)
     if url.kind == "sqlite" and url.path is not None and not url.path.exists():

@@ -143,7 +143,7 @@ class DbSource:
 
     def check(self) -> None:
         """Open the store once so that a bad URL or a foreign database is reported at startup."""
-        from gpuaccept.results.store import open_store
+        from gpuaccept.results.history import open_store
 
         open_store(self.url).close()
 
@@ -155,7 +155,7 @@ class DbSource:
         return self._cache[key]
 
     def snapshot(self) -> Snapshot:
-        from gpuaccept.results.store import open_store
+        from gpuaccept.results.history import open_store
 
         snap = Snapshot()
         since = time.time() - self.max_age_s if self.max_age_s is not None else None

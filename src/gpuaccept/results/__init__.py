@@ -1,5 +1,6 @@
-"""Results over time and across nodes: the history store, baselines and analysis.
+"""Results over time and across nodes: the history store, baselines, statistics and outlier analysis.
 
-Modules here import only :mod:`gpuaccept.model` and :mod:`gpuaccept.errors`
-of ours, and nothing heavy at import time (database drivers load lazily).
+``store`` is the interface, ``store_sqlite``/``store_postgres`` its implementations and ``history``
+the URL-to-store factory. Modules here import only ``model``, ``errors`` and ``argtypes`` of ours
+at import time, and nothing heavy (database drivers load lazily).
 """

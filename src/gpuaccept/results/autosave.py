@@ -28,7 +28,7 @@ def save(report: NodeReport | ClusterReport, args: argparse.Namespace, where: Pa
     """Store ``report`` unless ``--no-history``; print one line to stderr either way. Never raises."""
     if getattr(args, "no_history", False):
         return False
-    from gpuaccept.results.store import record
+    from gpuaccept.results.history import record
 
     try:
         note = record(report, getattr(args, "db", None))

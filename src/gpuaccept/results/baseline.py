@@ -1,4 +1,4 @@
-"""Fleet baselines: the file model, strict YAML loading, learning from reports, and judging against them.
+"""Fleet baselines: the file model and strict YAML loading (learning: ``baseline_learn``; judging: ``baseline_judge``).
 
 A baseline file holds, per SKU (``skus.yaml`` id, ``cpu``, or a slug of an
 unknown GPU's name), the robust centre of each metric as a fleet measured it,
@@ -35,22 +35,20 @@ file, the key (``skus.h100_sxm.metrics[2].mad``) and the reason.
 
 from __future__ import annotations
 
-import copy
 import datetime as _dt
 import fnmatch
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml
 
 from gpuaccept.errors import ConfigError
-from gpuaccept.model import CheckResult, ClusterReport, Metric, NodeReport, Status, Threshold, Verdict, worst
-from gpuaccept.results.samples import SkuResolver, collect, direction
-from gpuaccept.results.stats import DEFAULT_REL_FLOOR, bound_at_z, trim_outliers
+from gpuaccept.model import Metric, Status
+from gpuaccept.results.samples import direction
+from gpuaccept.results.stats import DEFAULT_REL_FLOOR, bound_at_z
 
 SCHEMA = 1
 _TOP_KEYS = ("schema", "source", "skus", "thresholds")
@@ -84,7 +82,7 @@ class BaselineEntry:
             return False
         if self.dtype is not None and metric.tags.get("dtype") != self.dtype:
             return False
-        return self.size_bytes is None or _as_int(metric.tags.get("size_bytes")) == self.size_bytes
+        return self.size_bytes is None or as_int(metric.tags.get("size_bytes")) == self.size_bytes
 
     @property
     def specificity(self) -> int:
@@ -96,7 +94,7 @@ class BaselineEntry:
             d["dtype"] = self.dtype
         if self.size_bytes is not None:
             d["size_bytes"] = self.size_bytes
-        d.update(value=_round(self.value), unit=self.unit, mad=_round(self.mad), n=self.n)
+        d.update(value=rounded(self.value), unit=self.unit, mad=rounded(self.mad), n=self.n)
         for k in ("nodes", "runs"):
             if getattr(self, k) is not None:
                 d[k] = getattr(self, k)
@@ -105,7 +103,7 @@ class BaselineEntry:
         return d
 
 
-def _as_int(v: Any) -> int | None:
+def as_int(v: Any) -> int | None:
     if isinstance(v, bool):
         return None
     if isinstance(v, int):
@@ -115,7 +113,7 @@ def _as_int(v: Any) -> int | None:
     return None
 
 
-def _round(x: float) -> float:
+def rounded(x: float) -> float:
     return float(f"{x:.6g}")
 
 
@@ -413,212 +411,6 @@ def load_rules(path: str | Path) -> tuple[BaselineRule, ...]:
     if "thresholds" not in top:
         raise _err(source, "thresholds", "required key is missing (a list of rules)")
     return parse_rules(top["thresholds"], source)
-
-
-# ---------------------------------------------------------------------------------------------- learning
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-
-
-def learn_baseline(reports: Iterable[NodeReport | ClusterReport], *, trim_z: float = 3.5, min_samples: int = 3,
-                   origin: Sequence[str] = (), created: str | None = None) -> Baseline:
-    """Learn a baseline from a fleet's reports (node reports, or cluster reports' nodes).
-
-    Samples are grouped by SKU, metric, unit, ``dtype`` tag and -- for metrics
-    measured at several sizes in one run on one device, like collective sweeps
-    -- the ``size_bytes`` tag. Per group, values with |robust z| > ``trim_z``
-    are dropped and the median recomputed until none is dropped; groups left
-    with fewer than ``min_samples`` values are omitted. Metrics that are never
-    judged (instantaneous power, ...), skipped or errored checks and
-    non-finite values are ignored. ``runs`` counts node reports.
-    """
-    if not trim_z > 0 or min_samples < 1:
-        raise ValueError("trim_z must be > 0 and min_samples >= 1")
-    s = collect(reports)
-    host_ids: dict[str, int] = {}
-    host_of_node = np.array([host_ids.setdefault(h, len(host_ids)) for h, _ in s.nodes], dtype=np.int64)
-    entries: dict[str, list[BaselineEntry]] = {}
-    if len(s):
-        # Per (key, sku) pair: the group identity without size, and the key's size_bytes (or -1).
-        n_sku = len(s.skus)
-        idents: dict[tuple[str, str, str, str | None], int] = {}
-        pair_codes, pair_of_row = np.unique(s.key.astype(np.int64) * n_sku + s.sku, return_inverse=True)
-        pair_group = np.empty(pair_codes.size, dtype=np.int64)
-        for i, code in enumerate(pair_codes.tolist()):
-            key = s.keys[code // n_sku]
-            dtype = dict(key.tags).get("dtype")
-            ident = (s.skus[code % n_sku], key.metric, key.unit, dtype if isinstance(dtype, str) else None)
-            pair_group[i] = idents.setdefault(ident, len(idents))
-        group = pair_group[pair_of_row.reshape(-1)]
-        size_of_key = np.array([_size_tag(k.tags) for k in s.keys], dtype=np.int64)
-        size = size_of_key[s.key]
-
-        # A group is a sweep when one (report, device) measured it at more than one size.
-        where = (group * len(s.nodes) + s.node) * len(s.devices) + s.device
-        order = np.lexsort((size, where))
-        w, sz = where[order], size[order]
-        new_size = np.ones(w.size, dtype=bool)
-        new_size[1:] = (w[1:] != w[:-1]) | (sz[1:] != sz[:-1])
-        second_size = new_size.copy()
-        second_size[1:] &= w[1:] == w[:-1]
-        second_size[0] = False
-        sweeps = np.unique(group[order][second_size])
-        size_key = np.where(np.isin(group, sweeps), size, -1)
-
-        # Final groups: (group, size or -1), rows sorted by them.
-        order = np.lexsort((size_key, group))
-        g_sorted, s_sorted = group[order], size_key[order]
-        starts = np.flatnonzero(np.r_[True, (g_sorted[1:] != g_sorted[:-1]) | (s_sorted[1:] != s_sorted[:-1])])
-        ends = np.r_[starts[1:], order.size]
-        ident_list = list(idents)
-        for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
-            rows = order[a:b]
-            t = trim_outliers(s.value[rows], max_z=trim_z)
-            if t.n < min_samples:
-                continue
-            sku, metric, unit, dtype = ident_list[int(g_sorted[a])]
-            size_bytes = int(s_sorted[a])
-            entries.setdefault(sku, []).append(BaselineEntry(
-                metric=metric, value=t.center, unit=unit, mad=t.mad, n=t.n, dtype=dtype,
-                size_bytes=size_bytes if size_bytes >= 0 else None,
-                nodes=int(np.unique(host_of_node[s.node[rows]]).size), runs=int(np.unique(s.node[rows]).size),
-                dropped=t.dropped))
-    skus: dict[str, tuple[BaselineEntry, ...]] = {}
-    for sku in sorted(entries):
-        skus[sku] = tuple(sorted(entries[sku], key=lambda e: (e.metric, e.dtype or "",
-                                                              -1 if e.size_bytes is None else e.size_bytes)))
-    return Baseline(skus=skus, created=created or _now(), nodes=len(host_ids), runs=len(s.nodes), tool=_tool(),
-                    origin=tuple(origin), trim_z=trim_z)
-
-
-def _size_tag(tags: tuple[tuple[str, str | int | float], ...]) -> int:
-    size = _as_int(dict(tags).get("size_bytes"))
-    return size if size is not None and size >= 0 else -1
-
-
-def _tool() -> str:
-    try:
-        from gpuaccept import __version__
-    except ImportError:  # pragma: no cover - the package always has one
-        return "gpuaccept"
-    return f"gpuaccept {__version__}"
-
-
-# ---------------------------------------------------------------------------------------------- judging
-
-
-@dataclass(frozen=True)
-class Overlaid:
-    """What :func:`overlay_baseline` did to one metric: the entry and the bound it set (if any)."""
-
-    metric: Metric
-    entry: BaselineEntry | None
-    bound: Threshold | None
-
-
-def _label(baseline: Baseline) -> str:
-    return Path(baseline.path).name if baseline.path else "baseline"
-
-
-def overlay_baseline(check: CheckResult, node: NodeReport, baseline: Baseline,
-                     rules: Sequence[BaselineRule] | None = None) -> list[Overlaid]:
-    """Set ``expected`` and ``threshold`` of ``check``'s metrics from ``baseline``, in place.
-
-    ``node`` supplies the SKUs (its env check, or the check's own details).
-    For each judged metric with a baseline entry, ``expected`` becomes the
-    baseline value; the last matching rule that yields a bound replaces
-    ``threshold`` (source ``baseline:<file>:<rule>``). Metrics without an
-    entry only get absolute (``min``/``max``) rules. Returns what changed.
-    """
-    resolver = SkuResolver(node)
-    active = baseline.rules(rules)
-    label = _label(baseline)
-    changed: list[Overlaid] = []
-    for m in check.metrics:
-        if direction(m.name, m.unit) is None:
-            continue
-        sku = resolver.for_device(check, m.device, m)
-        entry = baseline.lookup(sku, m)
-        bound: Threshold | None = None
-        for rule in reversed(active):
-            if not rule.matches(m, sku):
-                continue
-            b = rule.bound(m, entry)
-            if b is not None:
-                bound = Threshold(b[0], _round(b[1]), rule.severity,
-                                  f"baseline:{label}:{rule.bound_key}={rule.bound_value:g}")
-                break
-        if entry is None and bound is None:
-            continue
-        if entry is not None:
-            m.expected = entry.value
-        if bound is not None:
-            m.threshold = bound
-        changed.append(Overlaid(m, entry, bound))
-    return changed
-
-
-def _violation(m: Metric, t: Threshold) -> str:
-    where = f" on {m.device}" if m.device else ""
-    rel = "<" if t.op == ">=" else ">"
-    return f"{m.name}{where} {m.value:.4g} {rel} {t.value:.4g} {m.unit} ({t.source})"
-
-
-def apply_baseline(report: NodeReport, baseline: Baseline, rules: Sequence[BaselineRule] | None = None,
-                   ) -> NodeReport:
-    """A copy of ``report`` judged against ``baseline`` as well; ``report`` is not modified.
-
-    Each metric with a baseline entry gets ``expected`` = the baseline value
-    and the bound of the last matching rule (:func:`overlay_baseline`). A
-    violated baseline bound lowers the check's status to the rule's severity
-    and is listed first in its reason; ``details.baseline`` records the file,
-    how many metrics matched, and the violations. Applied after the fact, a
-    baseline can only make a status worse: a metric that failed its run-time
-    bound (e.g. the SKU spec) keeps that bound and its failure, listed under
-    ``details.baseline.not_excused`` when the baseline alone would pass it --
-    give the baseline to ``gpuaccept run`` to judge by it instead of the spec.
-    Skipped and errored checks are left as they are. The verdict of a finished
-    report is decided again.
-    """
-    out = copy.deepcopy(report)
-    for check in out.checks:
-        if check.status in (Status.SKIP, Status.ERROR) or not check.metrics:
-            continue
-        before = {id(m): (m.expected, m.threshold) for m in check.metrics}
-        changes = overlay_baseline(check, out, baseline, rules)
-        if not changes:
-            continue
-        violations: list[tuple[Status, str]] = []
-        not_excused: list[str] = []
-        for ch in changes:
-            m, bound = ch.metric, ch.bound
-            old_expected, old_threshold = before[id(m)]
-            if bound is None:
-                continue
-            if old_threshold is not None and not old_threshold.met_by(m.value) and bound.met_by(m.value) \
-                    and old_threshold.severity.severity >= Status.WARN.severity:
-                m.expected, m.threshold = old_expected, old_threshold
-                not_excused.append(_violation(m, old_threshold))
-            elif not bound.met_by(m.value):
-                violations.append((bound.severity, _violation(m, bound)))
-        violations.sort(key=lambda v: -v[0].severity)
-        check.details = dict(check.details)
-        check.details["baseline"] = {
-            "file": baseline.path, "matched": sum(1 for c in changes if c.entry is not None),
-            "violations": [text for _, text in violations],
-            **({"not_excused": not_excused} if not_excused else {}),
-        }
-        if violations:
-            check.status = worst(check.status, *(s for s, _ in violations))
-            listed = "; ".join(text for _, text in violations[:3])
-            if len(violations) > 3:
-                listed += f"; and {len(violations) - 3} more"
-            check.reason = f"{listed} ({check.reason})" if check.reason else listed
-    if out.verdict in (Verdict.SUCCESS, Verdict.FAILURE):
-        out.verdict = out.decide()
-    return out
 
 
 def summary(baseline: Baseline) -> Mapping[str, Any]:

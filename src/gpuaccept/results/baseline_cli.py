@@ -118,7 +118,7 @@ def read_report_files(paths: Sequence[str]) -> list[NodeReport | ClusterReport]:
 
 def _from_history(args: argparse.Namespace) -> list[NodeReport]:
     from gpuaccept.model import NodeReport
-    from gpuaccept.results.store import open_store
+    from gpuaccept.results.history import open_store
     from gpuaccept.results.timespec import parse_since
 
     since = parse_since(args.since) if args.since else None
@@ -157,7 +157,8 @@ def write_output(path: str, text: str) -> None:
 
 def cmd_create(args: argparse.Namespace) -> int:
     from gpuaccept.errors import InputError, UsageError
-    from gpuaccept.results.baseline import learn_baseline, load_rules
+    from gpuaccept.results.baseline import load_rules
+    from gpuaccept.results.baseline_learn import learn_baseline
 
     if bool(args.paths) == bool(args.history):
         raise UsageError("baseline create needs --from PATH... or --history (one of them)")
@@ -239,7 +240,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
     from gpuaccept.errors import UsageError
     from gpuaccept.model import ClusterReport
-    from gpuaccept.results.baseline import apply_baseline, load_baseline, load_rules
+    from gpuaccept.results.baseline import load_baseline, load_rules
+    from gpuaccept.results.baseline_judge import apply_baseline
 
     baseline = load_baseline(args.baseline)
     rules = load_rules(args.thresholds) if args.thresholds else None

@@ -147,7 +147,7 @@ def _report_files(paths: list[str]) -> list[Path]:
 # ---- commands --------------------------------------------------------------------------------------------------------
 def cmd_history(args: argparse.Namespace) -> int:
     from gpuaccept.model import ClusterReport
-    from gpuaccept.results.store import open_store
+    from gpuaccept.results.history import open_store
     from gpuaccept.results.timespec import parse_since
 
     since = parse_since(args.since) if args.since else None
@@ -200,7 +200,7 @@ def _resolve(store: Any, ref: str) -> Any:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from gpuaccept.results.compare import compare_reports
-    from gpuaccept.results.store import open_store
+    from gpuaccept.results.history import open_store
 
     def load(store: Any) -> tuple[Any, Any]:
         return _resolve(store, args.run_a), _resolve(store, args.run_b)
@@ -230,7 +230,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_trend(args: argparse.Namespace) -> int:
     from gpuaccept.errors import InputError
-    from gpuaccept.results.store import open_store
+    from gpuaccept.results.history import open_store
     from gpuaccept.results.timespec import parse_since
     from gpuaccept.results.trend import TrendRule, build_trends
 

@@ -1,6 +1,6 @@
 """The history store: every node and cluster run, queryable by host, check, metric and time.
 
-``open_store(url)`` gives a :class:`Store` on SQLite (the default, a file in
+``open_store(url)`` (:mod:`gpuaccept.results.history`) gives a :class:`Store` on SQLite (the default, a file in
 the user's data directory) or PostgreSQL (for a fleet); see
 :mod:`gpuaccept.results.dburl` for URLs. Both keep the same normalized tables
 (``runs``, ``checks``, ``metrics``; :mod:`gpuaccept.results.migrations`) and
@@ -25,7 +25,7 @@ import json
 import random
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from types import TracebackType
 from typing import Any, ClassVar, TypeVar
@@ -33,7 +33,7 @@ from typing import Any, ClassVar, TypeVar
 from gpuaccept.errors import GpuacceptError, InputError
 from gpuaccept.model import ClusterReport, NodeReport
 from gpuaccept.results import migrations
-from gpuaccept.results.dburl import DbUrl, parse_db_url, resolve_db_url
+from gpuaccept.results.dburl import DbUrl
 from gpuaccept.results.rows import CHECK_COLUMNS, METRIC_COLUMNS, RUN_COLUMNS, FlatRun, flatten_cluster, flatten_node
 from gpuaccept.results.timespec import epoch_to_iso
 
@@ -461,45 +461,3 @@ class Store(abc.ABC):
         sql, params = ("SELECT DISTINCT name FROM metrics WHERE host = ? ORDER BY name", [host]) if host else \
             ("SELECT DISTINCT name FROM metrics ORDER BY name", [])
         return [r[0] for r in self._retrying(lambda: self._execute(sql, params), write=False)]
-
-
-@contextmanager
-def _closing(store: Store) -> Iterator[Store]:
-    try:
-        yield store
-    finally:
-        store.close()
-
-
-def open_store(url: str | DbUrl | None = None, retry_s: float = 120.0) -> Store:
-    """Open (creating or migrating as needed) the history at ``url``.
-
-    ``None`` means ``$GPUACCEPT_DB`` or the default SQLite file. Raises
-    UsageError for a bad URL, InputError for a database gpuaccept must not
-    touch (foreign, corrupt, newer schema), StoreError when it cannot be reached.
-    """
-    parsed = url if isinstance(url, DbUrl) else (resolve_db_url(None) if url is None else parse_db_url(url))
-    if parsed.kind == "sqlite":
-        from gpuaccept.results.store_sqlite import SqliteStore
-
-        return SqliteStore(parsed, retry_s=retry_s)
-    from gpuaccept.results.store_postgres import PostgresStore
-
-    return PostgresStore(parsed, retry_s=retry_s)
-
-
-def record(report: NodeReport | ClusterReport, url: str | DbUrl | None = None) -> str:
-    """Store ``report`` in the history at ``url``; return a one-line note for the user.
-
-    Call it only after the report is on disk: it raises GpuacceptError
-    (StoreError, InputError, UsageError) on any failure, and the caller should
-    print that as a warning naming where the report file is, not drop the report.
-    """
-    with _closing(open_store(url)) as store:
-        if isinstance(report, ClusterReport):
-            store.add_cluster_report(report)
-            what = f"cluster run {report.run_id} ({len(report.nodes)} nodes)"
-        else:
-            store.add_node_report(report)
-            what = f"run {report.run_id}"
-        return f"stored {what} in {store}"

@@ -40,8 +40,13 @@ if printf '"'"'"'"'"'"'"'"'%s\n'"'"'"'"'"'"'"'"' "$placement" | grep -qxF "$laun
   fail "ranks ran on the launcher $launcher, not on the workers (is --hostfile ignored?)"
 fi
 [ "$hosts" -eq "$workers" ] || fail "ranks ran on $hosts hosts, expected $workers"
+# Rank 0 runs on the first host of the hostfile: the ranks meet there.
+MASTER_ADDR=${MASTER_ADDR:-$(awk '"'"'"'"'"'"'"'"'NF {print $1; exit}'"'"'"'"'"'"'"'"' "$hostfile")}
+MASTER_PORT=${MASTER_PORT:-29500}
+LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
+export MASTER_ADDR MASTER_PORT LD_LIBRARY_PATH
 rc=0
-mpirun --hostfile "$hostfile" -np 4 --map-by ppr:1:node -x NCCL_DEBUG -x TERM -x GPUACCEPT_RESULTS_DIR "$@" || rc=$?
+mpirun --hostfile "$hostfile" -np 4 --map-by ppr:1:node -x NCCL_DEBUG -x TERM -x GPUACCEPT_RESULTS_DIR -x MASTER_ADDR -x MASTER_PORT -x PATH -x LD_LIBRARY_PATH "$@" || rc=$?
 # shellcheck disable=SC2016 # expanded on each worker, not here
 emit='"'"'"'"'"'"'"'"'dir="${GPUACCEPT_RESULTS_DIR:-}"
 if [ -n "$dir" ] && [ -d "$dir" ]; then

@@ -1,0 +1,113 @@
+"""The ``nccl_tests`` check: run NVIDIA's nccl-tests binaries on this node and judge their output.
+
+For each test of ``tests`` it runs ``<test>_perf <args> -g <GPUs>`` (the binary from ``$PATH``,
+``$NCCL_TESTS_DIR`` or /workspace/nccl-tests/build), parses the table
+(:mod:`gpuaccept.nccltests.parse`) and judges it (:mod:`gpuaccept.nccltests.judge`): ``#wrong``
+must be 0, the footer must say OK, and with ``min_busbw_gbs`` set the lowest busbw (GB/s) at the
+judged sizes (>= ``judge_min_bytes``, default the largest) must reach it. Equivalent command:
+``all_reduce_perf -b 8M -e 1G -f 2 -g 8``.
+
+It is in the standard and full profiles (and runs by name with ``--checks nccl_tests``); where no
+binary is found it is a SKIP that names the places looked, so the plan never depends on the file system.
+Across nodes, run nccl-tests under mpirun or srun and parse its log with ``gpuaccept nccl-tests
+parse`` (see the README).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, ClassVar
+
+from gpuaccept.checks.base import Check, CheckContext, Outcome, Param
+from gpuaccept.errors import InputError
+from gpuaccept.model import Metric, Status, worst
+from gpuaccept.nccltests.judge import (
+    TESTS,
+    find_binary,
+    judge,
+    places_looked,
+    result_details,
+    run_binary,
+)
+from gpuaccept.nccltests.parse import parse_text
+
+
+def gpu_args(args: list[str], gpus: list[int] | None, env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """``args`` plus ``-g N`` (unless given) and the environment restricting nccl-tests to ``gpus``.
+
+    ``gpus`` are CUDA ordinals as seen here; an existing ``CUDA_VISIBLE_DEVICES`` is narrowed.
+    """
+    env = dict(env)
+    if gpus is not None:
+        visible = [v for v in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+        chosen = [visible[g] if g < len(visible) else str(g) for g in gpus] if visible else [str(g) for g in gpus]
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(chosen)
+    if "-g" in args or any(a.startswith("--ngpus") for a in args):
+        return list(args), env
+    if gpus is not None:
+        n = len(gpus)
+    else:
+        from gpuaccept.hw.devices import nvidia_gpu_count
+
+        n = nvidia_gpu_count()
+    return [*args, "-g", str(max(n, 1))], env
+
+
+class NcclTestsCheck(Check):
+    name = "nccl_tests"
+    tag = "nccl-tests"
+    summary = "run nccl-tests (all_reduce_perf ...) on this node: #wrong = 0 and busbw at the large sizes"
+    params = (
+        Param("tests", "list", ["all_reduce"], "nccl-tests to run, each as <test>_perf", choices=TESTS),
+        Param("args", "list", ["-b", "8M", "-e", "1G", "-f", "2"],
+              "arguments for every binary (-g is added: one per GPU unless given)"),
+        Param("min_busbw_gbs", "float", 0.0, "fail when busbw (GB/s) at the judged sizes is lower (0: not judged)",
+              minimum=0),
+        Param("judge_min_bytes", "int", 0, "judge busbw at sizes >= this (bytes; 0: only the largest size)",
+              minimum=0),
+    )
+    profile_params: ClassVar[dict[str, dict[str, Any]]] = {
+        "quick": {"args": ["-b", "64M", "-e", "256M", "-f", "2", "-n", "5"]},
+        "full": {"args": ["-b", "8", "-e", "8G", "-f", "2"]},
+    }
+    timeout_s: ClassVar[dict[str, float]] = {"quick": 120.0, "standard": 600.0, "full": 1800.0}
+    profiles: ClassVar[tuple[str, ...]] = ("standard", "full")
+    key_metric = "allreduce_busbw_large_gbs"
+
+    def run(self, ctx: CheckContext) -> Outcome:
+        env = dict(os.environ)
+        p = ctx.params
+        found = {t: find_binary(t, env) for t in p["tests"]}
+        missing = [f"{t}_perf" for t, path in found.items() if path is None]
+        if missing:
+            return Outcome.skip(f"nccl-tests not found: no {', '.join(missing)} in {places_looked(env)}",
+                                needs_gpu=ctx.device == "cuda", looked=places_looked(env))
+        args, env = gpu_args(list(p["args"]), ctx.gpus, env)
+        statuses: list[Status] = []
+        reasons: list[str] = []
+        metrics: list[Metric] = []
+        details: dict[str, Any] = {}
+        per_test = ctx.timeout_s * 0.95 / len(found)
+        for test, path in found.items():
+            assert path is not None
+            ctx.log(f"running {path} {' '.join(args)}")
+            out = run_binary(path, args, per_test, env)
+            try:
+                result = parse_text(out.stdout)
+            except InputError as exc:
+                code = "killed at the timeout" if out.returncode is None else f"exit {out.returncode}"
+                tail = out.stderr.strip().splitlines()[-1:] or ["no stderr"]
+                statuses.append(Status.ERROR)
+                reasons.append(f"{test}_perf ({code}): {exc}; stderr: {tail[0]}")
+                details[test] = {"argv": out.argv, "returncode": out.returncode, "stderr_tail": out.stderr[-2000:]}
+                continue
+            j = judge(result, test, min_busbw_gbs=p["min_busbw_gbs"] or None,
+                      judge_min_bytes=p["judge_min_bytes"], returncode=out.returncode)
+            statuses.append(j.status)
+            reasons.append(j.reason)
+            metrics += j.metrics
+            details[test] = result_details(result, out)
+        return Outcome(worst(*statuses), "; ".join(reasons), metrics, details)
+
+
+CHECKS = (NcclTestsCheck,)

@@ -1,0 +1,33 @@
+"""Entry point of one rank's process for a distributed check (``python -m gpuaccept.distributed.child``).
+
+Same protocol as :mod:`gpuaccept.child` (JSON request on stdin, outcome JSON
+written to the requested path, death with the parent), plus the rank in
+``GPUACCEPT_DIST``. It leaves with ``os._exit`` right after writing the outcome:
+tearing down a process group whose peer died can hang, and nothing is left to do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from gpuaccept.child import _die_with_parent, run_request
+
+
+def main() -> int:
+    request = json.load(sys.stdin)
+    _die_with_parent(int(request["parent_pid"]))
+    result = run_request(request)
+    tmp = request["out"] + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(result, fh, allow_nan=False, default=str)
+    os.replace(tmp, request["out"])
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

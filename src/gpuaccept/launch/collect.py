@@ -1,0 +1,109 @@
+"""Collecting a launched run's node reports into the cluster report: progress, tolerant reading, writing.
+
+Shared by ``gpuaccept launch`` and ``gpuaccept gather``. Prints ``[LAUNCH]``/``[RESULT]`` lines;
+raises :class:`~gpuaccept.errors.InputError` when the cluster report cannot be written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from gpuaccept.errors import GpuacceptError, InputError
+
+CLUSTER_REPORT = "cluster-report.json"
+
+
+def progress(run_dir: Path, nodes: int) -> Any:
+    """``reports K/N``: nodes with a finished report (a distributed run's one report counts each host in it)."""
+    def count() -> str:
+        hosts: set[str] = set()
+        for path in run_dir.glob("**/report.json"):
+            try:
+                data = json.loads(path.read_text())
+                if data.get("verdict") in (None, "running"):
+                    continue
+                hosts.add(str(data.get("host")))
+                hosts.update(str(c["host"]) for c in data.get("checks", []) if c.get("host"))
+            except (OSError, ValueError, AttributeError, TypeError, KeyError):
+                continue
+        return f"reports {len(hosts)}/{nodes}" if hosts else ""
+    return count
+
+
+def read_reports_tolerant(directory: Path) -> tuple[list[Any], list[str]]:
+    """Every readable ``**/report.json`` under ``directory``, and one line per file that is not a report."""
+    from gpuaccept.model import NodeReport
+
+    reports, problems = [], []
+    for path in sorted(directory.glob("**/report.json")):
+        try:
+            reports.append(NodeReport.from_dict(json.loads(path.read_text())))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            problems.append(f"{path}: not a gpuaccept report ({type(exc).__name__}: {exc})")
+    return reports, problems
+
+
+def warn(line: str) -> None:
+    print(f"[LAUNCH] warning: {line}", file=sys.stderr, flush=True)
+
+
+def backend_reports(backend: Any, submission: Any, spec: Any, run_dir: Path) -> list[Any]:
+    """``backend.gather``, with a warning line on stderr for each report the backend could not read (the
+    ``problems`` of the submission's handle). When the backend cannot be reached, or returns no report while
+    ``run_dir`` holds some (from an earlier gather), the readable reports under ``run_dir`` are used instead,
+    with a warning that says why."""
+    from gpuaccept.launch.base import Backend
+
+    try:
+        reports: list[Any] = backend.gather(submission, spec)
+        fallback = ""
+    except GpuacceptError as exc:
+        reports, fallback = [], f"cannot fetch the reports from the {backend.name} job: {exc}"
+    finally:
+        for line in getattr(submission.handle, "problems", None) or []:
+            warn(str(line))
+    if fallback or not reports:
+        local, problems = read_reports_tolerant(run_dir)
+        if fallback and type(backend).gather is not Backend.gather:  # the default gather reads run_dir itself
+            warn(f"{fallback}; using the {len(local)} report(s) already under {run_dir}")
+        elif local and not fallback:
+            warn(f"the {backend.name} job returned no report; using the {len(local)} already under {run_dir}")
+        if fallback or local:
+            for line in problems:
+                warn(line)
+            reports = local
+    return reports
+
+
+def analysed(cluster: Any) -> Any:
+    """The cluster report with outlier analysis across its GPUs and nodes added (``analysis`` keys
+    ``outliers`` and ``stats``); an outlier is evidence for the operator, not a verdict."""
+    from gpuaccept.results.analysis import analyze
+
+    cluster.analysis.update(analyze(cluster))
+    outliers = cluster.analysis.get("outliers") or []
+    if outliers:
+        print(f"[RESULT] {len(outliers)} outlier(s) among GPUs and nodes; see 'gpuaccept report' or "
+              "'gpuaccept analyze'", flush=True)
+    return cluster
+
+
+def write_cluster(cluster: Any, run_dir: Path, extra: str | None) -> Path:
+    text = json.dumps(cluster.to_dict(), indent=2, allow_nan=False) + "\n"
+    path = run_dir / CLUSTER_REPORT
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    if extra:
+        try:
+            Path(extra).parent.mkdir(parents=True, exist_ok=True)
+            Path(extra).write_text(text)
+        except OSError as exc:
+            raise InputError(f"cannot write --cluster-report {extra}: {exc.strerror}; "
+                             f"the cluster report is in {path}") from None
+    return path

@@ -1,0 +1,170 @@
+"""Subcommand ``nccl-tests``: run nccl-tests binaries here, or parse a saved log or ``-J`` file.
+
+``gpuaccept nccl-tests [TEST ...] [--min-busbw X] [--json] -- <nccl-tests args>`` runs
+``<TEST>_perf`` (default all_reduce) found in ``$PATH``, ``$NCCL_TESTS_DIR`` or
+/workspace/nccl-tests/build with the extra args (``-g`` added: one per GPU), prints the table and
+the verdict. ``gpuaccept nccl-tests parse LOG|JSON|- [--test NAME] [--min-busbw X] [--json]`` does
+the same for saved output (``-``: stdin), e.g. ``mpirun -np 16 all_reduce_perf -b 8M -e 8G -f 2 -g 1
+| gpuaccept nccl-tests parse -``. Exit 0 pass, 1 a failed judgement or run, 2 bad usage or input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from gpuaccept.argtypes import nonneg_int, positive_float
+from gpuaccept.errors import InputError, UsageError
+from gpuaccept.model import Status
+
+
+def _options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--test", default=None, metavar="NAME", help="parse: the test the log is of (default: from the "
+                   "log's 'Collective test starting' line, else all_reduce)")
+    p.add_argument("--min-busbw", type=positive_float, default=None, metavar="GB/S",
+                   help="fail when busbw at the judged sizes is below this (GB/s)")
+    p.add_argument("--judge-min-bytes", type=nonneg_int, default=0, metavar="N",
+                   help="judge busbw at every size >= N bytes (default 0: only the largest size)")
+    p.add_argument("--timeout", type=positive_float, default=1800.0, metavar="S", help="per binary (default 1800)")
+    p.add_argument("--json", action="store_true", help="print the parsed run and verdict as JSON")
+
+
+class _Options(argparse.ArgumentParser):
+    """Re-reads the options written after the test names (argparse stops at the first positional)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"nccl-tests: {message}")
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "nccl-tests", help="run nccl-tests (all_reduce_perf ...) here, or parse a saved nccl-tests log or -J file",
+        description="Run nccl-tests binaries on this node (TEST: all_reduce, all_gather, reduce_scatter, alltoall, "
+                    "broadcast, reduce, sendrecv, gather, scatter, hypercube; extra nccl-tests arguments after '--'), "
+                    "or 'parse LOG|JSON|-' a saved output. Judged: #wrong = 0, the footer OK, and busbw at the "
+                    "largest size (or sizes >= --judge-min-bytes) >= --min-busbw.")
+    _options(p)
+    p.add_argument("items", nargs=argparse.REMAINDER, metavar="TEST ... [-- ARGS] | parse FILE",
+                   help="tests to run (default all_reduce), then '-- <nccl-tests args>'; or 'parse FILE'")
+    p.set_defaults(handler=cmd_nccl_tests)
+
+
+def _split(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """Positional items and the nccl-tests arguments after '--'; options among the items update ``args``."""
+    items = list(args.items)
+    extra: list[str] = []
+    if "--" in items:
+        k = items.index("--")
+        items, extra = items[:k], items[k + 1:]
+    mini = _Options(prog="gpuaccept nccl-tests", add_help=False)
+    _options(mini)
+    mini.add_argument("rest", nargs="*")
+    given = mini.parse_args(items)
+    for key in ("test", "min_busbw", "timeout"):
+        if getattr(given, key) is not None and getattr(given, key) != mini.get_default(key):
+            setattr(args, key, getattr(given, key))
+    args.judge_min_bytes = given.judge_min_bytes or args.judge_min_bytes
+    args.json = given.json or args.json
+    return list(given.rest), extra
+
+
+def _read(path: str) -> str:
+    if path == "-":
+        return sys.stdin.read()
+    try:
+        return Path(path).read_text(errors="replace")
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def _table(result: Any) -> list[str]:
+    lines = [f"{'size (B)':>12} {'type':>8} {'redop':>6} {'root':>4}  {'oop busbw':>9} {'oop wrong':>9}"
+             f"  {'ip busbw':>9} {'ip wrong':>9}"]
+
+    def cells(m: Any) -> str:
+        if m is None:
+            return f"{'-':>9} {'-':>9}"
+        wrong = "N/A" if m.wrong is None else f"{m.wrong:g}"
+        return f"{m.busbw_gbs:>9.2f} {wrong:>9}"
+
+    for r in result.rows:
+        root = "" if r.root is None else str(r.root)
+        lines.append(f"{r.size_bytes:>12} {r.type:>8} {r.redop or '':>6} {root:>4}  {cells(r.out_of_place)}"
+                     f"  {cells(r.in_place)}")
+    f = result.footer
+    if f is not None:
+        lines.append(f"out of bounds: {f.out_of_bounds} ({'OK' if f.out_of_bounds_ok else 'FAILED'}); "
+                     f"avg busbw: {'-' if f.avg_busbw_gbs is None else format(f.avg_busbw_gbs, 'g')} GB/s")
+    return lines
+
+
+def _report(result: Any, judgement: Any, args: argparse.Namespace, run: Any = None) -> int:
+    if args.json:
+        doc = {"status": judgement.status.value, "reason": judgement.reason, **result.to_dict(),
+               "metrics": [m.to_dict() for m in judgement.metrics]}
+        if run is not None:
+            doc["argv"], doc["returncode"] = run.argv, run.returncode
+        print(json.dumps(doc, indent=2))
+    else:
+        if result.devices:
+            print(f"devices: {len(result.devices)} ranks on {', '.join(result.hosts)}")
+        print("\n".join(_table(result)))
+        print(f"{judgement.status.value.upper()}: {judgement.reason}")
+    return 0 if judgement.status in (Status.PASS, Status.WARN, Status.SKIP) else 1
+
+
+def _guess_test(result: Any) -> str:
+    from gpuaccept.nccltests.judge import canonical_test
+
+    if result.program:
+        try:
+            return canonical_test(result.program)
+        except UsageError:
+            pass
+    return "all_reduce"
+
+
+def cmd_nccl_tests(args: argparse.Namespace) -> int:
+    from gpuaccept.nccltests.judge import canonical_test, find_binary, judge, places_looked, run_binary
+    from gpuaccept.nccltests.parse import parse_any, parse_text
+
+    items, extra = _split(args)
+    if items[:1] == ["parse"]:
+        if len(items) != 2 or extra:
+            raise UsageError("usage: gpuaccept nccl-tests parse LOG|JSON|- (one file)")
+        result = parse_any(_read(items[1]))
+        test = canonical_test(args.test) if args.test else _guess_test(result)
+        j = judge(result, test, min_busbw_gbs=args.min_busbw, judge_min_bytes=args.judge_min_bytes,
+                  source="--min-busbw")
+        return _report(result, j, args)
+    if args.test is not None:
+        raise UsageError("--test is for 'parse'; name the tests to run as arguments")
+    tests = [canonical_test(n) for n in items] or ["all_reduce"]
+    from gpuaccept.checks.nccl_tests import gpu_args
+
+    env = dict(os.environ)
+    paths = {t: find_binary(t, env) for t in tests}
+    missing = [f"{t}_perf" for t, path in paths.items() if path is None]
+    if missing:
+        print(f"gpuaccept: nccl-tests not found: no {', '.join(missing)} in {places_looked(env)}", file=sys.stderr)
+        return 2
+    argv, env = gpu_args(extra, None, env)
+    code = 0
+    for test, path in paths.items():
+        assert path is not None
+        run = run_binary(path, argv, args.timeout, env)
+        try:
+            result = parse_text(run.stdout)
+        except InputError as exc:
+            tail = run.stderr.strip().splitlines()[-1:] or ["no stderr"]
+            print(f"gpuaccept: {test}_perf exited {run.returncode}: {exc}; stderr: {tail[0]}", file=sys.stderr)
+            code = 1
+            continue
+        j = judge(result, test, min_busbw_gbs=args.min_busbw, judge_min_bytes=args.judge_min_bytes,
+                  returncode=run.returncode, source="--min-busbw")
+        code = max(code, _report(result, j, args, run))
+    return code

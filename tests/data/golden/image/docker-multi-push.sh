@@ -1,0 +1,1 @@
+docker buildx build --platform linux/amd64,linux/arm64 --file ctx/images/runtime/Dockerfile --tag registry.example.com/gpuaccept-runtime:1 --build-arg GPUACCEPT_VERSION={version} --build-arg BASE_IMAGE=nvcr.io/nvidia/pytorch:25.01-py3 --push ctx

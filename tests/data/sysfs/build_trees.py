@@ -1,0 +1,140 @@
+"""Writes the recorded sysfs trees next to this file: ``python tests/data/sysfs/build_trees.py``.
+
+The layout is the kernel's (Documentation/ABI/stable/sysfs-class-infiniband, and the PCI and net
+class layouts): each RDMA device lives under its PCI function in ``sys/devices/pci.../<bdf>/
+infiniband/<dev>``, ``sys/class/infiniband/<dev>`` links there and ``<dev>/device`` links back
+to the PCI function; ``sys/bus/pci/devices/<bdf>`` and ``sys/class/net/<if>`` are links into
+``sys/devices`` too. File contents are in the kernel's formats (``"4: ACTIVE"``,
+``"5: LinkUp"``, ``"400 Gb/sec (4X NDR)"``). The trees are committed; this script documents how
+they were made and remakes them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+COUNTERS = ("symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors",
+            "port_rcv_remote_physical_errors", "local_link_integrity_errors", "excessive_buffer_overrun_errors",
+            "port_xmit_discards", "port_xmit_data", "port_rcv_data")
+
+
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text if text.endswith("\n") or not text else text + "\n")
+
+
+def link(at: Path, target: Path) -> None:
+    at.parent.mkdir(parents=True, exist_ok=True)
+    at.symlink_to(os.path.relpath(target, at.parent))
+
+
+def pci_dir(root: Path, bdf: str, numa: str, vendor: str, cls: str, device: str) -> Path:
+    bus = int(bdf.split(":")[1], 16)
+    d = root / "sys/devices" / f"pci0000:{bus:02x}" / f"0000:{bus:02x}:01.0" / bdf
+    write(d / "numa_node", numa)
+    write(d / "vendor", vendor)
+    write(d / "class", cls)
+    write(d / "device", device)
+    link(root / "sys/bus/pci/devices" / bdf, d)
+    return d
+
+
+def gpu(root: Path, bdf: str, numa: str, device: str = "0x2330") -> None:
+    pci_dir(root, bdf, numa, "0x10de", "0x030200", device)
+
+
+def hca(root: Path, name: str, bdf: str, numa: str, *, rate: str, layer: str = "InfiniBand",
+        state: str = "4: ACTIVE", phys: str = "5: LinkUp", netdev: str | None = None,
+        counters: dict[str, str] | None = None) -> None:
+    eth = layer == "Ethernet"
+    d = pci_dir(root, bdf, numa, "0x15b3", "0x020000" if eth else "0x020700", "0x1021")
+    dev = d / "infiniband" / name
+    link(root / "sys/class/infiniband" / name, dev)
+    link(dev / "device", d)
+    write(dev / "fw_ver", "28.39.1002")
+    write(dev / "hca_type", "MT4129")
+    write(dev / "node_type", "1: CA")
+    port = dev / "ports" / "1"
+    write(port / "state", state)
+    write(port / "phys_state", phys)
+    write(port / "rate", rate)
+    write(port / "link_layer", layer)
+    values = {c: "0" for c in COUNTERS}
+    values.update({"port_xmit_data": "81234567890", "port_rcv_data": "80987654321"})
+    values.update(counters or {})
+    for c, v in values.items():
+        if eth and c == "symbol_error":
+            continue  # RoCE ports have no symbol_error counter
+        write(port / "counters" / c, v)
+    if netdev:
+        nd = d / "net" / netdev
+        write(nd / "mtu", "4092" if not eth else "9000")
+        link(root / "sys/class/net" / netdev, nd)
+    if eth and netdev:
+        for i, t in enumerate(("IB/RoCE v1", "RoCE v2")):
+            write(port / "gid_attrs/types" / str(i), t)
+            write(port / "gid_attrs/ndevs" / str(i), netdev)
+
+
+def base(name: str, *, peermem: str | None = "nvidia_peermem") -> Path:
+    root = HERE / name
+    shutil.rmtree(root, ignore_errors=True)
+    write(root / "sys/class/net/lo/mtu", "65536")
+    write(root / "sys/class/net/eth0/mtu", "1500")
+    if peermem:
+        write(root / "sys/module" / peermem / "refcnt", "0")
+    write(root / "sys/module/mlx5_ib/refcnt", "0")
+    return root
+
+
+GPU_BUSES = ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")
+NIC_BUSES = ("0c", "1c", "2c", "4c", "8c", "9c", "ac", "cc")
+
+
+def n_way(name: str, rate: str, *, gpu_id: str, per_port: dict[int, dict[str, object]] | None = None,
+          n: int = 8) -> None:
+    """n GPUs and n single-port HCAs, the first half of each on NUMA node 0, the rest on node 1."""
+    root = base(name)
+    for i, bus in enumerate(GPU_BUSES[:n]):
+        gpu(root, f"0000:{bus}:00.0", "0" if i < n // 2 else "1", gpu_id)
+    write(root / "sys/bus/pci/devices/0000:00:00.0/vendor", "0x8086")  # a host bridge, not a GPU
+    write(root / "sys/bus/pci/devices/0000:00:00.0/class", "0x060000")
+    for i, bus in enumerate(NIC_BUSES[:n]):
+        kw: dict[str, object] = {"rate": rate}
+        kw.update((per_port or {}).get(i, {}))
+        hca(root, f"mlx5_{i}", f"0000:{bus}:00.0", "0" if i < n // 2 else "1", netdev=f"ibp{int(bus, 16)}s0",
+            **kw)  # type: ignore[arg-type]
+
+
+def main() -> None:
+    boot = {1: {"counters": {"link_downed": "1", "symbol_error": "12"}}}  # a flap at boot, old symbol errors
+    n_way("hdr_8x", "200 Gb/sec (4X HDR)", gpu_id="0x20b2", per_port=boot)
+    n_way("ndr_8x", "400 Gb/sec (4X NDR)", gpu_id="0x2330", per_port=boot)
+    # four-way variants of ndr_8x: counters read later under load, a port down, a degraded port
+    n_way("ndr_4x", "400 Gb/sec (4X NDR)", gpu_id="0x2330", per_port=boot, n=4)
+    n_way("ndr_4x_later", "400 Gb/sec (4X NDR)", gpu_id="0x2330", n=4,
+          per_port={1: {"counters": {"link_downed": "1", "symbol_error": "12"}},
+                    2: {"counters": {"symbol_error": "4031", "port_rcv_errors": "17", "link_downed": "2"}}})
+    n_way("ndr_4x_port_down", "400 Gb/sec (4X NDR)", gpu_id="0x2330", n=4,
+          per_port={3: {"state": "1: DOWN", "phys": "3: Disabled", "rate": "10 Gb/sec (4X)"}})
+    n_way("ndr_4x_degraded", "400 Gb/sec (4X NDR)", gpu_id="0x2330", n=4,
+          per_port={1: {"rate": "200 Gb/sec (2X NDR)"}})
+    root = base("roce_2x", peermem=None)
+    for i, bus in enumerate(("18", "9a")):
+        gpu(root, f"0000:{bus}:00.0", str(i), "0x26b9")
+    hca(root, "mlx5_0", "0000:0c:00.0", "0", rate="200 Gb/sec (4X HDR)", layer="Ethernet", netdev="ens1f0np0")
+    hca(root, "mlx5_1", "0000:8c:00.0", "1", rate="200 Gb/sec (4X HDR)", layer="Ethernet", netdev="ens2f0np0")
+    root = base("malformed")
+    gpu(root, "0000:18:00.0", "0")
+    hca(root, "mlx5_0", "0000:0c:00.0", "0", rate="fast", netdev="ibp12s0",
+        counters={"symbol_error": "-3", "port_rcv_errors": "lots"})
+    hca(root, "mlx5_1", "0000:1c:00.0", "x", rate="400 Gb/sec (4X NDR)", state="ACTIVE", netdev="ibp28s0")
+    base("no_rdma")
+
+
+if __name__ == "__main__":
+    main()
