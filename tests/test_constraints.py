@@ -117,7 +117,16 @@ def test_canonical_name() -> None:
 def test_reads_this_environment() -> None:
     found = {canonical_name(d.name): d for d in installed(site_paths())}
     assert found["pytest"].version == metadata.version("pytest")
-    assert not any(p in ("", os.getcwd()) for p in site_paths(__file__))
+
+
+def test_site_paths_drop_only_the_programs_own_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "path", [str(tmp_path), "/usr/lib/python3.11", "/site"])
+    assert site_paths(str(tmp_path / "constraints.py")) == ["/usr/lib/python3.11", "/site"]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", ["", "/site"])  # python -c
+    assert site_paths() == ["/site"]
+    monkeypatch.setattr(sys, "path", ["/site", str(tmp_path)])  # the current directory is an install here
+    assert site_paths() == ["/site", str(tmp_path)]
 
 
 # --- the CLI ----------------------------------------------------------------------------------
