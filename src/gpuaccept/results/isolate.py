@@ -63,6 +63,7 @@ class Settings:
 class Test:
     """One test of a round: the nodes that run it together."""
 
+    __test__ = False  # not a pytest class
     nodes: tuple[str, ...]
     kind: Kind
 
