@@ -290,7 +290,8 @@ COMMANDS = {"run": _cmd_run, "checks": _cmd_checks}
 SUBCOMMAND_MODULES: tuple[str, ...] = ("gpuaccept.results.cli", "gpuaccept.launch.cli",
                                       "gpuaccept.results.baseline_cli", "gpuaccept.results.analysis_cli",
                                       "gpuaccept.report.cli", "gpuaccept.containers.sshd_cli",
-                                      "gpuaccept.containers.image_cli", "gpuaccept.nccltests.cli")
+                                      "gpuaccept.containers.image_cli", "gpuaccept.nccltests.cli",
+                                      "gpuaccept.launch.isolate_cli")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
