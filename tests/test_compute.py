@@ -185,6 +185,11 @@ def test_check_quick_on_cpu_passes_with_metrics() -> None:
     assert "burst throughput" in out.reason and "standard and full" in out.reason  # quick says it is short
     assert out.details["key_metric"] == "gemm_fp32_tflops*"  # no bf16 headline on a CPU
     assert out.reason.startswith(f"cpu N={ComputeCheck.defaults('quick')['cpu_size']}: fp32 ")
+    assert out.details["warmup_s"] == ComputeCheck.defaults("quick")["warmup_s"]
+    assert all(r["iters"] >= 10 and r["warmup_s"] >= 0.2 for r in out.details["results"])
+    assert set(out.details["skipped"]) == {"tf32", "fp16", "fp8"}
+    assert all(r["error"] <= r["tolerance"] for r in out.details["results"])
+    assert elapsed < 30  # about 1 s on a 2-core machine; generous for loaded CI runners
 
 
 def test_headline_dtype_per_device(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -198,11 +203,6 @@ def test_headline_dtype_per_device(monkeypatch: pytest.MonkeyPatch) -> None:
     caps[1] = (7, 0)  # a V100 among them: no bf16 units
     assert compute.headline_dtype(["fp32", "tf32", "fp16", "bf16"], gpus) == "fp16"
     assert compute.headline_dtype(["tf32", "bf16"], gpus) == "tf32"
-    assert out.details["warmup_s"] == ComputeCheck.defaults("quick")["warmup_s"]
-    assert all(r["iters"] >= 10 and r["warmup_s"] >= 0.2 for r in out.details["results"])
-    assert set(out.details["skipped"]) == {"tf32", "fp16", "fp8"}
-    assert all(r["error"] <= r["tolerance"] for r in out.details["results"])
-    assert elapsed < 30  # about 1 s on a 2-core machine; generous for loaded CI runners
 
 
 def test_check_on_cpu_with_only_gpu_dtypes_skips_as_needing_gpu() -> None:

@@ -492,7 +492,7 @@ def headline_dtype(ran: Sequence[str], devices: Sequence[torch.device]) -> str:
         import torch
 
         bf16 = all(torch.cuda.get_device_capability(d) >= (8, 0) for d in devices)
-        order = ("bf16", "fp16", "fp32", "tf32") if bf16 else ("fp16", "fp32", "tf32")
+        order: tuple[str, ...] = ("bf16", "fp16", "fp32", "tf32") if bf16 else ("fp16", "fp32", "tf32")
     else:
         order = ("fp32", "fp64")
     return next((d for d in order if d in ran), ran[0])
