@@ -117,16 +117,25 @@ def _busy(exc: BaseException) -> bool:
 
 
 class SqliteStore(Store):
-    """History in one SQLite file (created, with its directory, on first use)."""
+    """History in one SQLite file (created, with its directory, on first use).
+
+    ``read_only`` (the listing and reading commands) creates nothing: a missing file is an
+    InputError, and the file is opened with SQLite's ``mode=ro`` (``immutable=1`` as well
+    where even the WAL index cannot be created, on read-only media), never migrated.
+    """
 
     dialect = "sqlite"
 
-    def __init__(self, url: DbUrl, retry_s: float = 120.0) -> None:
+    def __init__(self, url: DbUrl, retry_s: float = 120.0, read_only: bool = False) -> None:
         super().__init__(url, retry_s)
         assert url.path is not None
         self.path = url.path
+        self.read_only = read_only
         self._conn: sqlite3.Connection | None = None
-        inspect_sqlite_file(self.path)
+        version = inspect_sqlite_file(self.path)
+        if read_only:
+            self._open_read_only(version)
+            return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -140,6 +149,34 @@ class SqliteStore(Store):
         except BaseException:
             self.close()
             raise
+
+    def _open_read_only(self, version: int | None) -> None:
+        if not self.path.is_file():
+            raise InputError(f"no history database at {self.path} (nothing stored yet; a read-only command "
+                             "creates none)")
+        if version is None:
+            raise InputError(f"{self.path}: an empty database, not a gpuaccept history yet")
+        if version < migrations.LATEST:
+            raise InputError(f"{self.path}: a history of an older schema (v{version}); a command that stores "
+                             "runs (history --import, run) upgrades it")
+        base = f"file:{self.path.resolve().as_posix()}?mode=ro"
+        last: sqlite3.Error | None = None
+        for uri in (base, base + "&immutable=1"):
+            conn: sqlite3.Connection | None = None
+            try:
+                conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+                conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+                conn.execute("SELECT COUNT(*) FROM schema_version").fetchone()
+            except sqlite3.Error as exc:
+                last = exc
+                if conn is not None:
+                    conn.close()
+                if _busy(exc):
+                    break
+                continue
+            self._conn = conn
+            return
+        raise self._translate(last) if last is not None else StoreError(f"{self.path}: cannot open")
 
     def _setup(self) -> None:
         conn = self._db
