@@ -56,9 +56,10 @@ def inspect_sqlite_file(path: Path) -> int | None:
         raise InputError(f"{path}: not a SQLite database (history files start with 'SQLite format 3'); "
                          f"{_untouched(path)}")
     try:
-        uri = f"file:{path.resolve().as_posix()}?mode=ro"
-        conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        conn = connect_read_only(path)
     except sqlite3.Error as exc:
+        if isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.OperationalError):
+            raise InputError(f"{path}: corrupt or unreadable SQLite database ({exc}); {_untouched(path)}") from None
         raise StoreError(f"{path}: cannot open the history database read-only ({exc})") from None
     try:
         conn.execute("BEGIN")  # one snapshot for every read below: another process may be creating the file
@@ -85,6 +86,33 @@ def inspect_sqlite_file(path: Path) -> int | None:
         raise InputError(f"{path}: written by a newer gpuaccept (history schema v{version}; this version knows up "
                          f"to v{migrations.LATEST}); upgrade gpuaccept to use it. {_untouched(path)}")
     return version
+
+
+def connect_read_only(path: Path) -> sqlite3.Connection:
+    """A read-only connection (``mode=ro``) to ``path``, probed with one read.
+
+    On read-only media a database in WAL mode cannot be opened that way (SQLite cannot
+    create its ``-shm`` index there): then it is opened ``immutable=1``, which needs no
+    index and no lock (nobody can write to read-only media either). sqlite3.Error when
+    neither works.
+    """
+    base = f"file:{path.resolve().as_posix()}?mode=ro"
+    last: sqlite3.Error | None = None
+    for uri in (base, base + "&immutable=1"):
+        conn: sqlite3.Connection | None = None
+        try:
+            conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            conn.execute("PRAGMA application_id").fetchone()
+            return conn
+        except sqlite3.Error as exc:
+            if conn is not None:
+                conn.close()
+            last = exc
+            if _busy(exc) or not isinstance(exc, sqlite3.OperationalError):
+                break
+    assert last is not None
+    raise last
 
 
 NETWORK_FS = frozenset({"nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "beegfs", "ceph", "fuse.sshfs",
@@ -159,24 +187,10 @@ class SqliteStore(Store):
         if version < migrations.LATEST:
             raise InputError(f"{self.path}: a history of an older schema (v{version}); a command that stores "
                              "runs (history --import, run) upgrades it")
-        base = f"file:{self.path.resolve().as_posix()}?mode=ro"
-        last: sqlite3.Error | None = None
-        for uri in (base, base + "&immutable=1"):
-            conn: sqlite3.Connection | None = None
-            try:
-                conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-                conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-                conn.execute("SELECT COUNT(*) FROM schema_version").fetchone()
-            except sqlite3.Error as exc:
-                last = exc
-                if conn is not None:
-                    conn.close()
-                if _busy(exc):
-                    break
-                continue
-            self._conn = conn
-            return
-        raise self._translate(last) if last is not None else StoreError(f"{self.path}: cannot open")
+        try:
+            self._conn = connect_read_only(self.path)
+        except sqlite3.Error as exc:
+            raise self._translate(exc) from None
 
     def _setup(self) -> None:
         conn = self._db
