@@ -52,6 +52,7 @@ bench: venv
 	$(BIN)/python bench/bench_compute.py --device $(BENCH_DEVICE)
 	$(BIN)/python bench/bench_memory.py --device $(BENCH_DEVICE)
 	$(BIN)/python bench/bench_startup.py --device $(BENCH_DEVICE)
+	$(BIN)/python bench/bench_nbody.py --device $(BENCH_DEVICE)
 
 clean:
 	rm -rf $(VENV) gpuaccept-reports .pytest_cache .mypy_cache .ruff_cache

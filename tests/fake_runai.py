@@ -11,12 +11,21 @@ and per-pod logs come from files the test writes in ``$FAKE_RUNAI_DIR``:
 ``phases.json``, ``pods.json``, ``logs/<pod>.log`` (``logs/default.log``
 without ``--pod``) and optionally ``fail_submit.txt``/``fail_describe.txt``
 (the error line to fail with).
+
+For ``mpi submit`` it also checks ``--master-command`` as Kubernetes would
+run it: every word must be plain (no quotes, backslashes or spaces to
+interpret, so the CLI's way of splitting cannot matter), every ``$(NAME)``
+in it must name a ``--master-environment`` variable, and the launcher's
+command after Kubernetes' ``$(VAR)`` expansion (``$$`` is a literal ``$``)
+is recorded in ``workloads.json`` as ``master_command``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -42,6 +51,47 @@ SUBMIT_FLAGS = {
 BOOLEAN = {"--allow-privilege-escalation", "--attach", "--command", "-c", "--create-home-dir", "--host-ipc",
            "--host-network", "--large-shm", "--master-no-pvcs", "--no-master", "--run-as-user", "--stdin", "--tty",
            "-t", "--preemptible"}
+
+
+_REF = re.compile(r"\$\(([^)]*)\)")
+
+
+def k8s_expand(text: str, env: dict[str, str]) -> str:
+    """Kubernetes' expansion of a command word or env value: ``$$`` is ``$``, ``$(NAME)`` the value of a
+    defined NAME (else left as written), any other ``$`` itself."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        if text.startswith("$$", i):
+            out.append("$")
+            i += 2
+            continue
+        m = _REF.match(text, i)
+        if m:
+            out.append(env.get(m.group(1), m.group(0)))
+            i = m.end()
+            continue
+        out.append(text[i])
+        i += 1
+    return "".join(out)
+
+
+def _master_command(flags: dict[str, list[str]]) -> list[str] | None:
+    """The launcher container's command after expansion; fails like a broken workload would be refused."""
+    if "--master-command" not in flags:
+        return None
+    text = flags["--master-command"][-1]
+    words = text.split()
+    if shlex.split(text) != words or any(c in text for c in "'\"\\"):
+        _fail(f"--master-command {text!r}: words that need quoting depend on how the CLI splits them")
+    raw = dict(v.partition("=")[::2] for v in flags.get("--master-environment", []))
+    env: dict[str, str] = {}
+    for name, value in raw.items():  # in order: later values may use earlier ones
+        env[name] = k8s_expand(value, env)
+    for name in _REF.findall(text):
+        if name not in env:
+            _fail(f"--master-command refers to $({name}), which no --master-environment defines")
+    return [k8s_expand(w, env) for w in words]
 
 
 def install(bin_dir: Path, state_dir: Path) -> Path:
@@ -113,7 +163,9 @@ def main(argv: list[str]) -> None:
         name = pos[0]
         if name in known:
             _fail(f"workload {name} already exists in the project")
-        known[name] = {"kind": kind, "project": (flags.get("--project") or ["default"])[0], "command": after}
+        master = _master_command(flags) if kind == "mpi" else None
+        known[name] = {"kind": kind, "project": (flags.get("--project") or ["default"])[0], "command": after,
+                       "master_command": master}
         workloads.write_text(json.dumps(known))
         print(f"Creating {kind} training workload '{name}'...")
         print(f"The workload '{name}' has been submitted successfully")

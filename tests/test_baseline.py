@@ -130,7 +130,7 @@ def test_malformed_baselines_name_file_key_and_reason(tmp_path: Path, text: str,
 def test_unreadable_and_invalid_yaml(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         load_baseline(tmp_path / "nope.yaml")
-    with pytest.raises(ConfigError, match="not valid YAML"):
+    with pytest.raises(ConfigError, match="invalid YAML"):
         load_baseline(_write(tmp_path, "skus: [unclosed"))
     with pytest.raises(ConfigError, match="thresholds: required key is missing"):
         load_rules(_write(tmp_path, "schema: 1\nskus: {}\n"))

@@ -183,11 +183,26 @@ def test_check_quick_on_cpu_passes_with_metrics() -> None:
         assert m.tags["size"] == ComputeCheck.defaults("quick")["cpu_size"] and m.tags["mode"] == "single"
     assert "no spec peak" in out.reason and "fp32" in out.reason
     assert "burst throughput" in out.reason and "standard and full" in out.reason  # quick says it is short
+    assert out.details["key_metric"] == "gemm_fp32_tflops*"  # no bf16 headline on a CPU
+    assert out.reason.startswith(f"cpu N={ComputeCheck.defaults('quick')['cpu_size']}: fp32 ")
     assert out.details["warmup_s"] == ComputeCheck.defaults("quick")["warmup_s"]
     assert all(r["iters"] >= 10 and r["warmup_s"] >= 0.2 for r in out.details["results"])
     assert set(out.details["skipped"]) == {"tf32", "fp16", "fp8"}
     assert all(r["error"] <= r["tolerance"] for r in out.details["results"])
     assert elapsed < 30  # about 1 s on a 2-core machine; generous for loaded CI runners
+
+
+def test_headline_dtype_per_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    cpu = [torch.device("cpu")]
+    assert compute.headline_dtype(["bf16", "fp32"], cpu) == "fp32"
+    assert compute.headline_dtype(["bf16"], cpu) == "bf16"  # only what ran
+    gpus = [torch.device("cuda", 0), torch.device("cuda", 1)]
+    caps = {0: (9, 0), 1: (9, 0)}
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d: caps[torch.device(d).index])
+    assert compute.headline_dtype(["fp32", "tf32", "fp16", "bf16", "fp8"], gpus) == "bf16"
+    caps[1] = (7, 0)  # a V100 among them: no bf16 units
+    assert compute.headline_dtype(["fp32", "tf32", "fp16", "bf16"], gpus) == "fp16"
+    assert compute.headline_dtype(["tf32", "bf16"], gpus) == "tf32"
 
 
 def test_check_on_cpu_with_only_gpu_dtypes_skips_as_needing_gpu() -> None:
@@ -250,7 +265,7 @@ def test_reason_names_the_slowest_gpu_and_fraction_of_peak() -> None:
               GemmResult("cuda:1", "bf16", 8192, 1, [t / 612e12], 0.0, True)]
     conc = [GemmResult(f"cuda:{i}", "bf16", 8192, 1, [t / 600e12], 0.0, True, "concurrent") for i in range(2)]
     plan = compute._Plan(run=["bf16"], skipped={"fp8": "no"})
-    reason = compute._reason(single, conc, {"cuda:0": sku, "cuda:1": sku}, plan, devices)
+    reason = compute._reason(single, conc, {"cuda:0": sku, "cuda:1": sku}, plan, devices, "bf16")
     assert reason.startswith("bf16 612 TFLOP/s (62% of 989.4 peak) on 2 GPUs; min cuda:1")
     assert "concurrent bf16 min 600 TFLOP/s" in reason and "skipped fp8" in reason
 

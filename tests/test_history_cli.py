@@ -152,7 +152,7 @@ def test_bad_databases(tmp_path: Path) -> None:
     bad.write_text('{"run_id": "x"}')
     target = tmp_path / "fresh.db"
     _one_line_error(gpuaccept("history", "--import", str(report), str(bad), "--db", str(target)),
-                    f"{bad}: not a gpuaccept report")
+                    f"{bad}: not a valid gpuaccept report")
     assert not target.exists()  # every file is checked before anything is stored
 
 

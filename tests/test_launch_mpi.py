@@ -1,9 +1,13 @@
-"""The mpi backend: real mpirun jobs on this machine (2 ranks), the plan (golden), and bad input."""
+"""The mpi backend: real mpirun jobs on this machine (2 ranks) and across two hosts (node-a and node-b, ssh
+config aliases of the loopback sshd of tests/sshd.py, reached by mpirun's own ssh with ``plm_rsh_agent``),
+the plan (golden), and bad input."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,12 +16,13 @@ from gpuaccept.errors import ConfigError
 from gpuaccept.launch.mpi.backend import _NAME_RANK, MpiBackend, open_mpi_major
 from gpuaccept.launch.spec import JobSpec
 from tests.launch_support import check_golden, cluster_report, gpuaccept, one_error_line, require, shellcheck
+from tests.sshd import Sshd, start_sshd
 
 
-def _mpi(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _mpi(tmp_path: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     require("mpirun")
     return gpuaccept("launch", "mpi", "--python", sys.executable, "--results-dir", str(tmp_path), "--run-id", "run",
-                     "--poll-interval", "0.2", *args)
+                     "--poll-interval", "0.2", *args, timeout=timeout)
 
 
 def test_two_ranks_on_this_machine_get_the_environment_and_their_host_name(tmp_path: Path) -> None:
@@ -168,3 +173,51 @@ def test_a_command_under_mpirun_sees_master_addr_and_port(tmp_path: Path) -> Non
     assert r.returncode == 0, r.stdout + r.stderr
     addr, port, has_path = out.read_text().split(" ")
     assert (addr, has_path) == ("localhost", "True") and port.isdigit()
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
+    yield from start_sshd(tmp_path_factory.mktemp("sshd"))
+
+
+def _over_ssh(sshd: Sshd) -> list[str]:
+    """mpirun starts its daemons on node-a and node-b (ssh config aliases of the loopback sshd) with ssh -F."""
+    return ["--hosts", "node-a,node-b", "--nodes", "2", "--mca", f"plm_rsh_agent=ssh -F {sshd.ssh_config}",
+            "--forward-env", "PYTHONPATH,GPUACCEPT_PLUGINS"]
+
+
+def test_ranks_on_two_hosts_reached_by_ssh_get_master_addr_and_port(sshd: Sshd, tmp_path: Path) -> None:
+    out = tmp_path / "ranks"
+    out.mkdir()
+    code = ("import os, pathlib; e = os.environ; pathlib.Path(" + repr(str(out)) + ", e['OMPI_COMM_WORLD_RANK'])"
+            ".write_text(' '.join([e['OMPI_MCA_orte_num_nodes'], e['GPUACCEPT_HOSTNAME'], e['MASTER_ADDR'], "
+            "e['MASTER_PORT'], str(bool(e.get('SSH_CONNECTION')))]))")
+    r = _mpi(tmp_path, *_over_ssh(sshd), "--", sys.executable, "-c", code)
+    assert r.returncode == 0, r.stdout + r.stderr
+    ranks = {p.name: p.read_text().split(" ") for p in out.iterdir()}
+    assert sorted(ranks) == ["0", "1"]
+    port = ranks["0"][3]
+    # two Open MPI nodes, each rank started under an ssh session, all meeting at the first host
+    assert ranks == {"0": ["2", "node-a", "node-a", port, "True"], "1": ["2", "node-b", "node-a", port, "True"]}
+
+
+def test_distributed_suite_across_two_hosts_reports_the_cross_node_result(sshd: Sshd, tmp_path: Path) -> None:
+    """The suite with its collectives on CPU (gloo) across two Open MPI nodes: no rank can default MASTER_ADDR
+    (the ranks are on different nodes), so each needs the -x MASTER_ADDR/MASTER_PORT of the plan. node-a is an
+    ssh alias that no resolver here knows, so the address is overridden with --env (as an operator whose host
+    list names ssh aliases does); MASTER_PORT is the plan's."""
+    r = _mpi(tmp_path, *_over_ssh(sshd), "--env", "MASTER_ADDR=127.0.0.1", "--device", "cpu", "--profile", "quick",
+             "--checks", "steady,collectives", timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    report = cluster_report(tmp_path / "run")
+    assert report["verdict"] == "success"
+    assert [(n["host"], n["verdict"]) for n in report["nodes"]] == [("node-a", "success"), ("node-b", "success")]
+    for node in report["nodes"]:
+        assert sorted((c["name"], c["status"], c["host"]) for c in node["report"]["checks"]) == [
+            ("collectives", "pass", node["host"]), ("steady", "pass", node["host"])]
+    fabric = report["analysis"]["cross_node"]
+    assert (fabric["verdict"], fabric["ranks"], fabric["hosts"]) == ("success", 2, ["node-a", "node-b"])
+    assert fabric["checks"] == {"collectives": {"status": "pass", "ranks": 2, "failed_ranks": [], "reason": ""}}
+    assert "[FABRIC] cross-node: SUCCESS - collectives pass over 2 rank(s) on 2 node(s)" in r.stdout.splitlines()
+    job = json.loads((tmp_path / "run" / "launch" / "job.json").read_text())
+    assert job["spec"]["distributed"] is True and job["spec"]["suite_args"][-1] == "--distributed"

@@ -421,12 +421,13 @@ def test_timeout_cancels_the_job_with_scancel(slurm: LocalSlurm, tmp_path: Path)
 
 
 def test_ctrl_c_cancels_the_job_and_gathers_what_came_back(slurm: LocalSlurm, tmp_path: Path) -> None:
+    """Per-node mechanics (each node writes its own report), as the local backend's Ctrl-C test."""
     config = tmp_path / "nap.yaml"
     config.write_text("checks:\n  nap:\n    params: {seconds: 120}\n")
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpuaccept", "launch", "slurm", "--python", sys.executable, "--results-dir",
          str(tmp_path), "--run-id", "run", "--poll-interval", "0.5", "--nodes", "2", "--device", "cpu",
-         "--checks", "steady,nap", "--config", str(config)],
+         "--checks", "steady,nap", "--config", str(config), "--per-node-only"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(slurm))
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # both nodes finished "steady" and are in the long "nap"

@@ -30,10 +30,11 @@ ALLOWED: dict[str, frozenset[str]] = {
     "errors": frozenset(),
     "argtypes": frozenset({"errors"}),
     "hw": frozenset({"errors", "model"}),
-    "results": frozenset({"errors", "model", "argtypes"}),
+    "results": frozenset({"errors", "model", "argtypes", "inputs"}),
+    "inputs": frozenset({"errors"}),
     "launch": frozenset({"errors", "model", "argtypes", "results", "cli", "distributed.hostlist"}),
     "containers": frozenset({"errors", "model", "argtypes", "cli", "launch"}),
-    "report": frozenset({"errors", "model", "argtypes", "results", "runner", "suite", "__init__"}),
+    "report": frozenset({"errors", "model", "argtypes", "inputs", "results", "runner", "suite", "__init__"}),
 }
 
 

@@ -24,6 +24,7 @@ from gpuaccept.checks.nbody import (
     relative_error,
     verify_small,
 )
+from gpuaccept.checks.nbody_kernel import compiler_missing
 from gpuaccept.model import Status
 
 torch = pytest.importorskip("torch")
@@ -156,3 +157,79 @@ def test_check_quick_on_gpu() -> None:
     assert out.status is Status.PASS, out.reason
     assert {m.device for m in out.metrics} == {f"cuda:{i}" for i in range(torch.cuda.device_count())}
     assert all(m.value > 1.0 for m in out.metrics)  # well above what a CPU core manages
+
+
+# --------------------------------------------------------------------------- the fused kernel
+
+
+def test_fused_expression_matches_reference_eagerly() -> None:
+    from gpuaccept.checks.nbody_kernel import fused_accelerations
+
+    system = NBodySystem(CPU, 90, "fp64", seed=3)
+    pos, _, mass = system.state()
+    got = fused_accelerations(system.pos, system.mass, system.softening2).numpy()
+    assert relative_error(got, reference_accelerations(pos, mass, system.softening2)) < 1e-12
+
+
+def test_choose_kernel_falls_back_without_a_compiler(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuaccept.checks import nbody_kernel
+
+    monkeypatch.setenv("CXX", "/nonexistent/c++")
+    auto = nbody_kernel.choose_kernel(CPU, "auto")
+    assert auto.path == "eager" and auto.fn is None and "no C++ compiler (/nonexistent/c++)" in auto.note
+    with pytest.raises(nbody_kernel.KernelUnavailable, match=r"torch\.compile cannot run on cpu"):
+        nbody_kernel.choose_kernel(CPU, "compiled")
+    assert nbody_kernel.choose_kernel(CPU, "eager").path == "eager"
+
+
+def test_failed_compilation_falls_back_to_eager_unless_strict() -> None:
+    from gpuaccept.checks.nbody_kernel import Kernel, KernelUnavailable
+
+    def broken(pos: Any, mass: Any, softening2: float) -> Any:
+        raise RuntimeError("inductor said no\nmore")
+
+    res = measure_nbody(CPU, 64, steps=1, warmup=0, kernel=Kernel("compiled", "fused", broken))
+    assert res.ok and res.kernel == "eager"
+    assert "torch.compile failed on cpu: RuntimeError: inductor said no" in res.kernel_note
+    with pytest.raises(KernelUnavailable):
+        Kernel("compiled", "fused", broken, strict=True).prepare(CPU, torch.float32, (8,))
+
+
+def test_quick_profile_times_eager_and_says_why() -> None:
+    out = NBodyCheck().run(_ctx("quick", cpu_bodies=128, steps=1))
+    assert out.status is Status.PASS, out.reason
+    assert "eager kernel, memory-bound (the quick profile leaves out torch.compile" in out.reason
+    assert out.details["results"][0]["kernel"] == "eager"
+
+
+def test_check_with_kernel_error_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CXX", "/nonexistent/c++")
+    out = NBodyCheck().run(_ctx("standard", cpu_bodies=64, steps=1, kernel="compiled"))
+    assert out.status is Status.ERROR and "set kernel: auto or eager" in out.reason
+
+
+@pytest.mark.skipif(compiler_missing(CPU) is not None,
+                    reason="no C++ compiler for inductor")
+def test_compiled_kernel_on_cpu_matches_fp64_and_beats_eager() -> None:
+    """Compiles (seconds to tens of seconds, once per process; inductor's disk cache shortens reruns)."""
+    from gpuaccept.checks.nbody_kernel import choose_kernel
+
+    kernel = choose_kernel(CPU, "compiled")
+    res = measure_nbody(CPU, 512, steps=2, warmup=1, kernel=kernel)
+    assert res.kernel == "compiled" and res.ok, res
+    assert res.compile_s > 0 and res.worst_error() <= NBODY_TOLERANCE["fp32"]
+    out = NBodyCheck().run(_ctx("standard", cpu_bodies=512, steps=2))  # reuses the process's compiled kernel
+    assert out.status is Status.PASS, out.reason
+    assert "fused kernel (torch.compile) compiled in" in out.reason and "not timed" in out.reason
+    assert out.details["results"][0]["kernel"] == "compiled"
+
+
+@pytest.mark.gpu
+def test_compiled_kernel_on_gpu_is_compute_bound() -> None:
+    from gpuaccept.checks.nbody_kernel import choose_kernel
+
+    dev = torch.device("cuda:0")
+    fused = measure_nbody(dev, 65536, steps=5, warmup=2, kernel=choose_kernel(dev, "compiled"))
+    eager = measure_nbody(dev, 65536, steps=2, warmup=1)
+    assert fused.ok and fused.kernel == "compiled", fused
+    assert fused.gflops > 3 * eager.gflops  # compute-bound vs memory-bound

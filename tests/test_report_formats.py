@@ -49,7 +49,7 @@ def test_load_node_and_cluster_files_and_run_dirs(tmp_path: Path) -> None:
     ("{not json", "not valid JSON (line 1, column 2"),
     ("[1, 2]", "expected a JSON object, got list"),
     ('{"run_id": "x"}', "not a valid gpuaccept report at (top level): 'schema_version' is a required property"),
-    ('{"kind": "cluster", "nodes": 3}', "cluster report without a 'nodes' list"),
+    ('{"kind": "cluster", "nodes": 3}', "not a valid gpuaccept cluster report"),
 ])
 def test_malformed_files_name_the_file_and_the_problem(tmp_path: Path, content: str, message: str) -> None:
     bad = tmp_path / "bad.json"

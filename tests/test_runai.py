@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -22,10 +21,10 @@ from gpuaccept.errors import ConfigError, InputError, UsageError
 from gpuaccept.launch.pod_script import NODE_SCRIPT
 from gpuaccept.launch.runai.backend import RunaiBackend
 from gpuaccept.launch.runai.parse import parse_describe
-from gpuaccept.launch.runai.plan import RunaiOptions, build_argv, runai_toleration
+from gpuaccept.launch.runai.plan import MPI_LAUNCHER_VAR, RunaiOptions, build_argv, k8s_literal, runai_toleration
 from gpuaccept.launch.spec import JobSpec, Mount, sanitize_name
 from gpuaccept.model import Verdict
-from tests.fake_runai import SUBMIT_FLAGS, calls, install
+from tests.fake_runai import SUBMIT_FLAGS, calls, install, k8s_expand
 from tests.helpers import gpuaccept
 from tests.k8s_support import check_golden, command_spec, need_binary, suite_spec
 from tests.test_k8s_scripts import run_container
@@ -106,14 +105,39 @@ def test_mpi_argv_launcher_uses_the_hostfile() -> None:
     assert argv[2:4] == ["mpi", "submit"]
     text = " ".join(argv)
     assert "--workers 3" in text and "--slots-per-worker 8" in text and "--no-master" not in text
-    master = shlex.split(argv[argv.index("--master-command") + 1])
-    assert master[:2] == ["sh", "-c"] and master[3:] == ["gpuaccept-launcher", "python", "train.py", "--lr", "3e-4"]
-    assert "hostfile=/etc/mpi/hostfile" in master[2] and "np=24" in master[2]
-    assert 'mpirun --hostfile "$hostfile" -np 24 --map-by ppr:8:node -x NCCL_IB_HCA -x TERM' in master[2]
+    assert argv[argv.index("--master-command") + 1] == "sh -c $(GPUACCEPT_MPI_LAUNCHER)"
+    env = dict(argv[i + 1].partition("=")[::2] for i, a in enumerate(argv) if a == "--master-environment")
+    script = k8s_expand(env["GPUACCEPT_MPI_LAUNCHER"], {})
+    assert script.startswith("set -- python train.py --lr 3e-4\n")
+    assert "hostfile=/etc/mpi/hostfile" in script and "np=24" in script
+    assert 'mpirun --hostfile "$hostfile" -np 24 --map-by ppr:8:node -x NCCL_IB_HCA -x TERM' in script
     assert argv[-4:] == ["--command", "--", "/usr/sbin/sshd", "-De"]
     assert "OMPI_ALLOW_RUN_AS_ROOT=1" in argv and "TERM=dumb" in argv
     assert set(flags_of(argv)) <= SUBMIT_FLAGS["mpi"]
 
+
+
+def test_mpi_launcher_survives_kubernetes_expansion_and_runs(fake: Path, tmp_path: Path) -> None:
+    """The launcher's script travels in an env variable that --master-command names with $(VAR): what the
+    container runs after Kubernetes' expansion is the script itself, whatever it holds ($$, $(...), quotes)."""
+    hostile = {"Q": "it's \"quoted\" $$ $(date) $(Q) \\ ,="}
+    spec = command_spec(ropts(kind="mpi"), nodes=2, env=hostile)
+    argv = build_argv(spec, RunaiOptions.from_dict(spec.options))
+    assert run_script(RunaiBackend().plan(spec), tmp_path, fake) == argv[1:]
+    master = json.loads((fake / "workloads.json").read_text())[spec.name]["master_command"]
+    assert master[:2] == ["sh", "-c"] and len(master) == 3
+    assert master[2].startswith("set -- python train.py --lr 3e-4\n# gpuaccept MPIJob launcher")
+    assert "-x Q " in master[2]
+    # run what the launcher container would run: no hostfile here, so the placement check stops it (97)
+    r = subprocess.run(master, capture_output=True, text=True, timeout=30, check=False)
+    assert r.returncode == 97 and "/etc/mpi/hostfile is missing" in r.stderr, r.stderr
+    assert k8s_expand(k8s_literal(hostile["Q"]), {"Q": "x", "date": "y"}) == hostile["Q"]
+    with pytest.raises(ConfigError, match="reserved"):
+        build_argv(command_spec(ropts(kind="mpi"), env={MPI_LAUNCHER_VAR: "x"}), RunaiOptions(kind="mpi"))
+    for command, words in (("sh -c 'echo hi'", "need quoting"), ("sh -c $(NOPE)", "no --master-environment")):
+        r = subprocess.run(["runai", "training", "mpi", "submit", "w", "--image", "i", "--master-command", command],
+                           capture_output=True, text=True, check=False)
+        assert r.returncode == 1 and words in r.stderr, r.stderr
 
 def test_generated_submit_script_passes_shellcheck(tmp_path: Path) -> None:
     shellcheck = need_binary("shellcheck")

@@ -169,6 +169,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     opts, cfg, report_dir = _merge_options(args)
     baseline = _load_baseline(args)
+    if not args.no_history:  # a bad --db or $GPUACCEPT_DB is refused before anything runs, not after
+        from gpuaccept.results.dburl import resolve_db_url
+
+        resolve_db_url(args.db)
     info = _rank_info(args)
     reg = registry()
     device = resolve_device(opts.device)
@@ -184,7 +188,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             shown["distributed"] = info.to_dict()
         else:
             shown["nproc"] = nproc
-        print(json.dumps(shown, indent=2))
+        print(json.dumps(shown, indent=2, allow_nan=False))
         return EXIT_OK
 
     to_stdout = args.json == "-"
@@ -291,6 +295,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = ("gpuaccept.results.cli", "gpuaccept.launc
                                       "gpuaccept.results.baseline_cli", "gpuaccept.results.analysis_cli",
                                       "gpuaccept.report.cli", "gpuaccept.containers.sshd_cli",
                                       "gpuaccept.containers.image_cli", "gpuaccept.nccltests.cli",
+                                      "gpuaccept.launch.isolate_cli",
                                       "gpuaccept.containers.constraints_cli")
 
 
@@ -304,7 +309,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         handler = getattr(args, "handler", None) or COMMANDS[args.command]
         return int(handler(args))
     except GpuacceptError as exc:
-        print(f"gpuaccept: error: {exc}", file=sys.stderr)
+        from gpuaccept.inputs import one_line
+
+        print(f"gpuaccept: error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("gpuaccept: interrupted", file=sys.stderr)

@@ -9,10 +9,24 @@ from __future__ import annotations
 
 import enum
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 SCHEMA_VERSION = 1
+
+_URL_CREDENTIALS = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^:/@\s]*):[^@\s]*@")
+_SECRET_OPTION = re.compile(r"^(--?[A-Za-z0-9-]*(?:password|passwd|token|secret)[A-Za-z0-9-]*=).+$", re.IGNORECASE)
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """``argv`` as it may be stored: URL passwords (``postgresql://user:pw@host``) become ``***``,
+    as do the values of ``--*password*=``/``--*token*=``/``--*secret*=`` options."""
+    out = []
+    for arg in argv:
+        arg = _URL_CREDENTIALS.sub(r"\1:***@", str(arg))
+        out.append(_SECRET_OPTION.sub(r"\1***", arg))
+    return out
 
 
 class Status(str, enum.Enum):
@@ -190,6 +204,9 @@ class NodeReport:
     version: str = ""
     pod: str | None = None
     """The container (Kubernetes or Run:ai pod) the report came from, when ``host`` names the node it ran on."""
+
+    def __post_init__(self) -> None:
+        self.argv = redact_argv(self.argv)  # nothing secret is written to report.json or the history
 
     def failed_checks(self) -> list[str]:
         return [c.name for c in self.checks if c.status.is_failure]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import fnmatch
+import math
 import sys
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -27,7 +28,10 @@ class Param:
     """A declared check parameter.
 
     ``kind`` is ``int``, ``float``, ``str``, ``bool`` or ``list`` (of ``item``);
-    ``choices`` restricts values (each list item for lists).
+    ``choices`` restricts values (each list item for lists); ``minimum`` and
+    ``maximum`` bound numbers (each list item for lists); ``memory_mib`` marks
+    a size in MiB that :func:`check_memory_params` compares with what the
+    machine has.
     """
 
     name: str
@@ -37,6 +41,9 @@ class Param:
     item: str = "str"
     choices: tuple[Any, ...] | None = None
     minimum: float | None = None
+    maximum: float | None = None
+    memory_mib: bool = False
+    max_items: int = 64
 
     def coerce(self, value: Any, source: str, key: str) -> Any:
         """Validate ``value`` for this parameter; raise :class:`ConfigError` if wrong."""
@@ -45,19 +52,58 @@ class Param:
                 value = [v.strip() for v in value.split(",") if v.strip()]
             if not isinstance(value, list):
                 raise ConfigError(source, key, f"expected a list, got {type(value).__name__}")
-            item = Param(self.name, self.item, None, self.help, choices=self.choices, minimum=self.minimum)
+            if len(value) > self.max_items:
+                raise ConfigError(source, key, f"a list of {len(value)} items; at most {self.max_items}")
+            item = Param(self.name, self.item, None, self.help, choices=self.choices, minimum=self.minimum,
+                         maximum=self.maximum)
             return [item.coerce(v, source, f"{key}[{i}]") for i, v in enumerate(value)]
         want = _KINDS[self.kind]
         ok = isinstance(value, want) and not (want in (int, float) and isinstance(value, bool))
         if self.kind == "float" and isinstance(value, int) and not isinstance(value, bool):
             value, ok = float(value), True
         if not ok:
-            raise ConfigError(source, key, f"expected {self.kind}, got {type(value).__name__} {value!r}")
+            raise ConfigError(source, key, f"expected {self.kind}, got {type(value).__name__} {_show(value)}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(source, key, f"{value!r} is not a finite number")
         if self.choices is not None and value not in self.choices:
-            raise ConfigError(source, key, f"{value!r} is not one of {', '.join(map(str, self.choices))}")
+            raise ConfigError(source, key, f"{_show(value)} is not one of {', '.join(map(str, self.choices))}")
         if self.minimum is not None and value < self.minimum:
-            raise ConfigError(source, key, f"{value!r} is below the minimum {self.minimum}")
+            raise ConfigError(source, key, f"{_show(value)} is below the minimum {self.minimum:g}")
+        if self.maximum is not None and value > self.maximum:
+            raise ConfigError(source, key, f"{_show(value)} is above the maximum {self.maximum:g}")
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) > MAX_NUMBER:
+            raise ConfigError(source, key, f"{_show(value)} is out of range (at most {MAX_NUMBER:.0e} in size)")
+        if isinstance(value, str) and len(value) > 4096:
+            raise ConfigError(source, key, f"a string of {len(value)} characters; at most 4096")
         return value
+
+    def check_memory(self, value: Any, available_mib: int | None, source: str, key: str) -> None:
+        """ConfigError when this memory size (MiB) exceeds ``available_mib``, the memory this machine has."""
+        if not self.memory_mib or available_mib is None:
+            return
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, int) and v > available_mib:
+                raise ConfigError(source, key, f"{v} MiB is more than this machine's memory ({available_mib} MiB)")
+
+
+MAX_NUMBER = 1e15
+"""No declared parameter is meaningful beyond this magnitude (and such numbers overflow downstream)."""
+
+
+def host_memory_mib() -> int | None:
+    """Physical memory of this machine in MiB (None where the OS does not say)."""
+    import os
+
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // (1024 * 1024))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _show(value: Any) -> str:
+    """``repr(value)`` on one line (control characters escaped), cut to a readable length."""
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in repr(value))
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 _BOUND_KEYS = ("min", "max", "min_fraction", "max_fraction")
@@ -121,20 +167,22 @@ class ThresholdRule:
             raise ConfigError(source, key, "a threshold must be a mapping with 'metric' and one bound")
         unknown = set(raw) - {"metric", "severity", *_BOUND_KEYS}
         if unknown:
-            raise ConfigError(source, f"{key}.{sorted(unknown)[0]}",
+            raise ConfigError(source, f"{key}.{_show(sorted(map(str, unknown))[0])[1:-1]}",
                               f"unknown key; allowed: metric, severity, {', '.join(_BOUND_KEYS)}")
         metric = raw.get("metric")
-        if not isinstance(metric, str) or not metric:
+        if not isinstance(metric, str) or not metric or not metric.isprintable():
             raise ConfigError(source, f"{key}.metric", "must be a non-empty string (a metric name or glob)")
         bounds = {k: raw[k] for k in _BOUND_KEYS if k in raw}
         if len(bounds) != 1:
             raise ConfigError(source, key, f"needs exactly one of {', '.join(_BOUND_KEYS)}")
         (bkey, bval), = bounds.items()
         if isinstance(bval, bool) or not isinstance(bval, (int, float)):
-            raise ConfigError(source, f"{key}.{bkey}", f"expected a number, got {bval!r}")
+            raise ConfigError(source, f"{key}.{bkey}", f"expected a number, got {_show(bval)}")
+        if not math.isfinite(bval) or abs(bval) > 1e300:
+            raise ConfigError(source, f"{key}.{bkey}", f"{_show(bval)} is not a finite number")
         sev_raw = raw.get("severity", "fail")
         if sev_raw not in ("fail", "warn"):
-            raise ConfigError(source, f"{key}.severity", f"must be 'fail' or 'warn', got {sev_raw!r}")
+            raise ConfigError(source, f"{key}.severity", f"must be 'fail' or 'warn', got {_show(sev_raw)}")
         return cls(metric=metric, severity=Status(sev_raw), source=source, **{bkey: float(bval)})
 
 

@@ -43,6 +43,7 @@ ops each rank's values are ``1 + (i + 7919 r) mod K``.
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -50,7 +51,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from gpuaccept.checks.base import CheckContext, Outcome, Param, ThresholdRule
-from gpuaccept.checks.collectives_expect import SKU_JUDGED_OPS, free_bytes, local_max_bytes, rank_busbw_expectation
+from gpuaccept.checks.collectives_expect import (
+    SKU_JUDGED_OPS,
+    free_bytes,
+    injected_fault,
+    local_max_bytes,
+    rank_busbw_expectation,
+)
 from gpuaccept.distributed.group import (
     Abandon,
     DistributedCheck,
@@ -491,7 +498,8 @@ class CollectivesCheck(DistributedCheck):
                                       backend=pg.backend, failure=failure, details=details)
             if failure is not None:
                 raise Abandon(outcome)
-        return outcome
+        fault = injected_fault(os.environ, details["host"])  # tests only
+        return Outcome.failed(fault, outcome.metrics, **outcome.details) if fault else outcome
 
     def _sweep(self, ctx: CheckContext, rc: RankContext, device: Any, sizes: list[int], rows: list[Row],
                where: list[str], after_row: Callable[[], None]) -> None:

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 LARGE_ENOUGH_BYTES = 64 << 20  # below this, busbw says little about the links: no SKU expectation
 SKU_JUDGED_OPS = ("allreduce", "allgather", "reducescatter")
 FREE_BYTES_ENV = "GPUACCEPT_TEST_FREE_BYTES"
+FAULT_HOST_ENV = "GPUACCEPT_TEST_FAULT_HOST"
 
 Expectation = tuple[str, float, float]  # (source such as "sku:h100_sxm", expected busbw GB/s, pass fraction)
 
@@ -44,6 +45,13 @@ def free_bytes_override(env: Mapping[str, str], rank: int) -> int | None:
         if who.strip() == str(rank) and val.strip():
             return int(val)
     return None
+
+
+def injected_fault(env: Mapping[str, str], host: str) -> str | None:
+    """Tests only: ``GPUACCEPT_TEST_FAULT_HOST=H1[,H2]`` makes the ranks on those hosts fail the check, as a broken
+    node would (``gpuaccept isolate`` must then find them); None on every other host and without the variable."""
+    hosts = {h.strip() for h in env.get(FAULT_HOST_ENV, "").split(",") if h.strip()}
+    return f"injected fault on {host} ({FAULT_HOST_ENV})" if host in hosts else None
 
 
 def free_bytes(device: str, rc: RankContext) -> int | None:

@@ -64,7 +64,7 @@ class DdpTrainCheck(DistributedCheck):
     params = (
         Param("steps", "int", 60, "optimizer steps", minimum=2),
         Param("window", "int", 10, "steps averaged at the start and at the end to judge the loss drop", minimum=1),
-        Param("min_loss_drop", "float", 0.3, "required fractional fall of the global loss"),
+        Param("min_loss_drop", "float", 0.3, "required fractional fall of the global loss", minimum=0.0, maximum=1.0),
         Param("batch", "int", 64, "samples per rank and step", minimum=1),
         Param("hidden", "int", 128, "hidden width of the student MLP", minimum=1),
         Param("lr", "float", 0.05, "SGD learning rate (momentum 0.9)", minimum=0.0),

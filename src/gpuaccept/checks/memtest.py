@@ -232,15 +232,19 @@ class MemtestCheck(Check):
     summary = "Fill free GPU memory with walking-bit, random and address patterns and verify every word"
     key_metric = "memtest_errors"
     params = (
-        Param("fraction", "float", 0.9, "GPU: fraction of the free device memory to test", minimum=0.0),
-        Param("cpu_mib", "int", 64, "CPU: MiB of host memory to test (a fixed small size)", minimum=1),
-        Param("chunk_mib", "int", 256, "allocation chunk size in MiB (bounds temporary memory)", minimum=1),
+        Param("fraction", "float", 0.9, "GPU: fraction of the free device memory to test", minimum=0.0,
+              maximum=1.0),
+        Param("cpu_mib", "int", 64, "CPU: MiB of host memory to test (a fixed small size)", minimum=1,
+              maximum=1 << 24, memory_mib=True),
+        Param("chunk_mib", "int", 256, "allocation chunk size in MiB (bounds temporary memory)", minimum=1,
+              maximum=1 << 20),
         Param("patterns", "list", ["walking_ones", "random", "address"], "patterns to run, in order",
               choices=PATTERNS),
         Param("passes", "int", 1, "passes over all patterns; each pass shifts the walking bit, reseeds random "
-              "and complements address on odd passes", minimum=1),
+              "and complements address on odd passes", minimum=1, maximum=1000),
         Param("seed", "int", 1, "seed of the random pattern"),
-        Param("max_seconds", "float", 60.0, "time budget; stops between patterns when spent", minimum=0.0),
+        Param("max_seconds", "float", 60.0, "time budget; stops between patterns when spent", minimum=0.0,
+              maximum=7 * 24 * 3600.0),
         Param("max_report", "int", 10, "bad words reported in details per device", minimum=0),
     )
     profile_params: ClassVar[dict[str, dict[str, Any]]] = {

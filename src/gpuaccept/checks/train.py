@@ -124,7 +124,8 @@ class TrainCheck(Check):
     params = (
         Param("steps", "int", 200, "optimizer steps (one fresh batch each)", minimum=2),
         Param("window", "int", 20, "steps averaged at the start and at the end to judge the loss drop", minimum=1),
-        Param("min_loss_drop", "float", 0.3, "required fractional loss fall, first window to last window"),
+        Param("min_loss_drop", "float", 0.3, "required fractional loss fall, first window to last window",
+              minimum=0.0, maximum=1.0),
         Param("batch", "int", 512, "batch size", minimum=1),
         Param("hidden", "int", 512, "hidden width of the student MLP", minimum=1),
         Param("lr", "float", 1e-3, "Adam learning rate", minimum=0.0),

@@ -112,8 +112,19 @@ def parse_host(text: str, source: str = "--hosts") -> Host:
 
 
 def parse_host_list(text: str, source: str = "--hosts") -> list[Host]:
-    """``"a,b,user@c:2222"`` (commas and/or whitespace) to Hosts; empty pieces are ignored."""
-    hosts = [parse_host(piece, source) for piece in re.split(r"[,\s]+", text) if piece]
+    """``"a,b,user@c:2222"`` (separated by commas or line breaks) to Hosts; empty pieces are ignored.
+
+    Blanks around a host are dropped, but a blank inside one item (``"host name"``) is refused,
+    not read as two hosts: a host name has no blanks.
+    """
+    hosts = []
+    for piece in re.split(r"[,\r\n]+", text):
+        piece = piece.strip()
+        if not piece:
+            continue
+        if re.search(r"\s", piece):
+            raise ConfigError(source, repr(piece), "a host name cannot contain blanks; separate hosts with commas")
+        hosts.append(parse_host(piece, source))
     if not hosts:
         raise ConfigError(source, repr(text), "no hosts given")
     return hosts

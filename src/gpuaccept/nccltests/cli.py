@@ -14,7 +14,6 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 from gpuaccept.argtypes import nonneg_int, positive_float
@@ -75,10 +74,9 @@ def _split(args: argparse.Namespace) -> tuple[list[str], list[str]]:
 def _read(path: str) -> str:
     if path == "-":
         return sys.stdin.read()
-    try:
-        return Path(path).read_text(errors="replace")
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror}") from None
+    from gpuaccept.inputs import read_bytes
+
+    return read_bytes(path, "nccl-tests log or JSON file").decode("utf-8", errors="replace")
 
 
 def _table(result: Any) -> list[str]:

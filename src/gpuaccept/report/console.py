@@ -7,12 +7,13 @@ Plain lines start with a stable bracketed tag (``[ENV]``, ``[HEALTH]``,
 
 from __future__ import annotations
 
-import fnmatch
 from typing import IO, Any
 
 from rich.markup import escape
 
 from gpuaccept.model import CheckResult, Metric, NodeReport, Status, Verdict
+from gpuaccept.report.units import fmt_value
+from gpuaccept.report.views import headline_metric
 from gpuaccept.runner import RunEvents
 from gpuaccept.suite import PlannedCheck, SuitePlan
 
@@ -20,23 +21,14 @@ _STYLE = {Status.PASS: "green", Status.WARN: "yellow", Status.FAIL: "bold red", 
           Status.SKIP: "dim"}
 
 
-def fmt_value(value: float, unit: str) -> str:
-    if value != value:  # NaN
-        return "n/a"
-    text = f"{value:.0f}" if abs(value) >= 1000 else f"{value:.4g}"
-    return f"{text} {unit}".strip() if unit not in ("count", "fraction", "") else text
-
-
-def key_metric(result: CheckResult, pattern: str | None) -> Metric | None:
-    """The metric shown in the summary: the lowest value matching ``pattern`` (the weakest GPU)."""
-    if not pattern or not result.metrics:
-        return None
-    hits = [m for m in result.metrics if fnmatch.fnmatchcase(m.name, pattern) and m.value == m.value]
-    return min(hits, key=lambda m: m.value) if hits else None
+def key_metric(result: CheckResult, pattern: str | None = None) -> Metric | None:
+    """The metric shown in the summary: :func:`gpuaccept.report.views.headline_metric` (the same in every
+    rendering); ``pattern`` is the check's declared ``key_metric``."""
+    return headline_metric(result, pattern)
 
 
 def describe_key(result: CheckResult, pattern: str | None) -> tuple[str, str]:
-    """(value text, expectation text) for the summary table."""
+    """(value text, expectation text) for the summary table, the expectation in the value's unit."""
     m = key_metric(result, pattern)
     if m is None:
         return "", ""
@@ -44,9 +36,9 @@ def describe_key(result: CheckResult, pattern: str | None) -> tuple[str, str]:
     value = f"{m.name}={fmt_value(m.value, m.unit)}{where}"
     expect = ""
     if m.threshold is not None:
-        expect = f"{m.threshold.op} {fmt_value(m.threshold.value, m.unit)}"
+        expect = f"{m.threshold.op} {fmt_value(m.threshold.value, m.unit, like=m.value)}"
     if m.expected is not None:
-        expect = (expect + " " if expect else "") + f"(spec {fmt_value(m.expected, m.unit)})"
+        expect = (expect + " " if expect else "") + f"(spec {fmt_value(m.expected, m.unit, like=m.value)})"
     return value, expect
 
 
@@ -55,9 +47,9 @@ def metric_line(m: Metric) -> str:
     where = f" [{m.device}]" if m.device else ""
     extra = []
     if m.threshold is not None:
-        extra.append(f"threshold {m.threshold.op} {fmt_value(m.threshold.value, m.unit)}")
+        extra.append(f"threshold {m.threshold.op} {fmt_value(m.threshold.value, m.unit, like=m.value)}")
     if m.expected is not None:
-        extra.append(f"spec {fmt_value(m.expected, m.unit)}")
+        extra.append(f"spec {fmt_value(m.expected, m.unit, like=m.value)}")
     tags = " ".join(f"{k}={v}" for k, v in m.tags.items())
     return (f"{m.name}{where} = {fmt_value(m.value, m.unit)}" + (f" ({', '.join(extra)})" if extra else "")
             + (f" {tags}" if tags else ""))

@@ -25,6 +25,7 @@ from gpuaccept.model import CheckResult, ClusterReport, Metric, NodeReport, Stat
 from gpuaccept.report import svg
 from gpuaccept.report.html_assets import CSS, JS
 from gpuaccept.report.svg import e
+from gpuaccept.report.units import display_unit
 from gpuaccept.report.views import (
     STATUS_ORDER,
     Heatmap,
@@ -92,9 +93,9 @@ def _describe_metric(m: Metric) -> str:
     where = f" [{m.device}]" if m.device else ""
     text = f"{m.name}{where} = {fmt_value(m.value, m.unit)}"
     if m.threshold is not None:
-        text += f" (threshold {m.threshold.op} {fmt_number(m.threshold.value)})"
+        text += f" (threshold {m.threshold.op} {fmt_value(m.threshold.value, m.unit, like=m.value)})"
     elif m.expected is not None:
-        text += f" (expected {fmt_number(m.expected)})"
+        text += f" (expected {fmt_value(m.expected, m.unit, like=m.value)})"
     return text
 
 
@@ -302,14 +303,16 @@ def _metrics_table(check: CheckResult, host: str, idx: OutlierIndex) -> str:
         cls = "outlier" if o else (f"st-{st.value}" if st and st is not Status.PASS else "ok")
         pct = m.value / m.expected if m.expected and math.isfinite(m.value) else None
         pct_text = f"{pct:.0%}" if pct is not None else ""
-        expected_td = _num_td(m.expected, "" if m.expected is None else None)
-        thr = f"{m.threshold.op} {fmt_number(m.threshold.value)}" if m.threshold else ""
+        factor, unit = display_unit(m.value, m.unit)  # value, expected and threshold in one shown unit
+        expected_td = _num_td(m.expected, "" if m.expected is None else fmt_number(m.expected * factor))
+        thr = f"{m.threshold.op} {fmt_number(m.threshold.value * factor)}" if m.threshold else ""
         src = f" ({m.threshold.source})" if m.threshold and m.threshold.source != "default" else ""
         verdict = _st(st) if st is not None else ""
         if o:
             verdict += f' {_badge("outlier", f"outlier z={fmt_number(o.z)}")}'
         rows.append(f'<tr class="{cls}"><td><code>{e(m.name)}</code></td><td>{e(m.device or "")}</td>'
-                    f'<td class="muted">{e(fmt_tags(m.tags))}</td>{_num_td(m.value)}<td>{e(m.unit)}</td>'
+                    f'<td class="muted">{e(fmt_tags(m.tags))}</td>{_num_td(m.value, fmt_number(m.value * factor))}'
+                    f'<td>{e(unit)}</td>'
                     f'{expected_td}{_num_td(pct, pct_text)}'
                     f'<td>{e(thr)}<span class="muted">{e(src)}</span></td><td>{verdict}</td></tr>')
     return ('<table class="sortable metrics"><thead><tr><th>metric</th><th>device</th><th>tags</th><th>value</th>'

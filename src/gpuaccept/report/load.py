@@ -3,29 +3,78 @@
 A reference is tried in this order:
 
 1. an existing file: a node ``report.json`` or a cluster report (JSON with ``"kind": "cluster"``);
-2. an existing directory: its ``cluster-report.json``, else its ``report.json``;
+2. an existing directory: its ``cluster-report.json``, else its ``report.json``, else its
+   ``results.jsonl`` (a run whose report.json was lost: an ``interrupted`` report is rebuilt
+   from the check results, the run id from the directory name);
 3. a run id (or a unique prefix) in the history store (``--db``, ``$GPUACCEPT_DB``, or the default);
 4. a run id as a directory under the report directory (``<report-dir>/<run-id>/report.json``).
 
 Anything malformed raises :class:`~gpuaccept.errors.InputError` naming the file
-and what is wrong with it.
+and what is wrong with it. This is the one definition of a valid report: every
+command that reads reports (``report``, ``compare``, ``baseline``, ``analyze``,
+``history --import``) validates through :func:`report_from_dict`: a node report
+against the published JSON Schema (``data/report.schema.json``), a cluster
+report against :data:`CLUSTER_SCHEMA` and each of its node reports against the
+node schema; run ids must be safe as a file name (:data:`RUN_ID_PATTERN`).
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import re
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from gpuaccept.errors import GpuacceptError, InputError
-from gpuaccept.model import SCHEMA_VERSION, ClusterReport, NodeReport
+from gpuaccept.inputs import load_json_file, loads_json, one_line, read_text
+from gpuaccept.model import SCHEMA_VERSION, CheckResult, ClusterReport, NodeReport, Verdict
 
 CLUSTER_FILE = "cluster-report.json"
 NODE_FILE = "report.json"
+RESULTS_FILE = "results.jsonl"
+
+RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,199}$")
+"""A run id names a directory and files: no path separators, no leading dot, printable ASCII."""
 
 Report = NodeReport | ClusterReport
 
+_DATE = {"type": "string", "minLength": 1, "maxLength": 64}
+CLUSTER_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["schema_version", "kind", "run_id", "backend", "started", "nodes"],
+    "additionalProperties": False,
+    "properties": {
+        "schema_version": {"const": SCHEMA_VERSION},
+        "kind": {"const": "cluster"},
+        "run_id": {"type": "string", "pattern": RUN_ID_PATTERN.pattern},
+        "backend": {"type": "string", "minLength": 1},
+        "job_id": {"type": ["string", "null"]},
+        "started": _DATE,
+        "finished": {"anyOf": [_DATE, {"type": "null"}]},
+        "expected_nodes": {"type": "integer", "minimum": 0, "maximum": 1_000_000},
+        "verdict": {"enum": ["running", "success", "failure", "interrupted"]},
+        "analysis": {"type": "object"},
+        "nodes": {"type": "array", "items": {
+            "type": "object",
+            "required": ["host", "state"],
+            "additionalProperties": False,
+            "properties": {
+                "host": {"type": "string", "minLength": 1},
+                "state": {"enum": ["reported", "missing"]},
+                "report": {"type": ["object", "null"]},
+                "node_rank": {"type": ["integer", "null"], "minimum": 0},
+                "reason": {"type": "string"},
+                "verdict": {"type": "string"},
+            },
+        }},
+    },
+}
+"""The shape of ``cluster-report.json`` (each node's ``report`` is checked against the node schema)."""
 
+
+@functools.lru_cache(maxsize=1)
 def _schema() -> dict[str, Any]:
     from importlib import resources
 
@@ -34,65 +83,124 @@ def _schema() -> dict[str, Any]:
     return data
 
 
-def _validate_node(data: Any, where: str) -> None:
-    """Raise InputError when ``data`` does not follow the report JSON schema."""
+def check_run_id(run_id: Any, where: str) -> str:
+    """``run_id`` when it is safe to use as a file and directory name; InputError otherwise."""
+    if not isinstance(run_id, str) or not RUN_ID_PATTERN.match(run_id):
+        shown = one_line(repr(run_id))[:80]
+        raise InputError(f"{where}: run_id {shown} is not a valid run id (letters, digits and ._:@+=- only, "
+                         "no path separator, not starting with a dot)")
+    return run_id
+
+
+def _newer(data: dict[str, Any], where: str) -> None:
+    version = data.get("schema_version")
+    if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
+        raise InputError(f"{where}: written by a newer gpuaccept: schema_version {version} > {SCHEMA_VERSION}; "
+                         "upgrade gpuaccept to read it")
+
+
+def _validate(data: Any, schema: dict[str, Any], where: str, what: str) -> None:
     import jsonschema
 
-    if not isinstance(data, dict):
-        raise InputError(f"{where}: not a gpuaccept report (expected a JSON object, got {type(data).__name__})")
-    if isinstance(data.get("schema_version"), int) and data["schema_version"] > SCHEMA_VERSION:
-        raise InputError(f"{where}: report schema version {data['schema_version']} is newer than this gpuaccept "
-                         f"understands ({SCHEMA_VERSION}); upgrade gpuaccept")
-    validator = jsonschema.Draft202012Validator(_schema())
+    validator = jsonschema.Draft202012Validator(schema)
     error = jsonschema.exceptions.best_match(validator.iter_errors(data))
     if error is not None:
         path = "/".join(str(p) for p in error.absolute_path) or "(top level)"
-        raise InputError(f"{where}: not a valid gpuaccept report at {path}: {error.message}")
+        raise InputError(f"{where}: not a valid gpuaccept {what} at {one_line(path)[:120]}: "
+                         f"{one_line(error.message)[:200]}")
+
+
+def _validate_node(data: Any, where: str) -> None:
+    """Raise InputError when ``data`` does not follow the report JSON schema."""
+    if not isinstance(data, dict):
+        raise InputError(f"{where}: not a gpuaccept report (expected a JSON object, got {type(data).__name__})")
+    _newer(data, where)
+    _validate(data, _schema(), where, "report")
+    check_run_id(data["run_id"], where)
 
 
 def report_from_dict(data: Any, where: str) -> Report:
     """A NodeReport or ClusterReport from parsed JSON; InputError naming ``where`` when malformed."""
     if isinstance(data, dict) and data.get("kind") == "cluster":
-        nodes = data.get("nodes")
-        if not isinstance(nodes, list):
-            raise InputError(f"{where}: cluster report without a 'nodes' list")
-        for i, entry in enumerate(nodes):
-            if not isinstance(entry, dict) or not isinstance(entry.get("host"), str):
-                raise InputError(f"{where}: nodes[{i}] is not a node entry with a 'host'")
+        _newer(data, where)
+        _validate(data, CLUSTER_SCHEMA, where, "cluster report")
+        for i, entry in enumerate(data["nodes"]):
             if entry.get("report") is not None:
-                _validate_node(entry["report"], f"{where}: nodes[{i}] ({entry['host']})")
+                _validate_node(entry["report"], f"{where}: nodes[{i}] ({one_line(entry['host'])[:80]})")
         try:
             return ClusterReport.from_dict(data)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise InputError(f"{where}: not a valid cluster report: {type(exc).__name__}: {exc}") from None
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
+            raise InputError(f"{where}: not a valid cluster report: {type(exc).__name__}: "
+                             f"{one_line(str(exc))[:200]}") from None
     _validate_node(data, where)
     try:
         return NodeReport.from_dict(data)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"{where}: not a valid gpuaccept report: {type(exc).__name__}: {exc}") from None
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
+        raise InputError(f"{where}: not a valid gpuaccept report: {type(exc).__name__}: "
+                         f"{one_line(str(exc))[:200]}") from None
 
 
 def load_file(path: Path) -> Report:
-    """Read and validate a report file."""
+    """Read and validate a report file (bounded in size, strict JSON, finite numbers)."""
+    return report_from_dict(load_json_file(path, "gpuaccept report"), str(path))
+
+
+def _started_from(run_id: str, results: Path) -> str:
+    stamp = run_id.split("-", 1)[0]
     try:
-        text = path.read_text()
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not a gpuaccept report (not UTF-8 text)") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
-    return report_from_dict(data, str(path))
+        when = datetime.strptime(stamp, "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc)
+    except ValueError:
+        when = datetime.fromtimestamp(results.stat().st_mtime, timezone.utc)
+    return when.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def load_results_dir(path: Path) -> NodeReport:
+    """The ``interrupted`` node report rebuilt from a run directory's ``results.jsonl`` alone.
+
+    The run id is the directory's name, the host the one the results name (else the
+    one in the run id), the start the run id's time stamp (else the file's time);
+    ``results.jsonl`` does not record the profile, so it reads as the default,
+    ``standard``. A torn last line (a run killed while writing) is left out.
+    """
+    results = path / RESULTS_FILE
+    where = str(results)
+    run_id = check_run_id(path.resolve().name, str(path))
+    checks: list[CheckResult] = []
+    lines = read_text(results, "results.jsonl").splitlines()
+    check_schema = {"$ref": "#/$defs/check", "$defs": _schema()["$defs"]}
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            data = loads_json(line, f"{where}: line {n}")
+        except InputError:
+            if n == len(lines):
+                break
+            raise
+        _validate(data, check_schema, f"{where}: line {n}", "check result")
+        try:
+            checks.append(CheckResult.from_dict(data))
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
+            raise InputError(f"{where}: line {n}: not a check result: {one_line(str(exc))[:200]}") from None
+    if not checks:
+        raise InputError(f"{where}: no check results (and no {NODE_FILE} beside it)")
+    host = next((c.host for c in checks if c.host), None)
+    if host is None:
+        m = re.match(r"^\d{8}T\d{6}Z-(.+)-[0-9a-f]{4}$", run_id)
+        host = m.group(1) if m else "unknown"
+    return NodeReport(run_id=run_id, host=host, profile="standard", started=_started_from(run_id, results),
+                      verdict=Verdict.INTERRUPTED, checks=checks)
 
 
 def load_dir(path: Path) -> Report:
-    """The report in a run directory: ``cluster-report.json`` first, else ``report.json``."""
+    """The report in a run directory: ``cluster-report.json`` first, else ``report.json``, else a
+    report rebuilt from ``results.jsonl``."""
     for name in (CLUSTER_FILE, NODE_FILE):
         candidate = path / name
         if candidate.is_file():
             return load_file(candidate)
+    if (path / RESULTS_FILE).is_file():
+        return load_results_dir(path)
     runs = sorted(p.name for p in path.iterdir() if (p / NODE_FILE).is_file() or (p / CLUSTER_FILE).is_file()) \
         if path.is_dir() else []
     if runs:
@@ -149,7 +257,7 @@ def _from_store(run_id: str, db: str | None, host: str | None) -> Report:
     url = resolve_db_url(db)
     if url.kind == "sqlite" and url.path is not None and not url.path.exists():
         raise InputError(f"no history database at {url.path}")  # do not create one just to look
-    store = open_store(url)
+    store = open_store(url, read_only=True)
     try:
         return store.get_run(run_id, host=host).report
     finally:

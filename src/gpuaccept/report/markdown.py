@@ -58,9 +58,9 @@ def _key(m: Metric | None) -> str:
     where = f" on {md(m.device)}" if m.device else ""
     text = f"{code(m.name)}{where} = {md(fmt_value(m.value, m.unit))}"
     if m.threshold is not None:
-        text += f" ({md(m.threshold.op)} {md(fmt_number(m.threshold.value))})"
+        text += f" ({md(m.threshold.op)} {md(fmt_value(m.threshold.value, m.unit, like=m.value))})"
     elif m.expected is not None:
-        text += f" (expected {md(fmt_number(m.expected))})"
+        text += f" (expected {md(fmt_value(m.expected, m.unit, like=m.value))})"
     return text
 
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuaccept.model import CheckResult, ClusterReport, Metric, NodeReport, NodeState, Status, Verdict
+from gpuaccept.report.units import fmt_number as fmt_number  # the shared number formats, re-exported
+from gpuaccept.report.units import fmt_value as fmt_value
 
 STATUS_ORDER = (Status.ERROR, Status.FAIL, Status.WARN, Status.PASS, Status.SKIP)
 # Units whose larger values are better when no threshold says otherwise.
@@ -216,27 +218,45 @@ def metric_status(m: Metric) -> Status:
     return m.threshold.severity if m.threshold is not None else Status.PASS
 
 
-def headline_metric(check: CheckResult) -> Metric | None:
-    """The metric that best explains a check's status: the one furthest below its bound, else the weakest
-    against its reference, else None."""
-    judged = [m for m in check.metrics if m.threshold is not None and math.isfinite(m.value)]
-    if judged:
+def headline_metric(check: CheckResult, key: str | None = None) -> Metric | None:
+    """A check's headline metric, the one definition every rendering (console, Markdown, HTML) shows.
+
+    1. A metric that misses its threshold: the one furthest beyond its bound
+       (what explains a failure or warning).
+    2. Else the check's key metric (:func:`key_pattern`, a glob): its weakest
+       value over devices (lowest where higher is better, highest where lower is).
+    3. Else the metric weakest against its reference (``expected``), else None.
+    """
+    finite = [m for m in check.metrics if math.isfinite(m.value)]
+    missed = [m for m in finite if threshold_met(m) is False]
+    if missed:
         def margin(m: Metric) -> float:
             thr = m.threshold
             assert thr is not None
             scale = abs(thr.value) or 1.0
             return (m.value - thr.value) / scale if thr.op == ">=" else (thr.value - m.value) / scale
-        return min(judged, key=margin)
-    ref = [m for m in check.metrics if m.expected and math.isfinite(m.value) and direction(m) != 0]
+        return min(missed, key=margin)
+    pattern = key_pattern(check, key)
+    if pattern:
+        import fnmatch
+
+        hits = [m for m in finite if fnmatch.fnmatchcase(m.name, pattern)]
+        if hits:
+            return min(hits, key=lambda m: m.value * (direction(m) or 1))
+    ref = [m for m in finite if m.expected and direction(m) != 0]
     if ref:
         return min(ref, key=lambda m: direction(m) * m.value / float(m.expected or 1.0))
-    return declared_key_metric(check)
+    return None
 
 
-def declared_key_metric(check: CheckResult) -> Metric | None:
-    """The lowest value of the metric the check declares as its key (``Check.key_metric``, a glob), if any."""
-    import fnmatch
-
+def key_pattern(check: CheckResult, key: str | None = None) -> str | None:
+    """The glob naming a check's key metric: the one the check chose for its device (``details.key_metric``),
+    else ``key`` (the caller's ``Check.key_metric``), else the registered check class's ``key_metric``."""
+    chosen = check.details.get("key_metric") if isinstance(check.details, dict) else None
+    if isinstance(chosen, str) and chosen:
+        return chosen
+    if key:
+        return key
     from gpuaccept.checks import registry
     from gpuaccept.errors import GpuacceptError
 
@@ -245,33 +265,7 @@ def declared_key_metric(check: CheckResult) -> Metric | None:
     except GpuacceptError:  # a broken plugin must not stop a report from rendering
         return None
     pattern = getattr(cls, "key_metric", None) if cls is not None else None
-    if not pattern:
-        return None
-    hits = [m for m in check.metrics if fnmatch.fnmatchcase(m.name, pattern) and math.isfinite(m.value)]
-    return min(hits, key=lambda m: m.value) if hits else None
-
-
-def fmt_number(x: float | None) -> str:
-    """A short human form of a number: 3 significant digits below 1000, integers above."""
-    if x is None or not math.isfinite(x):
-        return "n/a"
-    if x == 0:
-        return "0"
-    if abs(x) >= 1000:
-        return f"{x:,.0f}"
-    if abs(x) >= 100:
-        return f"{x:.1f}"
-    if abs(x) < 0.001:
-        return f"{x:.3g}"
-    return f"{x:.3g}"
-
-
-def fmt_value(x: float | None, unit: str) -> str:
-    """``612 TFLOP/s``; counts and unitless values without a unit."""
-    text = fmt_number(x)
-    if text == "n/a" or unit in ("", "count"):
-        return text
-    return f"{text} {unit}"
+    return pattern if isinstance(pattern, str) and pattern else None
 
 
 def fmt_bytes(n: float) -> str:

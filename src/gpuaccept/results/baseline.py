@@ -384,18 +384,13 @@ def parse_baseline(data: Any, source: str) -> Baseline:
 
 
 def _load_yaml(path: str | Path) -> tuple[Any, str]:
-    p = Path(path)
-    source = str(p)
+    """The YAML data of ``path`` (bounded in size and nesting, every number finite) and its name."""
+    from gpuaccept.inputs import BadInput, load_yaml_file
+
     try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise _err(source, "", f"cannot read: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise _err(source, "", f"not a text file ({exc.reason})") from exc
-    try:
-        return yaml.safe_load(text), source
-    except yaml.YAMLError as exc:
-        raise _err(source, "", f"not valid YAML: {' '.join(str(exc).split())}") from exc
+        return load_yaml_file(path, "baseline or threshold file"), str(path)
+    except BadInput as exc:
+        raise exc.as_config_error() from None
 
 
 def load_baseline(path: str | Path) -> Baseline:

@@ -38,30 +38,19 @@ if TYPE_CHECKING:
 
 def _parse_report(data: Any, where: str) -> NodeReport | ClusterReport | None:
     """A report from parsed JSON; None when ``data`` is plainly not a report; InputError when broken."""
-    from gpuaccept.errors import InputError
-    from gpuaccept.model import ClusterReport, NodeReport
+    from gpuaccept.report.load import report_from_dict
 
     if not isinstance(data, dict) or "run_id" not in data:
         return None
-    try:
-        if data.get("kind") == "cluster":
-            return ClusterReport.from_dict(data)
-        if "checks" in data and "host" in data:
-            return NodeReport.from_dict(data)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise InputError(f"{where}: not a valid gpuaccept report ({type(exc).__name__}: {exc})") from None
-    return None
+    if data.get("kind") != "cluster" and not ("checks" in data and "host" in data):
+        return None
+    return report_from_dict(data, where)
 
 
 def _read_json(path: Path) -> Any:
-    from gpuaccept.errors import InputError
+    from gpuaccept.inputs import load_json_file
 
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise InputError(f"{path}: not valid JSON ({exc})") from None
+    return load_json_file(path, "JSON file")
 
 
 def read_report_files(paths: Sequence[str]) -> list[NodeReport | ClusterReport]:
@@ -122,7 +111,7 @@ def _from_history(args: argparse.Namespace) -> list[NodeReport]:
     from gpuaccept.results.timespec import parse_since
 
     since = parse_since(args.since) if args.since else None
-    store = open_store(args.db)
+    store = open_store(args.db, read_only=True)
     try:
         runs = store.list_runs(host=args.host, since=since, kind="node", include_members=True)
         reports = []

@@ -108,40 +108,35 @@ def _tags(tags: dict[str, Any]) -> str:
 
 # ---- report files ---------------------------------------------------------------------------------------------------
 def load_report_file(path: Path) -> Any:
-    """A NodeReport or ClusterReport from a JSON file; InputError naming the file when it is not one."""
+    """A NodeReport or ClusterReport from a JSON file, validated by the one report loader
+    (:func:`gpuaccept.report.load.load_file`); InputError naming the file when it is not one."""
+    from gpuaccept.report.load import load_file
+
+    return load_file(path)
+
+
+def _report_files(paths: list[str]) -> list[tuple[Path, Any]]:
+    """(source, report) for every report named: a file, a run directory (report.json, else the
+    results.jsonl of a run whose report.json is missing), or every report.json below a directory."""
     from gpuaccept.errors import InputError
-    from gpuaccept.model import ClusterReport, NodeReport
+    from gpuaccept.report.load import CLUSTER_FILE, NODE_FILE, RESULTS_FILE, load_dir
 
-    try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
-    except ValueError as exc:
-        raise InputError(f"{path}: not JSON ({exc})") from None
-    try:
-        if not isinstance(data, dict):
-            raise TypeError("top level is not an object")
-        return ClusterReport.from_dict(data) if data.get("kind") == "cluster" else NodeReport.from_dict(data)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"{path}: not a gpuaccept report ({type(exc).__name__}: {exc})") from None
-
-
-def _report_files(paths: list[str]) -> list[Path]:
-    from gpuaccept.errors import InputError
-
-    files: list[Path] = []
+    found: list[tuple[Path, Any]] = []
     for text in paths:
         p = Path(text)
         if p.is_dir():
-            found = sorted(p.glob("**/report.json"))
-            if not found:
+            if any((p / name).is_file() for name in (CLUSTER_FILE, NODE_FILE, RESULTS_FILE)):
+                found.append((p, load_dir(p)))
+                continue
+            files = sorted(f for f in p.glob("**/report.json") if f.is_file())
+            if not files:
                 raise InputError(f"{p}: no report.json below this directory")
-            files += found
+            found += [(f, load_report_file(f)) for f in files]
         elif p.is_file():
-            files.append(p)
+            found.append((p, load_report_file(p)))
         else:
             raise InputError(f"{p}: no such file or directory")
-    return files
+    return found
 
 
 # ---- commands --------------------------------------------------------------------------------------------------------
@@ -152,8 +147,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 
     since = parse_since(args.since) if args.since else None
     if args.import_paths:
-        files = _report_files(args.import_paths)
-        reports = [(f, load_report_file(f)) for f in files]  # every file is checked before anything is stored
+        reports = _report_files(args.import_paths)  # every file is checked before anything is stored
         with open_store(args.db) as store:
             stored = []
             for f, rep in reports:
@@ -169,7 +163,7 @@ def cmd_history(args: argparse.Namespace) -> int:
                     print(f"stored {s['run_id']} from {s['file']}")
                 print(f"{len(stored)} report(s) stored in {store}")
         return 0
-    with open_store(args.db) as store:
+    with open_store(args.db, read_only=True) as store:
         runs = store.list_runs(host=args.host, check=args.check, since=since, kind=args.kind,
                                limit=args.limit or None, include_members=args.all_nodes)
         where = str(store)
@@ -208,7 +202,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if all(r.endswith(".json") or Path(r).is_file() for r in (args.run_a, args.run_b)):
         a, b = load(None)
     else:
-        with open_store(args.db) as store:
+        with open_store(args.db, read_only=True) as store:
             a, b = load(store)
     cmp = compare_reports(a, b, check=args.check, metric=args.metric, host=args.host)
     if args.json:
@@ -237,7 +231,7 @@ def cmd_trend(args: argparse.Namespace) -> int:
     since = parse_since(args.since) if args.since else None
     rule = TrendRule(max_drop_sigma=args.max_drop_sigma, min_drop_frac=args.min_drop_pct / 100.0,
                      window=args.window, min_history=args.min_history)
-    with open_store(args.db) as store:
+    with open_store(args.db, read_only=True) as store:
         points = store.metric_series(args.host, args.metric, since=since, check=args.check, device=args.device)
         if not points:
             hosts = store.hosts()

@@ -22,18 +22,20 @@ def _closing(store: Store) -> Iterator[Store]:
         store.close()
 
 
-def open_store(url: str | DbUrl | None = None, retry_s: float = 120.0) -> Store:
+def open_store(url: str | DbUrl | None = None, retry_s: float = 120.0, read_only: bool = False) -> Store:
     """Open (creating or migrating as needed) the history at ``url``.
 
     ``None`` means ``$GPUACCEPT_DB`` or the default SQLite file. Raises
     UsageError for a bad URL, InputError for a database gpuaccept must not
     touch (foreign, corrupt, newer schema), StoreError when it cannot be reached.
+    ``read_only`` (commands that only read) creates nothing: a missing SQLite
+    file is an InputError, an existing one is opened with ``mode=ro``.
     """
     parsed = url if isinstance(url, DbUrl) else (resolve_db_url(None) if url is None else parse_db_url(url))
     if parsed.kind == "sqlite":
         from gpuaccept.results.store_sqlite import SqliteStore
 
-        return SqliteStore(parsed, retry_s=retry_s)
+        return SqliteStore(parsed, retry_s=retry_s, read_only=read_only)
     from gpuaccept.results.store_postgres import PostgresStore
 
     return PostgresStore(parsed, retry_s=retry_s)

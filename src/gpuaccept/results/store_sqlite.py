@@ -56,9 +56,10 @@ def inspect_sqlite_file(path: Path) -> int | None:
         raise InputError(f"{path}: not a SQLite database (history files start with 'SQLite format 3'); "
                          f"{_untouched(path)}")
     try:
-        uri = f"file:{path.resolve().as_posix()}?mode=ro"
-        conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        conn = connect_read_only(path)
     except sqlite3.Error as exc:
+        if isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.OperationalError):
+            raise InputError(f"{path}: corrupt or unreadable SQLite database ({exc}); {_untouched(path)}") from None
         raise StoreError(f"{path}: cannot open the history database read-only ({exc})") from None
     try:
         conn.execute("BEGIN")  # one snapshot for every read below: another process may be creating the file
@@ -85,6 +86,33 @@ def inspect_sqlite_file(path: Path) -> int | None:
         raise InputError(f"{path}: written by a newer gpuaccept (history schema v{version}; this version knows up "
                          f"to v{migrations.LATEST}); upgrade gpuaccept to use it. {_untouched(path)}")
     return version
+
+
+def connect_read_only(path: Path) -> sqlite3.Connection:
+    """A read-only connection (``mode=ro``) to ``path``, probed with one read.
+
+    On read-only media a database in WAL mode cannot be opened that way (SQLite cannot
+    create its ``-shm`` index there): then it is opened ``immutable=1``, which needs no
+    index and no lock (nobody can write to read-only media either). sqlite3.Error when
+    neither works.
+    """
+    base = f"file:{path.resolve().as_posix()}?mode=ro"
+    last: sqlite3.Error | None = None
+    for uri in (base, base + "&immutable=1"):
+        conn: sqlite3.Connection | None = None
+        try:
+            conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            conn.execute("PRAGMA application_id").fetchone()
+            return conn
+        except sqlite3.Error as exc:
+            if conn is not None:
+                conn.close()
+            last = exc
+            if _busy(exc) or not isinstance(exc, sqlite3.OperationalError):
+                break
+    assert last is not None
+    raise last
 
 
 NETWORK_FS = frozenset({"nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "beegfs", "ceph", "fuse.sshfs",
@@ -117,16 +145,25 @@ def _busy(exc: BaseException) -> bool:
 
 
 class SqliteStore(Store):
-    """History in one SQLite file (created, with its directory, on first use)."""
+    """History in one SQLite file (created, with its directory, on first use).
+
+    ``read_only`` (the listing and reading commands) creates nothing: a missing file is an
+    InputError, and the file is opened with SQLite's ``mode=ro`` (``immutable=1`` as well
+    where even the WAL index cannot be created, on read-only media), never migrated.
+    """
 
     dialect = "sqlite"
 
-    def __init__(self, url: DbUrl, retry_s: float = 120.0) -> None:
+    def __init__(self, url: DbUrl, retry_s: float = 120.0, read_only: bool = False) -> None:
         super().__init__(url, retry_s)
         assert url.path is not None
         self.path = url.path
+        self.read_only = read_only
         self._conn: sqlite3.Connection | None = None
-        inspect_sqlite_file(self.path)
+        version = inspect_sqlite_file(self.path)
+        if read_only:
+            self._open_read_only(version)
+            return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -140,6 +177,20 @@ class SqliteStore(Store):
         except BaseException:
             self.close()
             raise
+
+    def _open_read_only(self, version: int | None) -> None:
+        if not self.path.is_file():
+            raise InputError(f"no history database at {self.path} (nothing stored yet; a read-only command "
+                             "creates none)")
+        if version is None:
+            raise InputError(f"{self.path}: an empty database, not a gpuaccept history yet")
+        if version < migrations.LATEST:
+            raise InputError(f"{self.path}: a history of an older schema (v{version}); a command that stores "
+                             "runs (history --import, run) upgrades it")
+        try:
+            self._conn = connect_read_only(self.path)
+        except sqlite3.Error as exc:
+            raise self._translate(exc) from None
 
     def _setup(self) -> None:
         conn = self._db

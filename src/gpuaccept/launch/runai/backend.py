@@ -17,24 +17,38 @@ submit --help``): ``--project``, ``--image``, ``--workers``,
 the short form works in both), ``--toleration``, ``--existing-pvc``,
 ``--host-path``, ``--working-dir`` and ``--command -- ARGV``.
 
-Assumptions, since no Run:ai cluster is reachable from here (the tests use a
-recorded fake ``runai`` that checks the argv):
+What the references settle and what they leave open (no Run:ai cluster is
+reachable from here; the tests use a recorded fake ``runai`` that checks the
+argv and expands the launcher's command as Kubernetes would):
 
-- ``pytorch``: ``--no-master --workers N`` gives N identical pods (worker 0 is
-  the rendezvous master); the training operator injects ``PET_NNODES``,
-  ``PET_NODE_RANK``, ``PET_MASTER_ADDR`` and ``PET_MASTER_PORT``, which
-  ``torchrun`` and the suite's rank detection read.
-- ``mpi``: ``--master-command`` takes one string that the CLI splits like a
-  shell; it is built with ``shlex.join``. Workers run ``/usr/sbin/sshd -De``.
-  What the v2 reference (``runai training mpi submit``) settles: newer CLIs
-  list ``--master-command string`` ("the command can include arguments
-  following it") next to ``--master-args string``, and their examples pass
-  quoted words (``--master-command "echo -e 'master command'"``); an older
-  page lists only ``--master-args``. How the string is split is not stated.
-  The mpi submit reference has no ``--master-gpu-devices-request`` (the
-  pytorch one has), so whether ``-g`` also reaches the launcher is not stated
-  either. Reports from an MPI run name the worker pods (ranks see the pod's
-  hostname), not nodes.
+- ``pytorch``: the reference describes ``--no-master`` as "Do not create a
+  separate pod for the master" and ``--workers`` as "the number of workers
+  that will be allocated", so ``--no-master --workers N`` gives N worker pods
+  and no master pod. Not stated: that the training operator then makes worker
+  0 the rendezvous master and injects ``PET_NNODES``, ``PET_NODE_RANK``,
+  ``PET_MASTER_ADDR`` and ``PET_MASTER_PORT`` into every worker (which
+  ``torchrun`` and the suite's rank detection read).
+- ``mpi``: how the CLI splits ``--master-command`` is not stated (the
+  reference only says "the command can include arguments following it").
+  The plan does not depend on it: the launcher's script, with the job's argv
+  (``set -- ARGV``), is the value of ``--master-environment
+  GPUACCEPT_MPI_LAUNCHER=...`` (a ``stringArray`` flag: no comma splitting),
+  and ``--master-command`` is ``sh -c $(GPUACCEPT_MPI_LAUNCHER)``, whose words
+  need no quoting. Kubernetes expands ``$(VAR)`` in a container's command from
+  the container's environment ("Define a Command and Arguments for a
+  Container"; the Container API's ``command``), and reduces ``$$`` to ``$`` in
+  env values, so every ``$`` of the script is doubled. Still assumed: that
+  the CLI puts the value into the launcher container's env unchanged.
+  Workers run ``/usr/sbin/sshd -De``. The mpi submit reference has no
+  ``--master-gpu-devices-request`` (the pytorch one has), so whether ``-g``
+  also reaches the launcher is not stated either.
+- Reports from an MPI run name the worker pods (ranks see the pod's
+  hostname), not nodes. The Kubernetes downward API would give the node
+  (``spec.nodeName``), but only newer CLIs (the v3.0 reference) offer
+  ``--env-pod-field-ref ENV=FIELD``; it is absent from the v2 reference this
+  backend follows, and ranks that mpirun starts through the workers' sshd do
+  not inherit the container's environment, so a worker would also have to
+  record the value where the rank wrapper reads it. Not done.
 - ``describe -o json`` has the workload phase under ``phase`` or ``status``
   (top level or in ``general``) and the pods under ``pods``; ``logs --pod``
   reads one pod.

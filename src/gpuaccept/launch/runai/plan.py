@@ -21,6 +21,17 @@ from gpuaccept.launch.pod_script import (
 from gpuaccept.launch.spec import JobSpec
 
 KINDS = ("pytorch", "mpi")
+#: The launcher's script travels in this ``--master-environment`` variable; ``--master-command`` only names it.
+MPI_LAUNCHER_VAR = "GPUACCEPT_MPI_LAUNCHER"
+#: Words that need no quoting, so the command is the same however the CLI splits it; Kubernetes expands
+#: ``$(VAR)`` in a container's command from the container's environment.
+MPI_MASTER_COMMAND = f"sh -c $({MPI_LAUNCHER_VAR})"
+
+
+def k8s_literal(value: str) -> str:
+    """``value`` escaped for an env value or command word, where Kubernetes expands ``$(VAR)`` and reduces
+    ``$$`` to ``$``: every ``$`` doubled comes out as itself."""
+    return value.replace("$", "$$")
 
 
 @dataclass(frozen=True)
@@ -139,12 +150,15 @@ def build_argv(spec: JobSpec, opts: RunaiOptions) -> list[str]:
     if opts.kind == "pytorch":
         job = torchrun_argv(pod, [], str(spec.nodes)) if spec.distributed else node_argv(pod)
         return [*argv, "--command", "--", "sh", "-c", NODE_SCRIPT, "gpuaccept", *job]
+    if MPI_LAUNCHER_VAR in spec.env:
+        raise ConfigError("--env", MPI_LAUNCHER_VAR, "is reserved: it carries the MPI launcher's script")
     script = mpi_launcher_script(spec.nodes, mpi_ranks_per_worker(spec), mpi_forward_env(spec), [])
-    master = shlex.join(["sh", "-c", script, "gpuaccept-launcher", *node_argv(pod)])
+    launcher = f"set -- {shlex.join(node_argv(pod))}\n{script}"
     for name, value in MPI_LAUNCHER_ENV.items():
         if name not in spec.env:
             argv += ["--master-environment", f"{name}={value}"]
-    return [*argv, "--master-command", master, "--command", "--", "/usr/sbin/sshd", "-De"]
+    argv += ["--master-environment", f"{MPI_LAUNCHER_VAR}={k8s_literal(launcher)}"]
+    return [*argv, "--master-command", MPI_MASTER_COMMAND, "--command", "--", "/usr/sbin/sshd", "-De"]
 
 
 def _pod_spec(spec: JobSpec, opts: RunaiOptions) -> JobSpec:

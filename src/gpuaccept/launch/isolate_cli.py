@@ -1,0 +1,210 @@
+"""``gpuaccept isolate``: which node is bad. Pairwise or bisection rounds of the collectives check.
+
+Exit codes: 0 every node good, 1 a node is bad or still suspect (or ``--apply``
+could not drain one), 2 bad usage or input (fewer than 2 nodes, a threshold
+that is not a number, an unknown backend). ``--simulate`` exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from gpuaccept.argtypes import int_at_least, nonneg_float, positive_float, positive_int
+from gpuaccept.cli import EXIT_FAILED, EXIT_OK
+from gpuaccept.errors import InputError, UsageError
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "isolate", help="find the bad node(s): pair tests in rounds, re-tests with good partners, bisection",
+        description="Run the collectives check on disjoint pairs of nodes in parallel rounds (or on halves of the "
+                    "node set, with --mode bisect), re-test each suspect with nodes that passed, and name the bad "
+                    "nodes with the evidence (partners, busbw). Exit 0 all good, 1 bad or suspect nodes, 2 bad "
+                    "input. --simulate drives the same planner with a fake pair test.")
+    p.add_argument("--backend", choices=("slurm", "ssh", "mpi", "local"), default=None,
+                   help="the launcher that runs each pair test")
+    p.add_argument("--nodes", default=None, metavar="LIST",
+                   help="the nodes: a comma list or Slurm hostlist (node[01-16]); a count for local and --simulate")
+    p.add_argument("--mode", choices=("pairs", "bisect"), default="pairs",
+                   help="pairs (default), or bisect for a failure that shows only at full scale")
+    p.add_argument("--min-busbw", type=positive_float, default=None, metavar="GBS",
+                   help="a test passes only at this allreduce busbw or more (default: the check's own verdict)")
+    p.add_argument("--confirm", type=positive_int, default=2, metavar="K",
+                   help="failures with distinct good partners that make a node bad (default: 2)")
+    p.add_argument("--repeat", type=positive_int, default=1, metavar="N",
+                   help="run each test N times, judged on the worst run (intermittent faults)")
+    p.add_argument("--max-rounds", type=positive_int, default=None, metavar="R", help="stop after R rounds")
+    p.add_argument("--seed", type=int_at_least(0), default=0, help="seed of the random pairing (default: 0)")
+    p.add_argument("--racks", default=None, metavar="N1=R1,N2=R1",
+                   help="rack or switch of each node: pairs within a rack first, re-tests across racks")
+    p.add_argument("--json", default=None, metavar="PATH", help="also write the verdicts as JSON ('-': stdout)")
+    p.add_argument("--drain", action="store_true", help="print the scontrol commands that drain the bad nodes")
+    p.add_argument("--apply", action="store_true", help="with --drain: run them")
+    r = p.add_argument_group("pair tests")
+    r.add_argument("--device", choices=("auto", "cuda", "cpu"), default=None, help="passed to each launch")
+    r.add_argument("--profile", choices=("quick", "standard", "full"), default="quick",
+                   help="profile of the collectives check (default: quick)")
+    r.add_argument("--results-dir", default="gpuaccept-reports", metavar="DIR",
+                   help="where each test's run directory goes (default: ./gpuaccept-reports)")
+    r.add_argument("--test-timeout", type=positive_float, default=None, metavar="S",
+                   help="a test still running after S seconds is cancelled and fails")
+    r.add_argument("--launch-arg", action="append", default=None, metavar="ARG",
+                   help="a further 'gpuaccept launch' flag for every test, e.g. --launch-arg=--partition=gpu")
+    s = p.add_argument_group("simulation")
+    s.add_argument("--simulate", action="store_true", help="fake pair tests: rounds and accuracy over trials")
+    s.add_argument("--bad", type=int_at_least(0), default=1, metavar="K", help="broken nodes (default: 1)")
+    s.add_argument("--slow", type=int_at_least(0), default=0, metavar="K", help="slow nodes (default: 0)")
+    s.add_argument("--noise", type=nonneg_float, default=0.03, metavar="F",
+                   help="relative busbw noise per node and test (default: 0.03)")
+    s.add_argument("--trials", type=positive_int, default=100, metavar="T", help="(default: 100)")
+    p.set_defaults(handler=_cmd_isolate)
+
+
+def parse_racks(text: str | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        node, sep, rack = item.partition("=")
+        if not sep or not node.strip() or not rack.strip():
+            raise UsageError(f"--racks: {item!r} is not NODE=RACK")
+        out[node.strip()] = rack.strip()
+    return out
+
+
+def parse_nodes(text: str | None, backend: str | None) -> list[str]:
+    if not text:
+        raise UsageError("--nodes is required")
+    if text.isdigit():
+        if backend != "local":
+            raise UsageError(f"--nodes {text}: name the nodes (a count is for --backend local and --simulate)")
+        return [f"node{i}" for i in range(int(text))]
+    from gpuaccept.distributed.hostlist import expand_hostlist
+
+    try:
+        return expand_hostlist(text)
+    except InputError as exc:
+        raise UsageError(f"--nodes: {exc}") from None
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    from gpuaccept.results.isolate import Settings
+
+    return Settings(mode=args.mode, threshold=args.min_busbw, confirm=args.confirm, repeat=args.repeat,
+                    max_rounds=args.max_rounds or 0, seed=args.seed)
+
+
+def _emit_json(args: argparse.Namespace, data: dict[str, Any]) -> None:
+    text = json.dumps(data, indent=2)
+    if args.json == "-":
+        print(text)
+    elif args.json:
+        try:
+            Path(args.json).write_text(text + "\n")
+        except OSError as exc:
+            raise InputError(f"cannot write --json {args.json}: {exc.strerror}") from None
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from gpuaccept.results.isolate_sim import simulate, summary_lines
+
+    if args.backend is not None:
+        raise UsageError("--simulate runs no backend; drop --backend")
+    if not (args.nodes or "").isdigit():
+        raise UsageError("--simulate needs --nodes N (a count)")
+    n = int(args.nodes)
+    if n < 2:
+        raise UsageError(f"isolation needs at least 2 nodes, got {n}")
+    summary = simulate(n, args.bad, args.trials, args.seed, slow=args.slow, noise=args.noise,
+                       settings=_settings(args))
+    data = summary.to_dict()
+    out = sys.stderr if args.json == "-" else sys.stdout
+    for line in summary_lines(data):
+        print(line, file=out)
+    _emit_json(args, data)
+    return EXIT_OK
+
+
+def table(verdicts: Any) -> list[str]:
+    """One line per node: state, rack, passes, strikes and the evidence of its pair tests."""
+    lines = [f"{'NODE':<20} {'STATE':<8} {'RACK':<8} EVIDENCE"]
+    order = {"bad": 0, "suspect": 1, "untested": 2, "good": 3}
+    for v in sorted(verdicts.nodes, key=lambda v: (order[v.state], v.node)):
+        ev = "; ".join(f"r{e['round']} {'+'.join(e['partners'])} "
+                       f"{'pass' if e['passed'] else 'FAIL'}"
+                       + (f" {e['busbw']:.3g} GB/s" if e["busbw"] is not None else "") for e in v.evidence)
+        lines.append(f"{v.node:<20} {v.state.upper():<8} {v.rack or '-':<8} {ev or '-'}")
+    return lines
+
+
+def _drain(args: argparse.Namespace, verdicts: Any) -> int:
+    from gpuaccept.results.isolate import drain_argv, drain_reason
+
+    failed = 0
+    for v in verdicts.nodes:
+        if v.state != "bad":
+            continue
+        argv = drain_argv(v.node, drain_reason(v))
+        print(shlex.join(argv))
+        if args.apply:
+            try:
+                done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                print(f"[ISOLATE] cannot drain {v.node}: {exc}", file=sys.stderr)
+                failed += 1
+                continue
+            if done.returncode != 0:
+                print(f"[ISOLATE] cannot drain {v.node}: {(done.stderr or done.stdout).strip()}", file=sys.stderr)
+                failed += 1
+    return failed
+
+
+def _cmd_isolate(args: argparse.Namespace) -> int:
+    from gpuaccept.launch.isolate_run import PairRunner
+    from gpuaccept.results.isolate import Result, Round, next_step, validate
+
+    if args.simulate:
+        return _simulate(args)
+    if args.backend is None:
+        raise UsageError("--backend is required: slurm, ssh, mpi or local (or --simulate)")
+    if args.apply and not args.drain:
+        raise UsageError("--apply runs the --drain commands; give --drain too")
+    nodes = parse_nodes(args.nodes, args.backend)
+    racks = parse_racks(args.racks)
+    settings = _settings(args)
+    validate(nodes, settings, racks)
+    extra = ["--profile", args.profile, *(["--device", args.device] if args.device else []),
+             *(args.launch_arg or [])]
+    from gpuaccept.launch.cli import new_run_id
+
+    tag = new_run_id("isolate")
+    out = sys.stderr if args.json == "-" else sys.stdout
+    runner = PairRunner(args.backend, Path(args.results_dir).resolve(), extra, args.test_timeout, name="isolate",
+                        log=out)
+    results: list[Result] = []
+    while True:
+        step = next_step(nodes, results, settings, racks)
+        if not isinstance(step, Round):
+            break
+        kinds = sorted({t.kind for t in step.tests})
+        print(f"[ISOLATE] round {step.number}: {len(step.tests)} test(s) ({', '.join(kinds)})", file=out, flush=True)
+        for test, runs in runner.run_round(step, tag):
+            results.append(Result(test, step.number, tuple(runs)))
+    data = step.to_dict()
+    data["tests_run"] = [r.to_dict(settings.threshold) for r in results]
+    data["cluster_reports"] = runner.cluster_reports
+    for line in table(step):
+        print(line, file=out)
+    for note in step.notes:
+        print(f"[ISOLATE] note: {note}", file=out)
+    print(f"[RESULT] {len(step.named('good'))} good, {len(data['suspect'])} suspect, {len(data['bad'])} bad "
+          f"after {step.rounds} round(s)" + (f": bad {', '.join(data['bad'])}" if data["bad"] else ""), file=out)
+    _emit_json(args, data)
+    drain_failed = _drain(args, step) if args.drain else 0
+    return EXIT_OK if step.all_good and not drain_failed else EXIT_FAILED
