@@ -126,7 +126,7 @@ def test_report_loader(text: str) -> None:
         pass
 
 
-# ---- the commands ------------------------------------------------------------------------------------------------------
+# ---- the commands --------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def baseline_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("fuzz-baseline") / "baseline.yaml"
