@@ -267,3 +267,20 @@ def test_markdown_shows_the_declared_key_metric_of_an_unjudged_check() -> None:
     lowest = min((m for m in compute.metrics if m.name.startswith("gemm_")), key=lambda m: m.value)
     row = next(line for line in render_markdown(report).splitlines() if line.startswith("| `compute`"))
     assert f"`{lowest.name}`" in row
+
+
+def test_markdown_outliers_and_html_heatmap_show_readable_units() -> None:
+    """An outlier of a metric stored in TFLOP/s but worth GFLOP/s is shown in GFLOP/s, with 1-3 digits."""
+    from gpuaccept.report.html import render_html
+
+    report = cluster()
+    report.analysis["outliers"] = [{"host": "gpu-node-01", "device": "cuda:0", "check": "compute",
+                                    "metric": "gemm_fp32_tflops", "tags": {}, "value": 0.00126, "median": 0.175,
+                                    "mad": 0.001, "z": -9.5, "direction": "low", "scope": "gpu",
+                                    "unit": "TFLOP/s"}]
+    text = render_markdown(report)
+    row = next(line for line in text.splitlines() if "gemm_fp32_tflops" in line and "-9.5" in line)
+    assert "1.26 GFLOP/s" in row and "175.0 GFLOP/s" in row, row
+    html = render_html(report)
+    heads = re.findall(r'<th class="col"[^>]*>(.*?)</th>', html)
+    assert heads and all('<span class="muted">' in h for h in heads), heads

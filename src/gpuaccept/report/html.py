@@ -192,12 +192,20 @@ def _cell_style(ratio: float | None, dirn: int) -> str:
     return f' style="background:rgb({r:.0f},{g:.0f},{b:.0f});color:{fg}"'
 
 
+def _column_scale(hm: Heatmap, i: int, unit: str) -> tuple[float, str]:
+    """One display unit per heatmap column, chosen for the column's median value (cells share it)."""
+    values = sorted(cell[0] for cells in hm.cells.values() if (cell := cells[i]) is not None)
+    return display_unit(values[len(values) // 2] if values else None, unit)
+
+
 def _heatmap_section(hm: Heatmap, nodes: Sequence[NodeView], idx: OutlierIndex) -> str:
     if not hm.columns:
         return ('<section id="heatmap"><h2>Nodes × metrics</h2><p>No metric differs between nodes.</p>'
                 '</section>')
-    head = "".join(f'<th class="col" title="{e(c.check)}: {e(c.label)} ({e(c.unit)})">{e(c.label)}</th>'
-                   for c in hm.columns)
+    scales = [_column_scale(hm, i, c.unit) for i, c in enumerate(hm.columns)]
+    head = "".join(f'<th class="col" title="{e(c.check)}: {e(c.label)} ({e(shown)})">{e(c.label)}'
+                   f'<br><span class="muted">{e(shown)}</span></th>'
+                   for c, (_, shown) in zip(hm.columns, scales, strict=True))
     by_host = {n.host: n for n in nodes}
     rows = []
     for host in hm.hosts:
@@ -207,7 +215,7 @@ def _heatmap_section(hm: Heatmap, nodes: Sequence[NodeView], idx: OutlierIndex) 
                         f'missing: {e(node.reason or "no report")}</td></tr>')
             continue
         cells = []
-        for col, cell in zip(hm.columns, hm.cells[host], strict=True):
+        for col, (factor, _), cell in zip(hm.columns, scales, hm.cells[host], strict=True):
             if cell is None:
                 cells.append('<td class="na">&ndash;</td>')
                 continue
@@ -220,7 +228,7 @@ def _heatmap_section(hm: Heatmap, nodes: Sequence[NodeView], idx: OutlierIndex) 
                 tip += f"; outlier {o.device or ''} z={fmt_number(o.z)}"
             cls = "cell outlier" if flagged else "cell"
             cells.append(f'<td class="{cls}" data-v="{value!r}" title="{e(tip)}"'
-                         f'{_cell_style(ratio, col.direction)}>{e(fmt_number(value))}</td>')
+                         f'{_cell_style(ratio, col.direction)}>{e(fmt_number(value * factor))}</td>')
         status_cls = "ok" if node.verdict.value == "success" and host not in idx.hosts() else "bad"
         rows.append(f'<tr class="{status_cls}"><th>{e(host)}</th>{"".join(cells)}</tr>')
     hidden = (f" {hm.hidden_constant} metrics with the same value on every node are not shown."

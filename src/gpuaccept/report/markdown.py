@@ -115,7 +115,8 @@ def render_markdown(report: NodeReport | ClusterReport, analysis: dict[str, Any]
         lines += ["### Outliers", "", "Robust z-score against the group median (from the cluster analysis).", ""]
         rows = [[code(o.host), md(o.device or "node"), code(o.check),
                  code(o.metric) + (" " + md(fmt_tags(o.tags, skip=("stat", "mode", "size"))) if o.tags else ""),
-                 md(fmt_number(o.value)), md(fmt_number(o.median)), md(fmt_number(o.z)), md(o.direction)]
+                 md(fmt_value(o.value, o.unit)), md(fmt_value(o.median, o.unit, like=o.value)),
+                 md(fmt_number(o.z)), md(o.direction)]
                 for o in outs]
         lines += _table(["host", "GPU", "check", "metric", "value", "median", "z", "direction"], rows)
 

@@ -115,6 +115,7 @@ class Outlier:
     z: float | None
     direction: str
     scope: str
+    unit: str = ""
 
     @property
     def key(self) -> tuple[str, str | None, str, str, str]:
@@ -160,7 +161,8 @@ def outliers(report: NodeReport | ClusterReport, analysis: dict[str, Any] | None
         out.append(Outlier(host=str(host), device=device if isinstance(device, str) else None, check=str(check),
                            metric=str(metric), tags=dict(tags) if isinstance(tags, dict) else {}, value=value,
                            median=_num(item.get("median")), mad=_num(item.get("mad")), z=_num(item.get("z")),
-                           direction=str(item.get("direction") or ""), scope=str(item.get("scope") or "")))
+                           direction=str(item.get("direction") or ""), scope=str(item.get("scope") or ""),
+                           unit=str(item.get("unit") or "")))
     return sorted(out, key=lambda o: -abs(o.z) if o.z is not None else 0.0)
 
 
