@@ -26,7 +26,9 @@ against the SKU's NVLink figure where NVLink joins every pair of ranks (see
 :mod:`gpuaccept.checks.collectives_expect` for the rule and why PCIe-joined
 GPUs get none). Off GPU there is no expectation: the check passes when every
 element is right. Rank 0's details hold every rank's time per row, so a slow
-rank is visible.
+rank is visible. Local rank 0 reads the RDMA counters before and after the sweep
+(``fabric_root``; :mod:`gpuaccept.checks.fabric_watch`): errors that rose under the
+sweep's load are reported per port, judged by the fabric check's rules.
 
 On GPUs the largest size is capped at a quarter of the free memory (two
 buffer pools plus verification slices); with gloo on CPU at ``cpu_max_bytes``.
@@ -58,6 +60,7 @@ from gpuaccept.checks.collectives_expect import (
     local_max_bytes,
     rank_busbw_expectation,
 )
+from gpuaccept.checks.fabric_watch import DELTA_RULES, FABRIC_ROOT, FabricWatch
 from gpuaccept.distributed.group import (
     Abandon,
     DistributedCheck,
@@ -444,6 +447,7 @@ class CollectivesCheck(DistributedCheck):
               minimum=0.0),
         Param("judge_min_bytes", "int", 0, "sizes at least this large are judged (0: only the largest)",
               minimum=0),
+        FABRIC_ROOT,
     )
     profile_params: ClassVar[dict[str, dict[str, Any]]] = {
         "quick": {"min_bytes": 4096, "max_bytes": 256 << 20, "step_factor": 16, "warmup": 2, "iters": 5,
@@ -453,7 +457,7 @@ class CollectivesCheck(DistributedCheck):
         "full": {"min_bytes": 8, "max_bytes": 8 << 30, "step_factor": 2, "warmup": 10, "iters": 50,
                  "cpu_max_bytes": 16 << 20, "dtypes": ["float32", "bfloat16", "float16", "int32"]},
     }
-    thresholds = (ThresholdRule(metric="*_wrong", max=0.0),)
+    thresholds = (ThresholdRule(metric="*_wrong", max=0.0), *DELTA_RULES)
     timeout_s: ClassVar[dict[str, float]] = {"quick": 120.0, "standard": 600.0, "full": 3600.0}
 
     def run_rank(self, ctx: CheckContext, rc: RankContext) -> Outcome:
@@ -478,6 +482,7 @@ class CollectivesCheck(DistributedCheck):
             sku, why = rank_busbw_expectation(rc, ctx.device, max(sizes), pg.device)
             details["busbw_expectation"] = why
             where = ["setting up"]
+            watch = FabricWatch.start(str(p.get("fabric_root", "/"))) if rc.local_rank == 0 else None  # once a node
             started = time.monotonic()
             def partial() -> Outcome:
                 return rows_to_outcome(rows, rc, backend=pg.backend, details=details,
@@ -496,6 +501,8 @@ class CollectivesCheck(DistributedCheck):
             outcome = rows_to_outcome(rows, rc, judge_min_bytes=int(p["judge_min_bytes"]),
                                       min_busbw_gbs=float(p["min_busbw_gbs"]), sku_busbw=sku,
                                       backend=pg.backend, failure=failure, details=details)
+            if watch is not None:
+                watch.finish(outcome)
             if failure is not None:
                 raise Abandon(outcome)
         fault = injected_fault(os.environ, details["host"])  # tests only

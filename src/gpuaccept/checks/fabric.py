@@ -131,12 +131,19 @@ def _port_metrics(p: RdmaPort, expected: dict[str, float], delta: PortDelta | No
     for name in TOTAL_COUNTERS:
         if name in p.counters:
             metrics.append(Metric(f"rdma_{name}_total", float(p.counters[name]), "count", device=p.key, tags=tags))
-    if delta is not None and not delta.vanished:
-        for name in ERROR_COUNTERS:
-            if name in delta.deltas:
-                metrics.append(Metric(f"rdma_{name}_delta", float(delta.deltas[name]), "count", device=p.key,
-                                      tags={**tags, "interval_s": round(delta.interval_s, 3)}))
+    if delta is not None:
+        metrics += delta_metrics(delta, tags)
     return metrics
+
+
+def delta_metrics(delta: PortDelta, tags: Mapping[str, str | int | float]) -> list[Metric]:
+    """``rdma_<counter>_delta`` for each error counter of one port (none for a vanished port); the
+    fabric check's delta rules (:data:`DELTA_RULES`) judge them wherever they are reported."""
+    if delta.vanished:
+        return []
+    return [Metric(f"rdma_{name}_delta", float(delta.deltas[name]), "count", device=delta.port,
+                   tags={**tags, "interval_s": round(delta.interval_s, 3)})
+            for name in ERROR_COUNTERS if name in delta.deltas]
 
 
 def _summary(ports: list[RdmaPort], inv: Inventory) -> str:
@@ -269,5 +276,9 @@ class FabricCheck(Check):
             deltas = diff(before, read_snapshot(root))
         return evaluate_fabric(inv, deltas, os.environ, ctx.params)
 
+
+DELTA_RULES: tuple[ThresholdRule, ...] = tuple(r for r in FabricCheck.thresholds if r.metric.endswith("_delta"))
+"""The default rules on error counters that rose (``link_downed``: FAIL; the others: WARN), shared with the
+checks that read the counters around their own traffic (:mod:`gpuaccept.checks.fabric_watch`)."""
 
 CHECKS = (FabricCheck,)

@@ -9,8 +9,9 @@ judged sizes (>= ``judge_min_bytes``, default the largest) must reach it. Equiva
 
 It is in the standard and full profiles (and runs by name with ``--checks nccl_tests``); where no
 binary is found it is a SKIP that names the places looked, so the plan never depends on the file system.
-Across nodes, run nccl-tests under mpirun or srun and parse its log with ``gpuaccept nccl-tests
-parse`` (see the README).
+RDMA error counters that rise while the binaries run are reported per port (``fabric_root``;
+:mod:`gpuaccept.checks.fabric_watch`). Across nodes, run nccl-tests under mpirun or srun and parse
+its log with ``gpuaccept nccl-tests parse`` (see the README).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import os
 from typing import Any, ClassVar
 
 from gpuaccept.checks.base import Check, CheckContext, Outcome, Param
+from gpuaccept.checks.fabric_watch import DELTA_RULES, FABRIC_ROOT, FabricWatch
 from gpuaccept.errors import InputError
 from gpuaccept.model import Metric, Status, worst
 from gpuaccept.nccltests.judge import (
@@ -65,7 +67,9 @@ class NcclTestsCheck(Check):
               minimum=0),
         Param("judge_min_bytes", "int", 0, "judge busbw at sizes >= this (bytes; 0: only the largest size)",
               minimum=0),
+        FABRIC_ROOT,
     )
+    thresholds = DELTA_RULES
     profile_params: ClassVar[dict[str, dict[str, Any]]] = {
         "quick": {"args": ["-b", "64M", "-e", "256M", "-f", "2", "-n", "5"]},
         "full": {"args": ["-b", "8", "-e", "8G", "-f", "2"]},
@@ -88,6 +92,7 @@ class NcclTestsCheck(Check):
         metrics: list[Metric] = []
         details: dict[str, Any] = {}
         per_test = ctx.timeout_s * 0.95 / len(found)
+        watch = FabricWatch.start(str(p.get("fabric_root", "/")))
         for test, path in found.items():
             assert path is not None
             ctx.log(f"running {path} {' '.join(args)}")
@@ -107,7 +112,8 @@ class NcclTestsCheck(Check):
             reasons.append(j.reason)
             metrics += j.metrics
             details[test] = result_details(result, out)
-        return Outcome(worst(*statuses), "; ".join(reasons), metrics, details)
+        outcome = Outcome(worst(*statuses), "; ".join(reasons), metrics, details)
+        return watch.finish(outcome) if watch is not None else outcome
 
 
 CHECKS = (NcclTestsCheck,)

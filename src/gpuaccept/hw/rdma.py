@@ -347,15 +347,17 @@ class PortDelta:
         return {k: v for k, v in self.deltas.items() if k in names and v > 0}
 
 
-def read_snapshot(root: str | Path = "/", clock: Callable[[], float] = time.monotonic) -> Snapshot:
-    """The counters of every port under ``root``. Unreadable counters are left out."""
+def read_snapshot(root: str | Path = "/", clock: Callable[[], float] = time.monotonic,
+                  errors: list[str] | None = None) -> Snapshot:
+    """The counters of every port under ``root``. Unreadable counters are left out; a counter file that
+    does not hold a counter is named in ``errors`` when given. Never raises for a file's content."""
     base = Path(root) / IB_CLASS
     ports: dict[str, dict[str, int]] = {}
-    ignored: list[str] = []
+    errors = [] if errors is None else errors
     for dev in _names(base):
         for pname in _names(base / dev / "ports"):
             if pname.isdigit():
-                ports[f"{dev}:{pname}"] = _read_counters(base / dev / "ports" / pname / "counters", ignored)
+                ports[f"{dev}:{pname}"] = _read_counters(base / dev / "ports" / pname / "counters", errors)
     return Snapshot(clock(), ports)
 
 
