@@ -93,6 +93,29 @@ def test_four_local_ranks(tmp_path: Path) -> None:
     assert all(m["value"] == 0 for m in coll["metrics"] if m["name"].endswith("_wrong"))
 
 
+def test_fabric_counters_that_rose_during_the_sweep_are_tied_to_their_port(tmp_path: Path) -> None:
+    """Local rank 0 reads the RDMA counters before and after the sweep (once for the node); the "after" read
+    is pointed at the same node's later tree (test-only variable), where link_downed rose on mlx5_2: a FAIL by
+    the fabric check's rule, naming the port and the counter."""
+    sysfs = ROOT / "tests" / "data" / "sysfs"
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("checks:\n  collectives:\n    params: {ops: [allreduce], placements: [out], cpu_max_bytes: 4096, "
+                   f"fabric_root: '{sysfs / 'ndr_4x'}'}}\n")
+    r = gpuaccept("run", *QUICK, "--checks", "collectives", "--config", str(cfg), "--report-dir", str(tmp_path / "rep"),
+                  timeout=180, GPUACCEPT_TEST_FABRIC_AFTER=str(sysfs / "ndr_4x_later"))
+    assert r.returncode == 1, r.stdout + r.stderr
+    coll, = _checks(validate_report(only_run_dir(tmp_path / "rep") / "report.json"), "collectives")
+    assert coll["status"] == "fail" and "rdma_link_downed_delta on mlx5_2:1 2 > 0 count" in coll["reason"]
+    assert "rdma_symbol_error_delta on mlx5_2:1 4031 > 0 count" in coll["reason"]
+    ranks = coll["details"]["ranks"]
+    assert ranks["0"]["fabric_counters"]["rising"] == {
+        "mlx5_2:1": {"symbol_error": 4031, "link_downed": 2, "port_rcv_errors": 17}}
+    assert "fabric_counters" not in ranks["1"]
+    rdma = [m for m in coll["metrics"] if m["name"].startswith("rdma_")]
+    assert len(rdma) == 4 * 8 and {m["tags"]["rank"] for m in rdma} == {0}
+    assert all(m["value"] == 0 for m in coll["metrics"] if m["name"].endswith("_wrong"))
+
+
 def test_a_rank_with_less_free_memory_shortens_every_ranks_sweep(tmp_path: Path) -> None:
     """Rank 1 is told it has 16 KiB free (a GPU with a leftover process): its own cap would be 4 KiB against
     rank 0's 64 KiB. The ranks agree on the smaller cap, so both run the same rows and finish."""
