@@ -116,7 +116,7 @@ def test_sigkill_of_the_runner_keeps_finished_results_and_kills_the_check_in_fli
     assert not alive, "the child of a killed runner must die with it"
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_interrupt_writes_what_was_measured_and_exits_130(tmp_path: Path, sig: signal.Signals) -> None:
     proc = _start_cli(tmp_path, "--checks", "steady,nap")
     _wait_for_result(tmp_path, "steady")

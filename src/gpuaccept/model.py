@@ -51,6 +51,8 @@ class Verdict(str, enum.Enum):
     SUCCESS = "success"
     FAILURE = "failure"
     INTERRUPTED = "interrupted"
+    NOTHING_MEASURED = "nothing_measured"
+    """No check failed, but none measured anything either (every one skipped): not a pass."""
 
 
 @dataclass(frozen=True)
@@ -194,9 +196,15 @@ class NodeReport:
     def failed_checks(self) -> list[str]:
         return [c.name for c in self.checks if c.status.is_failure]
 
-    def decide(self) -> Verdict:
-        """SUCCESS when no check failed or errored (warnings and skips allowed)."""
-        return Verdict.FAILURE if self.failed_checks() else Verdict.SUCCESS
+    def decide(self, inventory: frozenset[str] | set[str] = frozenset()) -> Verdict:
+        """FAILURE when a check failed or errored; NOTHING_MEASURED when no check outside
+        ``inventory`` (checks that only take stock, such as ``env``) passed or warned, i.e. every
+        measuring check skipped; else SUCCESS (warnings and skips allowed)."""
+        if self.failed_checks():
+            return Verdict.FAILURE
+        if not any(c.status in (Status.PASS, Status.WARN) for c in self.checks if c.name not in inventory):
+            return Verdict.NOTHING_MEASURED
+        return Verdict.SUCCESS
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
