@@ -192,6 +192,8 @@ class NodeReport:
     version: str = ""
     pod: str | None = None
     """The container (Kubernetes or Run:ai pod) the report came from, when ``host`` names the node it ran on."""
+    in_flight: str | None = None
+    """The check that was running when the report was last written (a run stopped or killed during it)."""
 
     def failed_checks(self) -> list[str]:
         return [c.name for c in self.checks if c.status.is_failure]
@@ -222,6 +224,8 @@ class NodeReport:
         }
         if self.pod is not None:
             d["pod"] = self.pod
+        if self.in_flight is not None:
+            d["in_flight"] = self.in_flight
         return d
 
     @classmethod
@@ -238,6 +242,7 @@ class NodeReport:
             argv=list(d.get("argv", [])),
             version=d.get("version", ""),
             pod=d.get("pod"),
+            in_flight=d.get("in_flight"),
         )
 
 

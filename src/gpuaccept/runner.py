@@ -203,8 +203,11 @@ class Runner:
             total = len(self.plan.checks)
             for i, check in enumerate(self.plan.checks, 1):
                 self.events.on_start(check, i, total)
+                self.report.in_flight = check.name
+                self._save()
                 result = self._run_one(check)
                 self.report.checks.append(result)
+                self.report.in_flight = None
                 self._append(result)
                 self._save()
                 self.events.on_end(check, result)

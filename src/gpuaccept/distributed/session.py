@@ -128,6 +128,8 @@ class DistributedRunner(Runner):
                     if not distributed and self.local_rank != 0:
                         continue
                     self.events.on_start(check, seq, total)
+                    self.report.in_flight = check.name
+                    self._save()
                     result = self._run_distributed(check, seq) if distributed else self._run_one(check)
                     result.rank, result.host = self.rank, self.host
                     if distributed:  # tells a cluster report the cross-node results from the per-node ones
@@ -263,6 +265,7 @@ class DistributedRunner(Runner):
 
     # ---- results ------------------------------------------------------------------------------
     def _record(self, result: CheckResult) -> None:
+        self.report.in_flight = None
         self.report.checks.append(result)
         self._append(result)
         if self.leader_lost is None:
