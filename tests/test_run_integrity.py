@@ -92,6 +92,8 @@ def test_env_alone_passing_measured_nothing(tmp_path: Path) -> None:
     assert r.returncode == 5, (r.stdout, r.stderr)
     assert "env: PASS" in r.stdout or "env: WARN" in r.stdout
     assert validate_report(only_run_dir(tmp_path) / "report.json")["verdict"] == "nothing_measured"
+    inventory = gpuaccept("run", "--device", "cpu", "--checks", "env", "--report-dir", str(tmp_path / "inv"))
+    assert inventory.returncode == 0, inventory.stdout  # asked for the inventory alone: judged on it
 
 
 def test_one_measuring_check_makes_it_a_success_again(tmp_path: Path) -> None:

@@ -199,12 +199,14 @@ class NodeReport:
         return [c.name for c in self.checks if c.status.is_failure]
 
     def decide(self, inventory: frozenset[str] | set[str] = frozenset()) -> Verdict:
-        """FAILURE when a check failed or errored; NOTHING_MEASURED when no check outside
-        ``inventory`` (checks that only take stock, such as ``env``) passed or warned, i.e. every
-        measuring check skipped; else SUCCESS (warnings and skips allowed)."""
+        """FAILURE when a check failed or errored; NOTHING_MEASURED when the run had checks that
+        measure (not in ``inventory``, the checks that only take stock, such as ``env``) and every one
+        of them skipped; else SUCCESS (warnings and skips allowed). A run of inventory checks alone
+        is judged on them."""
         if self.failed_checks():
             return Verdict.FAILURE
-        if not any(c.status in (Status.PASS, Status.WARN) for c in self.checks if c.name not in inventory):
+        measuring = [c for c in self.checks if c.name not in inventory]
+        if measuring and not any(c.status in (Status.PASS, Status.WARN) for c in measuring):
             return Verdict.NOTHING_MEASURED
         return Verdict.SUCCESS
 
