@@ -96,6 +96,11 @@ class DistributedRunner(Runner):
         if self.rank == 0:
             super()._save()
 
+    def refuse_reused_run_id(self) -> None:
+        """Rank 0 alone: the other ranks share the run directory, where rank 0 has just written report.json."""
+        if self.rank == 0:
+            super().refuse_reused_run_id()
+
     # ---- joining ------------------------------------------------------------------------------
     def join(self) -> None:
         """Rendezvous (once); sets the agreed run id and the derived local/node positions."""
