@@ -43,7 +43,7 @@ def test_json_to_stdout_keeps_progress_on_stderr(tmp_path: Path) -> None:
 
 def test_require_gpu_on_a_cpu_node_fails(tmp_path: Path) -> None:
     r = gpuaccept("run", "--device", "cpu", "--checks", "gpuonly", "--report-dir", str(tmp_path))
-    assert r.returncode == 0 and "gpuonly: SKIP" in r.stdout
+    assert r.returncode == 5 and "gpuonly: SKIP" in r.stdout  # skipped: nothing measured
     r = gpuaccept("run", "--device", "cpu", "--checks", "gpuonly", "--require-gpu", "--report-dir", str(tmp_path))
     assert r.returncode == 1 and "GPU required" in r.stdout
 

@@ -222,9 +222,20 @@ def test_gpus_shm_and_scheduling(kind: str) -> None:
 def test_never_privileged_unless_asked(kind: str) -> None:
     for spec in (suite_spec(opts(kind, **FULL if kind != "trainjob" else {})), command_spec(opts(kind))):
         text = to_yaml(manifests(spec))
-        assert "privileged" not in text and walk(manifests(spec), "securityContext") == []
+        doc = manifests(spec)[-1]
+        assert "privileged:" not in text
+        # every container, the MPIJob launcher included, cannot gain privileges
+        assert len(walk(doc, "securityContext")) == len(containers(doc)) >= 1
+        assert all(sc == {"allowPrivilegeEscalation": False} for sc in walk(doc, "securityContext"))
+        # no pod talks to the API: no token mounted (a TrainJob's pod template has no such field)
+        pods = walk(doc, "containers")
+        tokens = walk(doc, "automountServiceAccountToken")
+        token_off = kind != "trainjob" and not spec.options.get("service_account")
+        assert tokens == ([False] * len(pods) if token_off else [])
     doc = manifests(command_spec(opts(kind, privileged=True)))[-1]
     assert walk(doc, "securityContext") and all(sc == {"privileged": True} for sc in walk(doc, "securityContext"))
+    with_sa = manifests(command_spec(opts(kind, service_account="runner")))[-1]
+    assert walk(with_sa, "automountServiceAccountToken") == []  # the named account's own setting
 
 
 def test_pytorchjob_replicas() -> None:
@@ -491,8 +502,10 @@ def test_trainjob_follows_the_trainer_release() -> None:
         (override,) = old["spec"]["podTemplateOverrides"]
         assert override["targetJobs"] == [{"name": "node"}]
         patched = new["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
-        # the same pod patch, in the older shape
-        assert override["spec"] == patched["template"]["spec"]["template"]["spec"]
+        # the same pod patch, in the older shape (which cannot carry a container securityContext)
+        newer_pod = copy.deepcopy(patched["template"]["spec"]["template"]["spec"])
+        assert [c.pop("securityContext") for c in newer_pod["containers"]] == [{"allowPrivilegeEscalation": False}]
+        assert override["spec"] == newer_pod
         assert override["metadata"] == patched["template"]["spec"]["template"]["metadata"]
     for version in ("2.3", "v2.2.1", "3.0"):
         assert "runtimePatches" in manifests(command_spec(opts("trainjob", trainer_version=version)))[0]["spec"]
@@ -509,3 +522,16 @@ def test_trainer_version_flag() -> None:
     args = parser.parse_args(["--kind", "trainjob", "--trainer-version", "2.1"])
     assert K8sBackend.options_from_args(args)["trainer_version"] == "2.1"
     assert K8sBackend.options_from_args(parser.parse_args([]))["trainer_version"] == "2.2"
+
+
+def test_options_that_weaken_isolation_print_a_warning_naming_the_risk(tmp_path: Path) -> None:
+    base = ["launch", "k8s", "--image", "img", "--nodes", "2", "--results-dir", str(tmp_path), "--dry-run"]
+    quiet = gpuaccept(*base)
+    assert quiet.returncode == 0, quiet.stderr
+    assert "warning" not in quiet.stderr
+    loud = gpuaccept(*base, "--privileged", "--host-network", "--mount", "/var/log:/host-logs")
+    assert loud.returncode == 0, loud.stderr
+    warnings = [line for line in loud.stderr.splitlines() if line.startswith("[LAUNCH] warning:")]
+    assert len(warnings) == 3, loud.stderr
+    assert "take over the node" in warnings[0] and "network namespace" in warnings[1]
+    assert "/var/log" in warnings[2] and "read-write" in warnings[2]

@@ -212,3 +212,36 @@ def test_max_age_leaves_out_old_runs(tmp_path: Path) -> None:
         write_json(tmp_path / rep.host / "report.json", rep)
     assert [r.host for r in DirSource(tmp_path).snapshot().nodes] == ["fresh-node", "old-node"]
     assert [r.host for r in DirSource(tmp_path, max_age_s=86400).snapshot().nodes] == ["fresh-node"]
+
+
+def _bad_reports(reports: Path) -> None:
+    """Two reports that parse as JSON but break naive handling: a 10**400 value, a deeply nested array."""
+    huge = node_cpu()
+    huge.host, huge.run_id = "huge-host", "20261123T110000Z-huge-0001"
+    d = reports / huge.run_id
+    d.mkdir(parents=True)
+    text = write_json(d / "report.json", huge).read_text()
+    value = str(huge.checks[2].metrics[0].value)
+    (d / "report.json").write_text(text.replace(value, "1" + "0" * 400, 1))
+    deep = reports / "20261123T120000Z-deep-0001"
+    deep.mkdir()
+    (deep / "report.json").write_text('{"schema_version": 1, "run_id": "x", "argv": ' + "[" * 100000
+                                      + "]" * 100000 + "}")
+
+
+def test_one_bad_report_is_skipped_and_the_other_hosts_are_served(tmp_path: Path) -> None:
+    reports = tmp_path / "gpuaccept-reports"
+    _run_dir(reports, NODE_CPU, "20261122T020807Z-vm-fadd")
+    _bad_reports(reports)
+    log = tmp_path / "log.txt"
+    with open(log, "w") as fh:
+        fams_direct = ReportCollector(DirSource(reports), log=fh).families()
+    by_name = {f.name: f for f in fams_direct}
+    assert by_name["gpuaccept_exporter_unreadable_reports"].samples[0][1] == 2
+    assert {labels["host"] for labels, _ in by_name["gpuaccept_run_info"].samples} == {"vm"}
+    assert log.read_text().count("gpuaccept serve-metrics:") == 2
+    with serving("--from", str(reports)) as (port, _proc):
+        fams = scrape(port)
+        assert one(fams, "gpuaccept_exporter_up") == 1
+        assert one(fams, "gpuaccept_exporter_unreadable_reports") == 2
+        assert {s.labels["host"] for s in fams["gpuaccept_run_info"]} == {"vm"}

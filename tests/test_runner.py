@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -116,7 +117,7 @@ def test_sigkill_of_the_runner_keeps_finished_results_and_kills_the_check_in_fli
     assert not alive, "the child of a killed runner must die with it"
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_interrupt_writes_what_was_measured_and_exits_130(tmp_path: Path, sig: signal.Signals) -> None:
     proc = _start_cli(tmp_path, "--checks", "steady,nap")
     _wait_for_result(tmp_path, "steady")
@@ -127,3 +128,35 @@ def test_interrupt_writes_what_was_measured_and_exits_130(tmp_path: Path, sig: s
     assert "[RESULT] INTERRUPTED" in out and "Traceback" not in err
     report = validate_report(only_run_dir(tmp_path) / "report.json")
     assert report["verdict"] == "interrupted" and [c["name"] for c in report["checks"]] == ["steady"]
+
+
+@pytest.mark.parametrize("how", ["sigterm", "sigkill"])
+def test_an_unfinished_run_shows_its_check_in_flight_as_an_error_in_every_format(tmp_path: Path, how: str) -> None:
+    import xml.etree.ElementTree as ET
+
+    from gpuaccept.model import NodeReport
+    from gpuaccept.report.html import render_html
+    from gpuaccept.report.junit import render_junit
+    from gpuaccept.report.markdown import render_markdown
+
+    proc = _start_cli(tmp_path, "--checks", "steady,nap")
+    _wait_for_result(tmp_path, "steady")
+    time.sleep(0.5)
+    if how == "sigkill":
+        proc.kill()
+        proc.wait()
+    else:
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.communicate(timeout=30)
+    data = validate_report(only_run_dir(tmp_path) / "report.json")
+    assert data["verdict"] == ("running" if how == "sigkill" else "interrupted")
+    assert data["in_flight"] == "nap" and [c["name"] for c in data["checks"]] == ["steady"]
+    report = NodeReport.from_dict(data)
+    root = ET.fromstring(render_junit(report))
+    assert root.get("errors") == "1" and root.get("tests") == "2"
+    case = root.find(".//testcase[@name='nap']")
+    assert case is not None and case.find("error") is not None
+    md = render_markdown(report)
+    assert re.search(r"\| `nap` \| \*\*ERROR\*\*", md), md
+    html = render_html(report)
+    assert "nap" in html and ("interrupted while it ran" in html or "did not finish" in html)

@@ -17,7 +17,8 @@ import traceback
 from typing import Any
 
 from gpuaccept.checks import load_check
-from gpuaccept.checks.base import CheckContext, Outcome
+from gpuaccept.checks.base import CheckContext, Outcome, enforce_required
+from gpuaccept.childproc import write_outcome
 from gpuaccept.model import Status
 
 _PR_SET_PDEATHSIG = 1
@@ -52,6 +53,7 @@ def run_request(request: dict[str, Any]) -> dict[str, Any]:
         outcome = cls().run(ctx)
         if not isinstance(outcome, Outcome):
             raise TypeError(f"{cls.__name__}.run returned {type(outcome).__name__}, not Outcome")
+        outcome = enforce_required(cls, ctx, outcome)
         result = outcome_to_dict(outcome)
     except Exception as exc:
         tb = traceback.format_exc()
@@ -71,11 +73,7 @@ def main() -> int:
     request = json.load(sys.stdin)
     _die_with_parent(int(request["parent_pid"]))
     result = run_request(request)
-    tmp = request["out"] + ".tmp"
-    with open(tmp, "w") as fh:
-        json.dump(result, fh, allow_nan=False, default=str)
-    os.replace(tmp, request["out"])
-    return 0
+    return write_outcome(request["out"], result)
 
 
 if __name__ == "__main__":

@@ -6,21 +6,65 @@ group, and appending a result line to ``results.jsonl``. Imports nothing of ours
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 LOG_TAIL_LINES = 5
 
+#: exit status of a check process that measured but could not write its outcome file (EX_IOERR)
+OUTCOME_WRITE_FAILED = 74
+
 
 def append_jsonl(path: Path, data: dict[str, Any]) -> None:
-    with open(path, "a") as fh:
-        fh.write(json.dumps(data, allow_nan=False) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
+    """Append one JSON line and fsync it. On OSError (a full disk) the file is cut back to its
+    previous length, so it never ends in half a line, and the error is raised."""
+    line = (json.dumps(data, allow_nan=False) + "\n").encode()
+    with open(path, "ab") as fh:
+        size = fh.tell()
+        try:
+            fh.write(line)
+            fh.flush()
+            os.fsync(fh.fileno())
+        except OSError:
+            with contextlib.suppress(OSError):
+                fh.truncate(size)
+            raise
+
+
+def write_json_atomic(path: Path, data: dict[str, Any], *, indent: int | None = None) -> None:
+    """Write ``path`` through ``path.tmp`` and a rename; on OSError the ``.tmp`` is removed and the
+    error raised, so ``path`` keeps its previous content and nothing is left behind."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "w") as fh:
+            json.dump(data, fh, indent=indent, allow_nan=False, default=str)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def write_outcome(out: str, result: dict[str, Any]) -> int:
+    """A check process's last act: write its outcome file. Returns the exit status for it:
+    0, or :data:`OUTCOME_WRITE_FAILED` when the file cannot be written (the runner then reports
+    a write failure of the report directory, not a failure of the check)."""
+    try:
+        write_json_atomic(Path(out), result)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            print(f"cannot write the outcome file {out}: {exc.strerror or exc}", file=sys.stderr, flush=True)
+        return OUTCOME_WRITE_FAILED
+    return 0
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:

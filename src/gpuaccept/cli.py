@@ -3,8 +3,10 @@
 Exit codes: 0 every check passed (warnings and skips allowed), 1 a check
 failed or errored, 2 bad usage, configuration or input (one line, no
 traceback), 3 ``gpuaccept gather`` on a job that is still running (nothing
-written; gather again when it has ended), 130 interrupted (what was measured
-is on disk).
+written; gather again when it has ended), 4 a report file could not be
+written (disk full, read-only: the environment, not the node), 5 nothing was
+measured (every check skipped), 130 interrupted by SIGINT, SIGTERM or SIGHUP
+(what was measured is on disk).
 
 Nothing here imports torch; subcommands import their modules lazily.
 """
@@ -25,11 +27,13 @@ from gpuaccept.argtypes import csv as _csv
 from gpuaccept.argtypes import nonneg_int as _nonneg_int
 from gpuaccept.argtypes import positive_float as _positive_float
 from gpuaccept.argtypes import positive_int as _positive_int
-from gpuaccept.errors import GpuacceptError
+from gpuaccept.errors import GpuacceptError, ReportWriteError
 from gpuaccept.model import Verdict
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 EXIT_RUNNING = 3
+EXIT_REPORT_WRITE = 4
+EXIT_NOTHING_MEASURED = 5
 PROFILES = ("quick", "standard", "full")
 
 
@@ -177,6 +181,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     reg = registry()
     device = resolve_device(opts.device)
     plan = plan_suite(opts, cfg, reg, device)
+    _check_expect_gpus(plan)
     nproc = 1
     if info is None and any(is_distributed(c) for c in plan.checks):
         from gpuaccept.distributed.local import default_nproc
@@ -225,18 +230,26 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except Interrupted as exc:
         if isinstance(console, RichConsole):
             console.stop()
-        console.summary(exc.report, {})
         kept = runner.report_path if leads else runner.results_path
-        print(f"gpuaccept: interrupted; partial report in {kept}", file=sys.stderr)
         if leads:
             save(exc.report, args, kept)
+        console.summary(exc.report, {})
+        print(f"gpuaccept: interrupted by {signal_name(exc.signum)}; partial report in {kept}", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except ReportWriteError as exc:
+        if isinstance(console, RichConsole):
+            console.stop()
+        print(f"gpuaccept: error: a report file could not be written: {exc}; not a failure of this node. "
+              f"What was measured before is in "
+              f"{runner.results_path} and {runner.report_path}; free space and run again", file=sys.stderr)
+        return EXIT_REPORT_WRITE
     if info is not None and info.rank != 0:
         print(f"[RESULT] rank {info.rank}: {report.verdict.value.upper()}; own results in {runner.results_path}",
               file=stream, flush=True)
-        return EXIT_OK if report.verdict is Verdict.SUCCESS else EXIT_FAILED
-    console.summary(report, {})
+        return _verdict_exit(report.verdict)
     save(report, args, runner.report_path)
+    _warn_unapplied(plan, report, stream)
+    console.summary(report, {})
     if args.json:
         text = json.dumps(report.to_dict(), indent=2)
         if to_stdout:
@@ -248,7 +261,49 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 print(f"gpuaccept: error: cannot write --json {args.json}: {exc.strerror}; "
                       f"the report is in {runner.report_path}", file=sys.stderr)
                 return EXIT_USAGE
-    return EXIT_OK if not report.failed_checks() else EXIT_FAILED
+    return _verdict_exit(report.verdict)
+
+
+def _verdict_exit(verdict: Verdict) -> int:
+    if verdict is Verdict.SUCCESS:
+        return EXIT_OK
+    if verdict is Verdict.NOTHING_MEASURED:
+        return EXIT_NOTHING_MEASURED
+    return EXIT_FAILED
+
+
+def signal_name(signum: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def unapplied_options(plan: Any) -> list[str]:
+    """Why an option given for this run could not apply, one line each (``--gpus`` on a CPU run)."""
+    notes = []
+    if plan.gpus is not None and plan.device != "cuda":
+        shown = ",".join(str(g) for g in plan.gpus)
+        notes.append(f"--gpus/gpus {shown} did not apply: the run's device is {plan.device} (no usable GPU), "
+                     "so no GPU was selected")
+    return notes
+
+
+def _check_expect_gpus(plan: Any) -> None:
+    """--expect-gpus is enforced by the env check: a selection without it would ignore it silently."""
+    from gpuaccept.errors import UsageError
+
+    if plan.expect_gpus is not None and not any(c.name == "env" for c in plan.checks):
+        raise UsageError(f"--expect-gpus/expect_gpus {plan.expect_gpus}: the env check counts the GPUs and "
+                         "this selection leaves it out; add env to --checks (or do not skip it)")
+
+
+def _warn_unapplied(plan: Any, report: Any, stream: Any) -> None:
+    """Options that could not apply on this node get a warning line before the verdict."""
+    for line in unapplied_options(plan):
+        print(f"[RESULT] warning: {line}", file=stream, flush=True)
 
 
 def _load_baseline(args: argparse.Namespace) -> Any:
@@ -308,6 +363,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         handler = getattr(args, "handler", None) or COMMANDS[args.command]
         return int(handler(args))
+    except ReportWriteError as exc:
+        print(f"gpuaccept: error: {exc} (the environment, not the node)", file=sys.stderr)
+        return EXIT_REPORT_WRITE
     except GpuacceptError as exc:
         from gpuaccept.inputs import one_line
 

@@ -31,3 +31,14 @@ class InputError(GpuacceptError):
 
 class CheckTimeout(GpuacceptError):
     """A check ran past its timeout."""
+
+
+class ReportWriteError(GpuacceptError):
+    """A report file could not be written (disk full, read-only, quota): a failure of the
+    environment, never of the node (exit 4). ``report`` is what had been measured, when known."""
+
+    def __init__(self, message: str, report: object = None, cause: OSError | None = None) -> None:
+        self.report = report
+        self.errno = cause.errno if cause is not None else None
+        self.strerror = (cause.strerror or str(cause)) if cause is not None else message
+        super().__init__(message)

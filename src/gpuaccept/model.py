@@ -65,6 +65,8 @@ class Verdict(str, enum.Enum):
     SUCCESS = "success"
     FAILURE = "failure"
     INTERRUPTED = "interrupted"
+    NOTHING_MEASURED = "nothing_measured"
+    """No check failed, but none measured anything either (every one skipped): not a pass."""
 
 
 @dataclass(frozen=True)
@@ -204,6 +206,8 @@ class NodeReport:
     version: str = ""
     pod: str | None = None
     """The container (Kubernetes or Run:ai pod) the report came from, when ``host`` names the node it ran on."""
+    in_flight: str | None = None
+    """The check that was running when the report was last written (a run stopped or killed during it)."""
 
     def __post_init__(self) -> None:
         self.argv = redact_argv(self.argv)  # nothing secret is written to report.json or the history
@@ -211,9 +215,17 @@ class NodeReport:
     def failed_checks(self) -> list[str]:
         return [c.name for c in self.checks if c.status.is_failure]
 
-    def decide(self) -> Verdict:
-        """SUCCESS when no check failed or errored (warnings and skips allowed)."""
-        return Verdict.FAILURE if self.failed_checks() else Verdict.SUCCESS
+    def decide(self, inventory: frozenset[str] | set[str] = frozenset()) -> Verdict:
+        """FAILURE when a check failed or errored; NOTHING_MEASURED when the run had checks that
+        measure (not in ``inventory``, the checks that only take stock, such as ``env``) and every one
+        of them skipped; else SUCCESS (warnings and skips allowed). A run of inventory checks alone
+        is judged on them."""
+        if self.failed_checks():
+            return Verdict.FAILURE
+        measuring = [c for c in self.checks if c.name not in inventory]
+        if measuring and not any(c.status in (Status.PASS, Status.WARN) for c in measuring):
+            return Verdict.NOTHING_MEASURED
+        return Verdict.SUCCESS
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -231,6 +243,8 @@ class NodeReport:
         }
         if self.pod is not None:
             d["pod"] = self.pod
+        if self.in_flight is not None:
+            d["in_flight"] = self.in_flight
         return d
 
     @classmethod
@@ -247,6 +261,7 @@ class NodeReport:
             argv=list(d.get("argv", [])),
             version=d.get("version", ""),
             pod=d.get("pod"),
+            in_flight=d.get("in_flight"),
         )
 
 

@@ -18,6 +18,7 @@ uses :class:`gpuaccept.distributed.session.DistributedRunner` instead.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
@@ -36,15 +37,22 @@ from typing import Any
 
 from gpuaccept import __version__
 from gpuaccept.checks.base import Outcome
-from gpuaccept.childproc import append_jsonl, died_reason, kill_tree, read_outcome
-from gpuaccept.errors import UsageError
+from gpuaccept.childproc import (
+    OUTCOME_WRITE_FAILED,
+    append_jsonl,
+    died_reason,
+    kill_tree,
+    read_outcome,
+    write_json_atomic,
+)
+from gpuaccept.errors import ReportWriteError, UsageError
 from gpuaccept.judge import judge
 from gpuaccept.model import CheckResult, Metric, NodeReport, Status, Verdict
 from gpuaccept.suite import PlannedCheck, SuitePlan
 
 
 class Interrupted(Exception):
-    """The run was stopped by SIGINT or SIGTERM; the report holds what was measured."""
+    """The run was stopped by SIGINT, SIGTERM or SIGHUP; the report holds what was measured."""
 
     def __init__(self, report: NodeReport, signum: int) -> None:
         self.report = report
@@ -71,13 +79,20 @@ class RunEvents:
 
 
 def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w") as fh:
-        json.dump(data, fh, indent=2, allow_nan=False)
-        fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    write_json_atomic(path, data, indent=2)
+
+
+#: signals that stop a run the way Ctrl-C does: SIGTERM (a scheduler) and SIGHUP (a closed ssh session)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def writing(path: Path, report: NodeReport | None = None) -> Iterator[None]:
+    """Turns an OSError while writing ``path`` into :class:`ReportWriteError` (the environment's fault)."""
+    try:
+        yield
+    except OSError as exc:
+        raise ReportWriteError(f"cannot write {path}: {exc.strerror or exc}", report, exc) from None
 
 
 class Runner:
@@ -119,27 +134,51 @@ class Runner:
         return self.run_dir
 
     def _save(self) -> None:
-        _write_json_atomic(self.report_path, self.report.to_dict())
+        with writing(self.report_path, self.report):
+            _write_json_atomic(self.report_path, self.report.to_dict())
+
+    def _append(self, result: CheckResult) -> None:
+        """One line of results.jsonl (ReportWriteError when the disk refuses it)."""
+        with writing(self.results_path, self.report):
+            append_jsonl(self.results_path, result.to_dict())
+
+    def refuse_reused_run_id(self) -> None:
+        """UsageError when this run id already has results: two runs would interleave their lines."""
+        for name in ("results.jsonl", "report.json"):
+            if (self.run_dir / name).exists():
+                raise UsageError(f"run id {self.run_id} already has results in {self.run_dir}; "
+                                 "choose another --run-id (or none)")
 
     def prepare(self) -> None:
-        """Create the run directory and the first report.json; UsageError when that is impossible."""
+        """Create the run directory and the first report.json; UsageError when that is impossible
+        (ReportWriteError when the disk is full)."""
+        self.refuse_reused_run_id()
         try:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             self._save()
+        except ReportWriteError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise UsageError(f"cannot write the report directory {self.run_dir}: {exc.strerror} "
+                             "(see --report-dir)") from None
         except OSError as exc:
             raise UsageError(f"cannot write the report directory {self.run_dir}: "
                              f"{exc.strerror or exc} (see --report-dir)") from None
 
     @contextlib.contextmanager
     def interruptible(self) -> Iterator[None]:
-        """While the suite runs, SIGTERM acts like Ctrl-C: either kills the check processes, saves the
-        report as ``interrupted`` and raises :class:`Interrupted`."""
-        old_term = signal.getsignal(signal.SIGTERM)
+        """While the suite runs, SIGTERM and SIGHUP act like Ctrl-C: each kills the check processes,
+        saves the report as ``interrupted`` and raises :class:`Interrupted`. A report that cannot be
+        written kills the check processes and lets :class:`ReportWriteError` through."""
+        caught = [int(signal.SIGINT)]
+        old = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
 
-        def on_term(signum: int, frame: FrameType | None) -> None:
+        def on_stop(signum: int, frame: FrameType | None) -> None:
+            caught[0] = signum
             raise KeyboardInterrupt
 
-        signal.signal(signal.SIGTERM, on_term)
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, on_stop)
         try:
             yield
         except KeyboardInterrupt:
@@ -147,26 +186,62 @@ class Runner:
             self.report.verdict = Verdict.INTERRUPTED
             self.report.finished = utc_now()
             self._save()
-            raise Interrupted(self.report, signal.SIGINT) from None
+            raise Interrupted(self.report, caught[0]) from None
+        except ReportWriteError as exc:
+            self._kill_child()
+            exc.report = self.report
+            raise
         finally:
-            signal.signal(signal.SIGTERM, old_term)
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
 
     def run(self) -> NodeReport:
-        """Run every planned check. Raises :class:`Interrupted` on SIGINT/SIGTERM."""
+        """Run every planned check. Raises :class:`Interrupted` on SIGINT/SIGTERM/SIGHUP and
+        :class:`ReportWriteError` when the report directory refuses a write."""
         self.prepare()
         with self.interruptible():
             total = len(self.plan.checks)
             for i, check in enumerate(self.plan.checks, 1):
                 self.events.on_start(check, i, total)
+                self.report.in_flight = check.name
+                self._save()
                 result = self._run_one(check)
                 self.report.checks.append(result)
-                append_jsonl(self.results_path, result.to_dict())
+                self.report.in_flight = None
+                self._append(result)
                 self._save()
                 self.events.on_end(check, result)
-        self.report.verdict = self.report.decide()
-        self.report.finished = utc_now()
-        self._save()
+            self.report.verdict = self.report.decide(self.inventory_checks())
+            self.report.finished = utc_now()
+            self._save()
         return self.report
+
+    def inventory_checks(self) -> set[str]:
+        """Names of the planned checks that only take stock (see :meth:`NodeReport.decide`)."""
+        return {c.name for c in self.plan.checks if not measures(c)}
+
+    def outcome_not_written(self, check: PlannedCheck, returncode: int | None) -> None:
+        """Called when a check process left no outcome file: ReportWriteError when the report
+        directory is to blame (the process said it could not write, or the directory refuses a small
+        write now), so that a full disk is never recorded as an error of the node."""
+        why = ""
+        if returncode == OUTCOME_WRITE_FAILED:
+            why = "the check process could not write its result"
+        else:
+            probe = self.scratch_dir / ".write-probe"
+            try:
+                with open(probe, "wb") as fh:
+                    fh.write(b"\0" * 4096)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+            except OSError as exc:
+                why = f"the check process left no result and {self.scratch_dir} refuses writes ({exc.strerror})"
+            finally:
+                with contextlib.suppress(OSError):
+                    probe.unlink()
+        if why:
+            raise ReportWriteError(f"{check.name}: {why} under {self.scratch_dir} (disk full or read-only?)",
+                                   self.report)
 
     def _kill_child(self) -> None:
         """Kill every check process still running (and their process groups)."""
@@ -228,6 +303,7 @@ class Runner:
                                duration_s=elapsed, details={"timeout": True, "log": str(log)})
         raw = read_outcome(out)
         if raw is None:
+            self.outcome_not_written(check, returncode)
             return CheckResult(check.name, Status.ERROR, died_reason(returncode, log),
                                duration_s=elapsed, details={"log": str(log)})
         return self._judge(check, raw, elapsed)
@@ -273,6 +349,13 @@ class Runner:
         except (KeyError, TypeError, ValueError) as exc:
             return CheckResult(check.name, Status.ERROR, f"malformed check result: {exc}", duration_s=elapsed)
         return self.judge_outcome(check, outcome, elapsed)
+
+
+def measures(check: PlannedCheck) -> bool:
+    """Whether ``check`` measures the node (False for checks that only take stock, like ``env``)."""
+    from gpuaccept.checks import load_check
+
+    return bool(getattr(load_check(check.path), "measures", True))
 
 
 def is_distributed(check: PlannedCheck) -> bool:

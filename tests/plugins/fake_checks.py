@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 import signal
 import time
+from typing import Any
 
-from gpuaccept.checks.base import Check, CheckContext, Outcome, Param, ThresholdRule
+from gpuaccept.checks.base import Check, CheckContext, Outcome, Param, RequiredMetric, ThresholdRule
 from gpuaccept.model import Metric, Status
 
 
@@ -83,4 +84,62 @@ class GpuOnly(Check):
         return Outcome.skip("no GPU on this node", needs_gpu=True)
 
 
-CHECKS = (Steady, Hang, Nap, Boom, Crash, GpuOnly)
+class Declared(Check):
+    """Declares one figure per device and per size; ``drop`` leaves one out of an otherwise good outcome."""
+
+    name = "declared"
+    tag = "MEMORY"
+    summary = "reports a figure per size and declares them required"
+    params = (Param("sizes", "list", [1024, 4096], "sizes measured", item="int"),
+              Param("drop", "int", -1, "a size whose figure is left out (-1: none)"))
+    profiles = ()
+
+    @classmethod
+    def required_metrics(cls, params: dict[str, Any], devices: list[str]) -> list[RequiredMetric]:
+        return [RequiredMetric("declared_gbs", d, (("size_bytes", s),)) for d in devices for s in params["sizes"]]
+
+    def run(self, ctx: CheckContext) -> Outcome:
+        metrics = [Metric("declared_gbs", 1.0, "GB/s", "cpu", tags={"size_bytes": s})
+                   for s in ctx.params["sizes"] if s != ctx.params["drop"]]
+        return Outcome.passed("measured every size", metrics)
+
+
+class Skipper(Check):
+    name = "skipper"
+    tag = "HEALTH"
+    summary = "always skips (nothing to measure here)"
+    profiles = ()
+
+    def run(self, ctx: CheckContext) -> Outcome:
+        return Outcome.skip("nothing to measure on this node")
+
+
+class Filler(Check):
+    """Fills the file system of $GPUACCEPT_TEST_FILL (the report directory in the tests), leaving
+    ``leave_kib`` free, then passes with a ``pad_kib`` detail: its outcome or the report no longer fit."""
+
+    name = "filler"
+    tag = "MEMORY"
+    summary = "fills the disk under the report directory"
+    params = (Param("leave_kib", "int", 0, "KiB left free"), Param("pad_kib", "int", 0, "KiB of padding"))
+    profiles = ()
+
+    def run(self, ctx: CheckContext) -> Outcome:
+        where = os.environ["GPUACCEPT_TEST_FILL"]
+        chunks = []
+        for i in range(100000):
+            path = os.path.join(where, f"ballast{i}")
+            try:
+                with open(path, "wb") as fh:
+                    fh.write(b"x" * 4096)
+            except OSError:
+                os.unlink(path)
+                break
+            chunks.append(path)
+        for path in chunks[-(ctx.params["leave_kib"] // 4):] if ctx.params["leave_kib"] else []:
+            os.unlink(path)
+        pad = "p" * (1024 * ctx.params["pad_kib"])
+        return Outcome.passed("filled the disk", [Metric("filler_value", 1.0, "GB/s", "cpu")], pad=pad)
+
+
+CHECKS = (Steady, Hang, Nap, Boom, Crash, GpuOnly, Filler, Declared, Skipper)

@@ -186,6 +186,35 @@ class ThresholdRule:
         return cls(metric=metric, severity=Status(sev_raw), source=source, **{bkey: float(bval)})
 
 
+@dataclass(frozen=True)
+class RequiredMetric:
+    """A metric a passing outcome must contain (see :meth:`Check.required_metrics`).
+
+    ``metric`` is a name or glob; ``device`` the device label it must carry (``cuda:1``,
+    ``cpu``; None: any); ``tags`` the tag values it must carry (e.g. ``(("size_bytes", 1024),)``).
+    """
+
+    metric: str
+    device: str | None = None
+    tags: tuple[tuple[str, str | int | float], ...] = ()
+
+    def found_in(self, metrics: list[Metric]) -> bool:
+        return any(fnmatch.fnmatchcase(m.name, self.metric)
+                   and (self.device is None or m.device == self.device)
+                   and all(m.tags.get(k) == v for k, v in self.tags)
+                   for m in metrics)
+
+    def describe(self) -> str:
+        where = f" on {self.device}" if self.device else ""
+        tags = ", ".join(f"{k}={v}" for k, v in self.tags)
+        return f"{self.metric}{where}" + (f" ({tags})" if tags else "")
+
+
+def per_device(devices: list[str], *metrics: str) -> list[RequiredMetric]:
+    """Each of ``metrics`` on each of ``devices``."""
+    return [RequiredMetric(m, d) for d in devices for m in metrics]
+
+
 @dataclass
 class Outcome:
     """What ``Check.run`` returns: its own status, a reason, metrics, details.
@@ -269,6 +298,8 @@ class Check(abc.ABC):
     timeout_s: ClassVar[dict[str, float]] = {"quick": 60.0, "standard": 300.0, "full": 1800.0}
     profiles: ClassVar[tuple[str, ...]] = PROFILES
     key_metric: ClassVar[str | None] = None
+    #: False for a check that only takes stock (``env``): its pass alone does not make a run a pass
+    measures: ClassVar[bool] = True
 
     @abc.abstractmethod
     def run(self, ctx: CheckContext) -> Outcome:
@@ -282,5 +313,39 @@ class Check(abc.ABC):
         return values
 
     @classmethod
+    def required_metrics(cls, params: dict[str, Any], devices: list[str]) -> list[RequiredMetric]:
+        """The metrics a PASS or WARN outcome must contain, for these parameters and devices (labels such
+        as ``cuda:0`` or ``cpu``, the devices the check was asked to measure). An outcome that lacks one
+        becomes an ERROR naming what is missing. Default: nothing declared."""
+        return []
+
+    @classmethod
     def param(cls, name: str) -> Param | None:
         return next((p for p in cls.params if p.name == name), None)
+
+
+def device_labels(ctx: CheckContext) -> list[str]:
+    """Labels of the devices a check was asked to measure (``cpu``, or ``cuda:N`` for each selected GPU);
+    empty when they cannot be known (torch missing or CUDA unusable: the check skips then anyway)."""
+    if ctx.device == "cpu":
+        return ["cpu"]
+    try:
+        from gpuaccept.hw.devices import torch_devices
+
+        return [str(d) for d in torch_devices(ctx.device, ctx.gpus)]
+    except (ImportError, RuntimeError):
+        return []
+
+
+def enforce_required(cls: type[Check], ctx: CheckContext, outcome: Outcome) -> Outcome:
+    """``outcome``, or an ERROR naming the declared metrics a PASS/WARN outcome lacks."""
+    if outcome.status not in (Status.PASS, Status.WARN):
+        return outcome
+    required = cls.required_metrics(ctx.params, device_labels(ctx))
+    missing = [r.describe() for r in required if not r.found_in(outcome.metrics)]
+    if not missing:
+        return outcome
+    shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+    reason = f"missing metrics: {shown} (the check reported {outcome.status.value}: {outcome.reason})"
+    details = {**outcome.details, "missing_metrics": missing}
+    return Outcome(Status.ERROR, reason, outcome.metrics, details, outcome.needs_gpu)

@@ -27,7 +27,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from gpuaccept.checks.base import Check, CheckContext, Outcome, Param, torch_devices_or_skip
+from gpuaccept.checks.base import (
+    Check,
+    CheckContext,
+    Outcome,
+    Param,
+    RequiredMetric,
+    per_device,
+    torch_devices_or_skip,
+)
 from gpuaccept.checks.timing import (
     burst_note,
     finite_or_none,
@@ -361,6 +369,11 @@ class ComputeCheck(Check):
     }
     # standard, 8 GPUs, 5 dtypes: (8 alone + 1 concurrent) x 5 x (5 s + 5 x 0.5 s) ~ 340 s plus set-up
     timeout_s: ClassVar[dict[str, float]] = {"quick": 120.0, "standard": 900.0, "full": 3600.0}
+
+    @classmethod
+    def required_metrics(cls, params: dict[str, Any], devices: list[str]) -> list[RequiredMetric]:
+        """A GEMM figure (some dtype, alone or concurrent) on every device asked for."""
+        return per_device(devices, "gemm_*_tflops*")
 
     def run(self, ctx: CheckContext) -> Outcome:
         devices = torch_devices_or_skip(ctx)

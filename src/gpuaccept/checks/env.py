@@ -319,6 +319,7 @@ class EnvCheck(Check):
 
     name = "env"
     tag = "ENV"
+    measures = False  # it takes stock; a run in which only env passed measured nothing
     summary = "host, OS, CPU, memory, Python/torch/CUDA/cuDNN/NCCL, driver and GPU inventory"
     params: ClassVar[tuple[Param, ...]] = ()
     profile_params: ClassVar[dict[str, dict[str, Any]]] = {p: {} for p in PROFILES}

@@ -33,7 +33,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from gpuaccept.checks.base import Check, CheckContext, Outcome, Param, torch_devices_or_skip
+from gpuaccept.checks.base import (
+    Check,
+    CheckContext,
+    Outcome,
+    Param,
+    RequiredMetric,
+    per_device,
+    torch_devices_or_skip,
+)
 from gpuaccept.hw.numa import NumaBinding, bound_to, current_affinity, plan_binding
 from gpuaccept.model import Metric, Status, Threshold
 
@@ -316,6 +324,14 @@ class MemoryCheck(Check):
         "full": {"size_mib": 4096, "host_mib": 1024, "cpu_mib": 1024, "iterations": 50},
     }
     timeout_s: ClassVar[dict[str, float]] = {"quick": 60.0, "standard": 180.0, "full": 600.0}
+
+    @classmethod
+    def required_metrics(cls, params: dict[str, Any], devices: list[str]) -> list[RequiredMetric]:
+        """STREAM copy and triad on CPU; on each GPU its device copy and, with ``pcie``, both pinned directions."""
+        if devices == ["cpu"]:
+            return per_device(devices, "stream_copy_gbs", "stream_triad_gbs")
+        pcie = ("h2d_pinned_gbs", "d2h_pinned_gbs") if params.get("pcie") else ()
+        return per_device(devices, "d2d_copy_gbs", *pcie)
 
     def run(self, ctx: CheckContext) -> Outcome:
         devices = torch_devices_or_skip(ctx)

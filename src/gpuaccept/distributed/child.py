@@ -13,17 +13,13 @@ import os
 import sys
 
 from gpuaccept.child import _die_with_parent, run_request
+from gpuaccept.childproc import write_outcome
 
 
 def main() -> int:
     request = json.load(sys.stdin)
     _die_with_parent(int(request["parent_pid"]))
-    result = run_request(request)
-    tmp = request["out"] + ".tmp"
-    with open(tmp, "w") as fh:
-        json.dump(result, fh, allow_nan=False, default=str)
-    os.replace(tmp, request["out"])
-    return 0
+    return write_outcome(request["out"], run_request(request))
 
 
 if __name__ == "__main__":

@@ -168,6 +168,7 @@ def run_local_group(runner: Runner, check: PlannedCheck) -> CheckResult:
             status = Status.FAIL if "timed out" in killed[r] else Status.ERROR
             why = killed[r]
         else:
+            runner.outcome_not_written(check, procs[r].returncode)
             dead.append(r)
             status = Status.ERROR
             why = died_reason(procs[r].returncode if procs[r].returncode is not None else -9, logs[r])

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuaccept.checks.base import Outcome
-from gpuaccept.childproc import append_jsonl, died_reason, kill_tree, read_outcome
+from gpuaccept.childproc import died_reason, kill_tree, read_outcome
 from gpuaccept.distributed.control import Control, LeaderLost
 from gpuaccept.distributed.env import RankInfo
 from gpuaccept.distributed.gather import missing_rank_result, order_results, rank_jsonl_name
@@ -96,6 +96,11 @@ class DistributedRunner(Runner):
         if self.rank == 0:
             super()._save()
 
+    def refuse_reused_run_id(self) -> None:
+        """Rank 0 alone: the other ranks share the run directory, where rank 0 has just written report.json."""
+        if self.rank == 0:
+            super().refuse_reused_run_id()
+
     # ---- joining ------------------------------------------------------------------------------
     def join(self) -> None:
         """Rendezvous (once); sets the agreed run id and the derived local/node positions."""
@@ -128,6 +133,8 @@ class DistributedRunner(Runner):
                     if not distributed and self.local_rank != 0:
                         continue
                     self.events.on_start(check, seq, total)
+                    self.report.in_flight = check.name
+                    self._save()
                     result = self._run_distributed(check, seq) if distributed else self._run_one(check)
                     result.rank, result.host = self.rank, self.host
                     if distributed:  # tells a cluster report the cross-node results from the per-node ones
@@ -244,6 +251,7 @@ class DistributedRunner(Runner):
             failed = Outcome(status, f"rank {self.rank} ({self.host}): {killed}",
                              details={"log": str(log), "timeout": status is Status.FAIL})
         else:
+            self.outcome_not_written(check, child.returncode)
             code = child.returncode if child.returncode is not None else -9
             failed = Outcome(Status.ERROR, f"rank {self.rank} ({self.host}): {died_reason(code, log)}",
                              details={"log": str(log)})
@@ -262,8 +270,9 @@ class DistributedRunner(Runner):
 
     # ---- results ------------------------------------------------------------------------------
     def _record(self, result: CheckResult) -> None:
+        self.report.in_flight = None
         self.report.checks.append(result)
-        append_jsonl(self.results_path, result.to_dict())
+        self._append(result)
         if self.leader_lost is None:
             try:
                 self.control.post(result.to_dict())
@@ -286,7 +295,7 @@ class DistributedRunner(Runner):
                 self.leader_lost = str(exc)
         if self.rank == 0:
             self._gather()
-            self.report.verdict = self.report.decide()
+            self.report.verdict = self.report.decide(self.inventory_checks())
             self.report.finished = utc_now()
             self._save()
             self.control.announce_final({"verdict": self.report.verdict.value,
@@ -302,6 +311,9 @@ class DistributedRunner(Runner):
         if final is not None:
             self.verdict_from_rank0 = str(final.get("verdict"))
             ok = self.verdict_from_rank0 == Verdict.SUCCESS.value and not self.report.failed_checks()
-            self.report.verdict = Verdict.SUCCESS if ok else Verdict.FAILURE
+            if self.verdict_from_rank0 == Verdict.NOTHING_MEASURED.value and not self.report.failed_checks():
+                self.report.verdict = Verdict.NOTHING_MEASURED
+            else:
+                self.report.verdict = Verdict.SUCCESS if ok else Verdict.FAILURE
         else:
             self.report.verdict = Verdict.FAILURE

@@ -341,6 +341,7 @@ def build_spec(args: argparse.Namespace, backend_cls: Any) -> Any:
 def _cmd_launch(args: argparse.Namespace) -> int:
     from gpuaccept.launch import specfile
     from gpuaccept.launch.jobargv import launch_dir
+    from gpuaccept.launch.spec import risk_warnings
 
     parser: BackendParser = args.launch_parser
     backend_cls = parser.load()
@@ -350,6 +351,8 @@ def _cmd_launch(args: argparse.Namespace) -> int:
     spec = build_spec(args, backend_cls)
     backend = backend_cls()
     plan = backend.plan(spec)
+    for risk in risk_warnings(spec):
+        print(f"[LAUNCH] warning: {risk}", file=sys.stderr, flush=True)
     if args.output:
         try:
             plan.write(Path(args.output))

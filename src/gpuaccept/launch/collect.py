@@ -18,19 +18,24 @@ CLUSTER_REPORT = "cluster-report.json"
 
 
 def progress(run_dir: Path, nodes: int) -> Any:
-    """``reports K/N``: nodes with a finished report (a distributed run's one report counts each host in it)."""
+    """``reports K/N, checks C``: nodes with a finished report (a distributed run's one report counts each
+    host in it), and checks done in every report so far (running ones included), when the reports are visible
+    here while the job runs (a shared results directory)."""
     def count() -> str:
         hosts: set[str] = set()
+        checks = 0
         for path in run_dir.glob("**/report.json"):
             try:
                 data = json.loads(path.read_text())
+                checks += len(data.get("checks", []))
                 if data.get("verdict") in (None, "running"):
                     continue
                 hosts.add(str(data.get("host")))
                 hosts.update(str(c["host"]) for c in data.get("checks", []) if c.get("host"))
             except (OSError, ValueError, AttributeError, TypeError, KeyError):
                 continue
-        return f"reports {len(hosts)}/{nodes}" if hosts else ""
+        parts = ([f"reports {len(hosts)}/{nodes}"] if hosts else []) + ([f"checks done {checks}"] if checks else [])
+        return ", ".join(parts)
     return count
 
 

@@ -149,3 +149,21 @@ class JobSpec:
     def job_argv(self) -> list[str]:
         """What each node (or each rank, under torchrun) executes."""
         return list(self.command) if self.command is not None else self.suite_argv()
+
+
+def risk_warnings(spec: JobSpec) -> list[str]:
+    """One line per option of ``spec`` that weakens the isolation of the nodes under test, naming the risk."""
+    opts = spec.options or {}
+    out = []
+    if opts.get("privileged"):
+        out.append("--privileged: the containers run privileged, with every device and capability of the host; "
+                   "a process in them can take over the node")
+    if opts.get("host_network"):
+        out.append("--host-network: the pods share the node's network namespace; every port they open is open on "
+                   "the node and they can reach services bound to its loopback")
+    for m in spec.mounts:
+        if m.source.startswith("/"):
+            mode = "read-only" if m.readonly else "read-write"
+            out.append(f"--mount {m}: host path {m.source} is mounted {mode} into the containers; they can read"
+                       + ("" if m.readonly else " and change") + " those files of the node")
+    return out

@@ -1,7 +1,9 @@
 """Wait for a submitted job: poll the backend, show progress, stop at a timeout, cancel on Ctrl-C.
 
 On a terminal the progress is one live line; elsewhere (CI logs, cron) a
-``[LAUNCH]`` line is printed whenever the state or progress changes.
+``[LAUNCH]`` line is printed whenever the state or progress changes, and at
+least every ``HEARTBEAT_S`` seconds while nothing changes, so a log never
+falls silent while the job runs.
 SIGTERM is handled like Ctrl-C while waiting.
 """
 
@@ -18,6 +20,8 @@ from typing import IO, Any
 from gpuaccept.launch.base import Backend, JobState, Submission
 
 SETTLE_S = 30.0
+HEARTBEAT_S = 10.0
+"""Plain mode: the longest time without a progress line while the job runs."""
 
 
 @dataclass
@@ -77,8 +81,12 @@ def settle(backend: Backend, submission: Submission, *, grace_s: float = SETTLE_
 class _Display:
     """A live status line on a terminal; elsewhere a printed line whenever the shown text changes."""
 
-    def __init__(self, stream: IO[str]) -> None:
+    def __init__(self, stream: IO[str], clock: Callable[[], float] = time.monotonic,
+                 heartbeat_s: float = HEARTBEAT_S) -> None:
         self.stream = stream
+        self.clock = clock
+        self.heartbeat_s = heartbeat_s
+        self.printed_at = float("-inf")
         self.last_key = ""
         self.printed = ""
         self.live: Any = None
@@ -91,11 +99,12 @@ class _Display:
     def _print(self, line: str) -> None:
         print(line, file=self.stream, flush=True)
         self.printed = line
+        self.printed_at = self.clock()
 
     def show(self, line: str, key: str) -> None:
         if self.live is not None:
             self.live.update(line)
-        elif key != self.last_key:
+        elif key != self.last_key or self.clock() - self.printed_at >= self.heartbeat_s:
             self._print(line)
         self.last_key = key
 
@@ -111,10 +120,12 @@ class _Display:
 
 def watch(backend: Backend, submission: Submission, *, stream: IO[str], timeout_s: float | None = None,
           poll_s: float = 2.0, progress: Callable[[], str] | None = None, cancel_on_interrupt: bool = True,
-          clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> WatchOutcome:
-    """Poll until the job is done. At ``timeout_s`` (seconds) the job is cancelled; on Ctrl-C too, unless told not."""
+          clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+          heartbeat_s: float = HEARTBEAT_S) -> WatchOutcome:
+    """Poll until the job is done. At ``timeout_s`` (seconds) the job is cancelled; on Ctrl-C too, unless told not.
+    Without a terminal a line is printed on every change and at least every ``heartbeat_s`` seconds."""
     start = clock()
-    display = _Display(stream)
+    display = _Display(stream, clock, heartbeat_s)
     state = JobState("SUBMITTED", done=False)
     with _sigterm_as_interrupt():
         try:

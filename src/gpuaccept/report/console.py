@@ -60,6 +60,8 @@ def result_line(report: NodeReport) -> str:
         return "[RESULT] SUCCESS"
     if report.verdict is Verdict.INTERRUPTED:
         return "[RESULT] INTERRUPTED: " + (", ".join(report.failed_checks()) or "no check failed before the stop")
+    if report.verdict is Verdict.NOTHING_MEASURED:
+        return "[RESULT] NOTHING MEASURED: every check skipped (see the reasons above); not a pass"
     return "[RESULT] FAILURE: " + ", ".join(report.failed_checks())
 
 

@@ -30,7 +30,8 @@ from gpuaccept.report.views import (
 ALL_NODE_TABLES_UP_TO = 16
 """Above this many nodes, per-node tables are written only for nodes that did not succeed."""
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
-_ICON = {Verdict.SUCCESS: "✅", Verdict.FAILURE: "❌", Verdict.RUNNING: "⏳", Verdict.INTERRUPTED: "⚠️"}
+_ICON = {Verdict.SUCCESS: "✅", Verdict.FAILURE: "❌", Verdict.RUNNING: "⏳", Verdict.INTERRUPTED: "⚠️",
+         Verdict.NOTHING_MEASURED: "⚠️"}
 
 
 def md(text: object) -> str:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuaccept.errors import GpuacceptError, UsageError
+from gpuaccept.errors import GpuacceptError, InputError, UsageError
 from gpuaccept.model import ClusterReport, NodeReport
 from gpuaccept.report.load import CLUSTER_FILE, NODE_FILE, load_file
 from gpuaccept.report.prometheus import PREFIX, Family, families, iso_epoch
@@ -62,6 +62,32 @@ def newest(node_reports: list[NodeReport], cluster: ClusterReport | None) -> lis
         if cur is None or _started(rep) > _started(cur):
             best[rep.host] = rep
     return [best[h] for h in sorted(best)]
+
+
+def checked_load(path: Path) -> NodeReport | ClusterReport | str:
+    """The report in ``path``, or why it cannot be served (a message naming the file). Catches every
+    error, not only the loader's own: a 10**400 value or an array nested 100000 deep is one bad file,
+    never a failed scrape. A report that loads but cannot be rendered is refused here too."""
+    try:
+        report = load_file(path)
+    except GpuacceptError as exc:
+        return str(exc)
+    except Exception as exc:  # RecursionError, OverflowError, ... included
+        return f"{path}: unreadable report ({type(exc).__name__}: {str(exc)[:200]})"
+    why = unrenderable(report)
+    return f"{path}: {why}" if why else report
+
+
+def unrenderable(report: NodeReport | ClusterReport) -> str | None:
+    """None when ``report`` renders as metric families, else why not."""
+    try:
+        if isinstance(report, ClusterReport):
+            families([], report)
+        else:
+            families([report], None)
+    except Exception as exc:  # RecursionError, OverflowError, ... included
+        return f"cannot export this report ({type(exc).__name__}: {str(exc)[:200]})"
+    return None
 
 
 class DirSource:
@@ -105,11 +131,7 @@ class DirSource:
             stamp = (st.st_mtime_ns, st.st_size)
             cached = self._cache.get(path)
             if cached is None or cached[0] != stamp:
-                try:
-                    value: NodeReport | ClusterReport | str = load_file(path)
-                except GpuacceptError as exc:
-                    value = str(exc)
-                self._cache[path] = (stamp, value)
+                self._cache[path] = (stamp, checked_load(path))
             result = self._cache[path][1]
             if isinstance(result, str):
                 snap.unreadable += 1
@@ -150,7 +172,16 @@ class DbSource:
     def _get(self, store: Any, run_id: str, host: str, kind: str) -> NodeReport | ClusterReport:
         key = (kind, run_id, host)
         if key not in self._cache:
-            rep = store.get_run(run_id, host=host or None).report
+            try:
+                rep = store.get_run(run_id, host=host or None).report
+            except GpuacceptError:
+                raise
+            except Exception as exc:  # RecursionError, OverflowError, ... included
+                raise InputError(f"run {run_id} ({host or 'cluster'}): unreadable report "
+                                 f"({type(exc).__name__}: {str(exc)[:200]})") from None
+            why = unrenderable(rep)
+            if why:
+                raise InputError(f"run {run_id} ({host or 'cluster'}): {why}")
             self._cache[key] = rep
         return self._cache[key]
 
@@ -183,10 +214,15 @@ class DbSource:
                     nodes.append(rep)
             clusters = store.list_runs(kind="cluster", since=since, limit=1)
             if clusters:
-                crep = self._get(store, clusters[0].run_id, "", "cluster")
-                wanted.add(("cluster", clusters[0].run_id, ""))
-                if isinstance(crep, ClusterReport):
-                    snap.cluster = crep
+                try:
+                    crep = self._get(store, clusters[0].run_id, "", "cluster")
+                except InputError as exc:
+                    snap.unreadable += 1
+                    snap.errors.append(str(exc))
+                else:
+                    wanted.add(("cluster", clusters[0].run_id, ""))
+                    if isinstance(crep, ClusterReport):
+                        snap.cluster = crep
             for stale in set(self._cache) - wanted:
                 del self._cache[stale]
             snap.nodes = newest(nodes, snap.cluster)

@@ -43,7 +43,23 @@ class NodeView:
 
     @property
     def checks(self) -> list[CheckResult]:
-        return self.report.checks if self.report is not None else []
+        """The report's checks, plus an ERROR for what an unfinished run left undone (see :func:`unfinished`)."""
+        return [*self.report.checks, *unfinished(self.report)] if self.report is not None else []
+
+
+def unfinished(report: NodeReport) -> list[CheckResult]:
+    """An ERROR for the check a stopped or killed run was running (``in_flight``), or, for a report
+    left ``running`` with none in flight, one named ``run``: such a run is never shown as clean."""
+    if report.verdict not in (Verdict.RUNNING, Verdict.INTERRUPTED):
+        return []
+    stopped = report.verdict is Verdict.INTERRUPTED
+    how = ("interrupted while it ran" if stopped
+           else "did not finish: the run ended without a verdict (killed, or still running)")
+    if report.in_flight:
+        return [CheckResult(report.in_flight, Status.ERROR, how, details={"unfinished": True})]
+    why = ("the run was interrupted before it finished" if stopped
+           else "the run did not finish: no verdict (killed, or still running)")
+    return [CheckResult("run", Status.ERROR, why, details={"unfinished": True})]
 
 
 def node_views(report: NodeReport | ClusterReport) -> list[NodeView]:

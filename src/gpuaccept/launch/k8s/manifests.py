@@ -26,7 +26,12 @@ run with ``--gpus-per-node 4`` on 8-GPU hosts still tests distinct hosts.
 Distributed jobs start one ``torchrun`` per pod, which reads the rendezvous
 from ``PET_NNODES``/``PET_NODE_RANK``/``PET_MASTER_ADDR``/``PET_MASTER_PORT``
 (set here for job and jobset, injected by the operators otherwise).
-Containers are never privileged unless ``--privileged``.
+Containers are never privileged unless ``--privileged``; otherwise every container sets
+``allowPrivilegeEscalation: false``. No pod of the run talks to the Kubernetes API (the
+MPIJob launcher of mpi-operator v2 starts the ranks over ssh, not ``kubectl exec``), so pods
+set ``automountServiceAccountToken: false`` unless ``--service-account`` names an account
+(its token is then mounted as the cluster decides). A TrainJob's pod template cannot carry
+that field (and, before Kubeflow Trainer v2.2, no container security context either).
 """
 
 from __future__ import annotations
@@ -242,9 +247,13 @@ def _container(spec: JobSpec, opts: K8sOptions, name: str, command: list[str], e
             c["resources"] = resources
     if mounts:
         c["volumeMounts"] = mounts
-    if opts.privileged:
-        c["securityContext"] = {"privileged": True}
+    c["securityContext"] = security_context(opts)
     return c
+
+
+def security_context(opts: K8sOptions) -> dict[str, Any]:
+    """A container's securityContext: privileged only when asked, else no privilege escalation."""
+    return {"privileged": True} if opts.privileged else {"allowPrivilegeEscalation": False}
 
 
 def one_per_node(match_labels: dict[str, str]) -> dict[str, Any]:
@@ -269,6 +278,8 @@ def _pod_spec(opts: K8sOptions, containers: list[dict[str, Any]], volumes: list[
     pod: dict[str, Any] = {"restartPolicy": "Never", **extra}
     if opts.service_account:
         pod["serviceAccountName"] = opts.service_account
+    else:  # nothing in the pods uses the API: no token to steal
+        pod["automountServiceAccountToken"] = False
     if opts.priority_class:
         pod["priorityClassName"] = opts.priority_class
     if opts.host_network:
@@ -412,10 +423,11 @@ def _trainjob(spec: JobSpec, opts: K8sOptions, name: str) -> list[dict[str, Any]
     if resources:
         trainer["resourcesPerNode"] = resources
     container: dict[str, Any] = {"name": NODE_CONTAINER, "volumeMounts": mounts}
-    if opts.privileged:
-        container["securityContext"] = {"privileged": True}
+    if opts.runtime_patches or opts.privileged:  # Trainer before v2.2 has no container securityContext
+        container["securityContext"] = security_context(opts)
     pod = _pod_spec(opts, [container], volumes, {TRAINJOB_LABEL: name})
     del pod["restartPolicy"]  # the runtime's
+    pod.pop("automountServiceAccountToken", None)  # not a field of a TrainJob's pod template
     job = _head("trainjob", spec, opts, name)
     pod_labels = _labels(spec, opts, name, "node")
     job["spec"] = {
