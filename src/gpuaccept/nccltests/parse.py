@@ -17,7 +17,6 @@ Anything that is not nccl-tests output, or a row that does not fit its header, i
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import asdict, dataclass, field
@@ -346,9 +345,11 @@ def parse_json_doc(doc: Any) -> NcclTestsResult:
 def parse_any(text: str) -> NcclTestsResult:
     """A ``-J`` JSON document when ``text`` starts with ``{``, else the text output."""
     if text.lstrip().startswith("{"):
+        from gpuaccept.inputs import loads_json
+
         try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"nccl-tests JSON is not valid JSON (a cut-off file?): {exc}") from None
+            doc = loads_json(text, "nccl-tests JSON")
+        except InputError as exc:
+            raise InputError(f"{exc} (a cut-off file?)") from None
         return parse_json_doc(doc)
     return parse_text(text)
