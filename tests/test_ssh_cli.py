@@ -125,3 +125,24 @@ def test_ctrl_c_cancels_and_leaves_no_remote_process(sshd: Sshd, tmp_path: Path)
     while any(os.path.exists(f"/proc/{p}") for p in remote):
         assert time.monotonic() < end, f"remote processes {remote} still running after Ctrl-C"
         time.sleep(0.1)
+
+
+def test_secret_env_values_reach_the_hosts_but_no_stored_file(sshd: Sshd, tmp_path: Path) -> None:
+    import hashlib
+
+    secret = "aws-S3cret-0b9d"
+    code = ("import hashlib, os; "
+            "print('digest', hashlib.sha256(os.environ['AWS_SECRET_ACCESS_KEY'].encode()).hexdigest())")
+    res = gpuaccept(*base(sshd, tmp_path), "--hosts", "node-a,node-b", "--no-torchrun", "--run-id", "cli-secret",
+                    "--env", f"AWS_SECRET_ACCESS_KEY={secret}", "--env", "NCCL_DEBUG=INFO", "--no-history",
+                    "--", PY, "-c", code, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    digest = hashlib.sha256(secret.encode()).hexdigest()
+    assert f"[node-a] digest {digest}" in res.stdout and f"[node-b] digest {digest}" in res.stdout
+    stored = [p for p in tmp_path.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+    assert stored == []  # neither the launch directory nor the hosts' directories keep it
+    launch = tmp_path / "local" / "cli-secret" / "launch"
+    assert "export AWS_SECRET_ACCESS_KEY='<redacted>'" in (launch / "ssh-node.sh").read_text()
+    assert "export NCCL_DEBUG=INFO" in (launch / "ssh-node.sh").read_text()
+    assert json.loads((launch / "job.json").read_text())["spec"]["env"] == {
+        "AWS_SECRET_ACCESS_KEY": "<redacted>", "NCCL_DEBUG": "INFO"}

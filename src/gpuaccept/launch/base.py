@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 import argparse
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -35,6 +35,9 @@ class Plan:
     commands: list[list[str]] = field(default_factory=list)
     expected_hosts: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: text a launch stores instead of ``files[name]`` for a file the backend hands to the job itself (the ssh
+    #: node script, sent on standard input): the same file with secret values masked
+    stored: dict[str, str] = field(default_factory=dict)
 
     def render(self) -> str:
         """Human-readable dry run: each file, then each command."""
@@ -50,15 +53,21 @@ class Plan:
         out.extend(f"# note: {n}" for n in self.notes)
         return "\n".join(out) + "\n"
 
-    def write(self, directory: Path) -> list[Path]:
+    def write(self, directory: Path, secrets: Collection[str] = (), *, launch: bool = False) -> list[Path]:
+        """Write every file under ``directory``; one holding any of ``secrets`` gets mode 0600 (0700 for a script).
+
+        ``launch``: the copy a launch keeps, where :attr:`stored` replaces the files the job gets another way.
+        """
+        from gpuaccept.launch.secrets import holds_secret, write_file
+
         directory.mkdir(parents=True, exist_ok=True)
         written = []
         for name, text in self.files.items():
+            if launch and name in self.stored:
+                text = self.stored[name]
             path = directory / name
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            if text.startswith("#!"):
-                path.chmod(0o755)
+            write_file(path, text, private=holds_secret(text, secrets), executable=text.startswith("#!"))
             written.append(path)
         return written
 

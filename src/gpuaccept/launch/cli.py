@@ -341,6 +341,7 @@ def build_spec(args: argparse.Namespace, backend_cls: Any) -> Any:
 def _cmd_launch(args: argparse.Namespace) -> int:
     from gpuaccept.launch import specfile
     from gpuaccept.launch.jobargv import launch_dir
+    from gpuaccept.launch.secrets import redact_env, secret_values
     from gpuaccept.launch.spec import risk_warnings
 
     parser: BackendParser = args.launch_parser
@@ -355,7 +356,7 @@ def _cmd_launch(args: argparse.Namespace) -> int:
         print(f"[LAUNCH] warning: {risk}", file=sys.stderr, flush=True)
     if args.output:
         try:
-            plan.write(Path(args.output))
+            plan.write(Path(args.output), secret_values(spec.env))
         except OSError as exc:
             raise InputError(f"cannot write the plan to --output {args.output}: {exc.strerror}") from None
         print(f"[LAUNCH] plan files written to {args.output}", file=sys.stderr)
@@ -370,14 +371,14 @@ def _cmd_launch(args: argparse.Namespace) -> int:
         raise UsageError(f"run {spec.run_id} already exists in {spec.results_dir}; choose another --run-id")
     try:
         workdir.mkdir(parents=True, exist_ok=True)
-        plan.write(workdir)
+        plan.write(workdir, secret_values(spec.env), launch=True)
     except OSError as exc:
         raise InputError(f"cannot write to the results directory {spec.results_dir}: {exc.strerror}") from None
     started = utc_now()
     submission = backend.submit(plan, spec, workdir)
     job = {"backend": backend.name, "run_id": spec.run_id, "job_id": submission.job_id, "started": started,
            "nodes": spec.nodes, "expected_hosts": list(submission.hosts or plan.expected_hosts),
-           "spec": dataclasses.asdict(spec)}
+           "spec": {**dataclasses.asdict(spec), "env": redact_env(spec.env)}}
     (workdir / JOB_FILE).write_text(json.dumps(job, indent=2, default=str) + "\n")
     print(f"[LAUNCH] {backend.name} job {submission.job_id} submitted: {spec.nodes} node(s), run {spec.run_id}",
           flush=True)

@@ -142,10 +142,11 @@ class PairRunner:
 
     def _submit(self, job: _Job) -> None:
         from gpuaccept.launch.jobargv import launch_dir
+        from gpuaccept.launch.secrets import secret_values
 
         workdir = Path(launch_dir(job.spec))
         workdir.mkdir(parents=True, exist_ok=True)
-        job.plan.write(workdir)
+        job.plan.write(workdir, secret_values(job.spec.env), launch=True)
         try:
             job.backend.check_ready(job.plan, job.spec)
             job.submission = job.backend.submit(job.plan, job.spec, workdir)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from gpuaccept.launch.hosts import (
     resolve_alias,
     select_aliases,
 )
+from gpuaccept.launch.secrets import redact_env, secret_values
 from gpuaccept.launch.spec import JobSpec
 from gpuaccept.launch.ssh.fanout import LOCAL_GRACE_S, HostRun, SshJob, parallel
 from gpuaccept.launch.ssh.options import (
@@ -173,6 +175,8 @@ class SshBackend(Backend):
         return Plan(
             backend=self.name,
             files={SCRIPT_NAME: node_script(spec, opts)},
+            stored=({SCRIPT_NAME: node_script(dataclasses.replace(spec, env=redact_env(spec.env)), opts)}
+                    if secret_values(spec.env) else {}),
             commands=[run_argv(opts, s) for s in slots],
             expected_hosts=[s.label for s in slots],
             notes=notes,
