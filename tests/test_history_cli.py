@@ -178,6 +178,18 @@ def test_commands_on_postgres(tmp_path: Path) -> None:
     _one_line_error(gpuaccept("compare", "cluster-run", "nope", "--db", url), "no run 'nope'")
 
 
+def test_read_only_commands_on_an_empty_postgres_create_no_table(tmp_path: Path) -> None:
+    import psycopg
+
+    url = shared_server().new_database()
+    for argv in (["history"], ["trend", "--host", "gpu01", "--metric", "gemm_bf16_tflops"],
+                 ["compare", "a", "b"], ["report", "some-run", "--output", str(tmp_path / "r.html")]):
+        _one_line_error(gpuaccept(*argv, "--db", url), "run a writing command first")
+    with psycopg.connect(url, autocommit=True) as pg:
+        assert pg.execute("SELECT table_schema, table_name FROM information_schema.tables WHERE table_schema "
+                          "NOT IN ('pg_catalog', 'information_schema')").fetchall() == []
+
+
 @pytest.mark.slow
 def test_concurrent_imports_from_the_command_line(tmp_path: Path) -> None:
     """16 ``gpuaccept history --import`` processes into one new SQLite file: all stored, nothing on stderr."""

@@ -449,3 +449,47 @@ def test_network_filesystems_are_recognised() -> None:
     assert mount_fstype(Path("/homework/x"), mounts) == "ext4"
     assert mount_fstype(Path("/lustre/proj"), mounts) in NETWORK_FS
     assert mount_fstype(Path("/tmp"), mounts) not in NETWORK_FS
+
+
+# ---- read-only opens ----
+def _pg_tables(url: str) -> list[tuple[str, str]]:
+    """(schema, table) of every user table of the PostgreSQL database at ``url``, with the driver alone."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as pg:
+        return pg.execute("SELECT table_schema, table_name FROM information_schema.tables WHERE table_schema "
+                          "NOT IN ('pg_catalog', 'information_schema') ORDER BY 1, 2").fetchall()
+
+
+def test_read_only_open_of_an_empty_postgres_creates_nothing() -> None:
+    url = shared_server().new_database()
+    with pytest.raises(InputError, match=r"no gpuaccept history yet .*run a writing command first"):
+        open_store(url, read_only=True)
+    assert _pg_tables(url) == []
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as pg:
+        assert pg.execute("SELECT 1 FROM pg_namespace WHERE nspname = 'gpuaccept'").fetchall() == []
+
+
+def test_read_only_open_of_an_older_postgres_history_migrates_nothing() -> None:
+    url = shared_server().new_database()
+    _write_v1(url, node_report("oldnode", "old-run", T0))
+    with pytest.raises(InputError, match=r"older schema \(v1\); run a writing command first"):
+        open_store(url, read_only=True)
+    ex, close, _ = _raw(url)
+    try:
+        assert ex("SELECT version FROM schema_version", ()) == [(1,)]
+    finally:
+        close()
+
+
+def test_read_only_postgres_session_refuses_writes() -> None:
+    url = shared_server().new_database()
+    record(node_report("n", "r1", T0), url)
+    with open_store(url, read_only=True) as store:
+        assert [r.run_id for r in store.list_runs()] == ["r1"]
+        with pytest.raises(StoreError, match="read-only transaction"):
+            store.add_node_report(node_report("n", "r2", T0 + 1))
+    with open_store(url) as store:
+        assert [r.run_id for r in store.list_runs()] == ["r1"]

@@ -28,8 +28,9 @@ def open_store(url: str | DbUrl | None = None, retry_s: float = 120.0, read_only
     ``None`` means ``$GPUACCEPT_DB`` or the default SQLite file. Raises
     UsageError for a bad URL, InputError for a database gpuaccept must not
     touch (foreign, corrupt, newer schema), StoreError when it cannot be reached.
-    ``read_only`` (commands that only read) creates nothing: a missing SQLite
-    file is an InputError, an existing one is opened with ``mode=ro``.
+    ``read_only`` (commands that only read) creates and migrates nothing: a missing SQLite
+    file is an InputError, an existing one is opened with ``mode=ro``; a PostgreSQL session is
+    read-only, and a missing or older history schema there is an InputError.
     """
     parsed = url if isinstance(url, DbUrl) else (resolve_db_url(None) if url is None else parse_db_url(url))
     if parsed.kind == "sqlite":
@@ -38,7 +39,7 @@ def open_store(url: str | DbUrl | None = None, retry_s: float = 120.0, read_only
         return SqliteStore(parsed, retry_s=retry_s, read_only=read_only)
     from gpuaccept.results.store_postgres import PostgresStore
 
-    return PostgresStore(parsed, retry_s=retry_s)
+    return PostgresStore(parsed, retry_s=retry_s, read_only=read_only)
 
 
 def record(report: NodeReport | ClusterReport, url: str | DbUrl | None = None) -> str:

@@ -7,7 +7,9 @@ writers storing the same run are retried, and so is a refused connection when
 the server is at ``max_connections`` or starting up. Migrations run under a
 transaction-scoped advisory lock, so many nodes may open a new database at
 once. A schema holding other tables, or a newer history schema, is refused
-before anything is written.
+before anything is written. A read-only open (the commands that only read) runs
+no DDL and no migration, and its session is read-only: a missing or older
+history schema is an InputError asking for a writing command first.
 """
 
 from __future__ import annotations
@@ -45,14 +47,17 @@ class PostgresStore(Store):
 
     dialect = "postgresql"
 
-    def __init__(self, url: DbUrl, retry_s: float = 120.0) -> None:
+    def __init__(self, url: DbUrl, retry_s: float = 120.0, read_only: bool = False) -> None:
         super().__init__(url, retry_s)
         self._pg = _psycopg()
         self.schema = url.schema
+        self.read_only = read_only
         self._conn: Any = None
         self._conn = self._connect()
         try:
-            self._retrying(self._setup, write=False)
+            if read_only:
+                self._execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+            self._retrying(self._check_readable if read_only else self._setup, write=False)
         except BaseException:
             self.close()
             raise
@@ -92,6 +97,17 @@ class PostgresStore(Store):
             raise InputError(f"{self.url.redacted()}: written by a newer gpuaccept (history schema v{version}; this "
                              f"version knows up to v{migrations.LATEST}); upgrade gpuaccept. Nothing was changed")
         return version
+
+    def _check_readable(self) -> None:
+        """A read-only open: the history must be there at the latest schema; nothing is created or migrated."""
+        version = self._state()
+        where = f"{self.url.redacted()} (schema {self.schema!r})"
+        if version is None:
+            raise InputError(f"{where}: no gpuaccept history yet (nothing stored yet; a read-only command creates "
+                             "none); run a writing command first (gpuaccept run, or history --import)")
+        if version < migrations.LATEST:
+            raise InputError(f"{where}: a history of an older schema (v{version}); run a writing command first "
+                             "(gpuaccept run, or history --import) to upgrade it")
 
     def _setup(self) -> None:
         if self._state() == migrations.LATEST:
