@@ -102,23 +102,33 @@ def test_compare(db: str, tmp_path: Path) -> None:
     _one_line_error(gpuaccept("compare", str(tmp_path / "missing.json"), "gpu02-run1", "--db", db), "cannot read")
 
 
+def test_trend_does_not_call_one_low_run_a_regression(db: str) -> None:
+    text = _ok(gpuaccept("trend", "--host", "gpu01", "--metric", "gemm_bf16_tflops", "--db", db))
+    assert "REGRESSION" not in text and "no regression in the newest run (2 series judged)" in text
+    assert "LAST 3 MEDIAN" in text
+    assert text.count("(too little history)") == 2 * 5  # 3 recent + 3 earlier runs before the first judgement
+    help_text = _ok(gpuaccept("trend", "--help"))
+    assert "One noisy run is never a regression" in " ".join(help_text.split())
+
+
 def test_trend_flags_the_drop(db: str) -> None:
-    proc = gpuaccept("trend", "--host", "gpu01", "--metric", "gemm_bf16_tflops", "--db", db)
+    proc = gpuaccept("trend", "--host", "gpu01", "--metric", "gemm_bf16_tflops", "--db", db, "--recent", "1")
     text = _ok(proc, rc=1)
     assert "REGRESSION: gpu01 compute gemm_bf16_tflops cuda:0" in text
     assert "540 TFLOP/s vs median 600 of 5 earlier runs (-10.0%" in text
     assert "[TFLOP/s, higher is better]" in text
     assert text.count("(too little history)") == 2 * 3  # the first 3 runs of each GPU are not judged
     data = json.loads(_ok(gpuaccept("trend", "--host", "gpu01", "--metric", "gemm_bf16_tflops", "--db", db,
-                                    "--json", "--device", "cuda:1"), rc=1))
+                                    "--json", "--device", "cuda:1", "--recent", "1"), rc=1))
     assert data["regressed"] is True
     (series,) = data["series"]
     assert [p["value"] for p in series["points"]] == [t + 1 for t in GPU01_TFLOPS]
     assert [p["regression"] for p in series["points"]] == [False] * 5 + [True]
     # A looser rule lets the same drop through; so does looking only at the older runs.
-    _ok(gpuaccept("trend", "--host", "gpu01", "--metric", "gemm_bf16_tflops", "--db", db, "--min-drop-pct", "15"))
+    _ok(gpuaccept("trend", "--host", "gpu01", "--metric", "gemm_bf16_tflops", "--db", db, "--min-drop-pct", "15",
+                  "--recent", "1"))
     text = _ok(gpuaccept("trend", "--host", "gpu02", "--metric", "gemm_bf16_tflops", "--db", db,
-                         "--min-history", "2"))
+                         "--min-history", "2", "--recent", "1"))
     assert "no regression in the newest run (2 series judged)" in text
     assert "not enough history" in _ok(gpuaccept("trend", "--host", "gpu02", "--metric", "gemm_bf16_tflops",
                                                  "--db", db))
@@ -172,7 +182,7 @@ def test_commands_on_postgres(tmp_path: Path) -> None:
     runs = json.loads(_ok(gpuaccept("history", "--json", "--host", "gpu01", GPUACCEPT_DB=url)))
     assert len(runs) == 6 and runs[0]["sku"] == "h100-sxm5-80gb"
     assert "REGRESSION: gpu01" in _ok(gpuaccept("trend", "--host", "gpu01", "--metric", "gemm_bf16_tflops",
-                                                "--db", url), rc=1)
+                                                "--db", url, "--recent", "1"), rc=1)
     data = json.loads(_ok(gpuaccept("compare", "cluster-run", "gpu01-run5", "--db", url, "--json")))
     assert data["by_host"] is True
     _one_line_error(gpuaccept("compare", "cluster-run", "nope", "--db", url), "no run 'nope'")

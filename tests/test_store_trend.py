@@ -9,7 +9,14 @@ import pytest
 
 from gpuaccept.results.compare import compare_reports
 from gpuaccept.results.store import MetricPoint
-from gpuaccept.results.trend import TrendRule, build_trends, higher_is_better, judge_point, robust_center
+from gpuaccept.results.trend import (
+    TrendRule,
+    build_trends,
+    higher_is_better,
+    judge_point,
+    judge_series,
+    robust_center,
+)
 from tests.store_reports import T0, cluster_report, iso, node_report
 
 RULE = TrendRule()
@@ -82,20 +89,39 @@ def _point(run: int, value: float | None, device: str = "cuda:0", **tags: object
                        tags={"dtype": "bf16", **tags})
 
 
+def test_one_low_outlier_is_not_a_regression_a_sustained_drop_is() -> None:
+    rng = random.Random(3)
+    steady = [600 * (1 + rng.gauss(0, 0.005)) for _ in range(10)]
+    # one noisy run (the first measurement after a reboot, say), newest or in the middle: never flagged
+    assert not any(p.regression for p in judge_series([*steady, 480.0], True, RULE))
+    assert not any(p.regression for p in judge_series([*steady, 480.0, *steady[:4]], True, RULE))
+    assert judge_series([*steady, 480.0], True, TrendRule(recent=1))[-1].regression  # judged alone, it would be
+    # the same drop held for the last 3 runs is; flagged from the second low run on (the median of 3 turns)
+    held = judge_series([*steady, 540.0, 539.0, 541.0], True, RULE)
+    assert [p.regression for p in held] == [False] * 11 + [True, True]
+    newest = held[-1]
+    assert newest.recent == 540.0 and newest.value == 541.0 and newest.history == 10
+    assert newest.reference == pytest.approx(sorted(steady)[4] / 2 + sorted(steady)[5] / 2)
+    # too few runs to judge: recent + min_history of them
+    assert [p.reference is None for p in judge_series([600.0] * 5 + [400.0], True, RULE)] == [True] * 5 + [False]
+    assert all(p.reference is None for p in judge_series([600.0] * 5, True, RULE))
+
+
 def test_build_trends_splits_series_and_flags_the_newest() -> None:
-    pts = [_point(i, 600.0 + (i % 3)) for i in range(6)] + [_point(6, 500.0)]
-    pts += [_point(i, 700.0, device="cuda:1") for i in range(7)]
+    pts = [_point(i, 600.0 + (i % 3)) for i in range(6)] + [_point(6, 500.0), _point(7, 502.0)]
+    pts += [_point(i, 700.0, device="cuda:1") for i in range(7)] + [_point(7, 500.0, device="cuda:1")]
     pts += [_point(3, None, device="cuda:1")]  # NaN in one report: left out
     pts += [_point(i, 300.0, size=4096) for i in range(2)]  # a different size is a different series
     series = build_trends(pts, RULE)
     assert [(s.device, s.tags, len(s.points), s.regressed) for s in series] == [
-        ("cuda:0", {"dtype": "bf16"}, 7, True),
+        ("cuda:0", {"dtype": "bf16"}, 8, True),
         ("cuda:0", {"dtype": "bf16", "size": 4096}, 2, False),
-        ("cuda:1", {"dtype": "bf16"}, 7, False),
+        ("cuda:1", {"dtype": "bf16"}, 8, False),  # one low run after seven steady ones
     ]
     newest = series[0].points[-1]
-    assert (newest.run_id, newest.value, newest.reference, newest.history) == ("r6", 500.0, 601.0, 6)
-    assert [p.regression for p in series[0].points] == [False] * 6 + [True]
+    assert (newest.run_id, newest.value, newest.recent, newest.reference, newest.history) == (
+        "r7", 502.0, 502.0, 601.0, 5)
+    assert [p.regression for p in series[0].points] == [False] * 7 + [True]
     assert build_trends(pts, RULE, direction="lower")[0].regressed is False
 
 

@@ -55,8 +55,12 @@ def register(sub: Any) -> None:
 
     t = sub.add_parser("trend", help="a metric over time on one node, with regressions flagged",
                        description="Show METRIC over time on HOST and flag a regression against the node's own "
-                                   "past: worse than the median of the earlier runs by more than --max-drop-sigma "
-                                   "robust deviations (1.4826 x MAD) and by more than --min-drop-pct. "
+                                   "past. One noisy run is never a regression: a run is judged by the median of "
+                                   "the last --recent runs (it and the ones just before it), which must be worse "
+                                   "than the median of the runs before those (at least --min-history, at most "
+                                   "--window of them) by more than --max-drop-sigma robust deviations (1.4826 x "
+                                   "their MAD) and by more than --min-drop-pct. With the defaults a drop is "
+                                   "flagged once it holds for 2 of the last 3 runs, after 6 runs in all. "
                                    "Exit 1 when the newest run regressed.")
     t.add_argument("--host", required=True, help="the node")
     t.add_argument("--metric", required=True, metavar="NAME", help="metric name, e.g. gemm_bf16_tflops")
@@ -71,6 +75,8 @@ def register(sub: Any) -> None:
                    help="judge against at most the N previous runs (default 20)")
     t.add_argument("--min-history", type=_positive_int, default=3, metavar="N",
                    help="earlier runs needed before judging (default 3)")
+    t.add_argument("--recent", type=_positive_int, default=3, metavar="K",
+                   help="judge the median of the last K runs (default 3; 1 judges each run alone)")
     t.add_argument("--direction", choices=("auto", "higher", "lower"), default="auto",
                    help="which way is better (auto: from the threshold, unit and name)")
     t.add_argument("--db", default=None, metavar="URL", help=DB_HELP)
@@ -230,7 +236,7 @@ def cmd_trend(args: argparse.Namespace) -> int:
 
     since = parse_since(args.since) if args.since else None
     rule = TrendRule(max_drop_sigma=args.max_drop_sigma, min_drop_frac=args.min_drop_pct / 100.0,
-                     window=args.window, min_history=args.min_history)
+                     window=args.window, min_history=args.min_history, recent=args.recent)
     with open_store(args.db, read_only=True) as store:
         points = store.metric_series(args.host, args.metric, since=since, check=args.check, device=args.device)
         if not points:
@@ -252,14 +258,18 @@ def cmd_trend(args: argparse.Namespace) -> int:
     for s in series:
         better = "higher" if s.higher_is_better else "lower"
         print(f"{args.host} {s.label} [{s.unit}, {better} is better]")
-        rows = [[p.started, p.run_id, _num(p.value), _num(p.reference), _num(p.deviation, 3), _pct(p.change),
+        rows = [[p.started, p.run_id, _num(p.value), _num(p.recent), _num(p.reference), _num(p.deviation, 3),
+                 _pct(p.change),
                  "REGRESSION" if p.regression else ("" if p.reference is not None else "(too little history)")]
                 for p in s.points]
-        print(_table(["STARTED", "RUN", "VALUE", "EARLIER MEDIAN", "WORSE BY (SIGMA)", "CHANGE", ""], rows))
+        print(_table(["STARTED", "RUN", "VALUE", f"LAST {rule.recent} MEDIAN", "EARLIER MEDIAN",
+                      "WORSE BY (SIGMA)", "CHANGE", ""], rows))
         print()
     for s in regressed:
         p = s.points[-1]
-        print(f"REGRESSION: {args.host} {s.label}: {_num(p.value)} {s.unit} vs median {_num(p.reference)} of "
+        what = f"{_num(p.value)} {s.unit}" if rule.recent == 1 else \
+            f"median {_num(p.recent)} {s.unit} of the last {rule.recent} runs"
+        print(f"REGRESSION: {args.host} {s.label}: {what} vs median {_num(p.reference)} of "
               f"{p.history} earlier runs ({_pct(p.change)}, {_num(p.deviation, 3)} robust deviations worse)",
               file=sys.stdout)
     if not regressed:
@@ -267,5 +277,6 @@ def cmd_trend(args: argparse.Namespace) -> int:
         if latest:
             print(f"no regression in the newest run ({len(latest)} series judged)")
         else:
-            print(f"not enough history to judge: fewer than {rule.min_history} earlier runs")
+            print(f"not enough history to judge: fewer than {rule.recent} recent and {rule.min_history} earlier "
+                  "runs")
     return 1 if regressed else 0

@@ -1,13 +1,17 @@
 """A metric over time on one node, and whether it regressed against the node's own past. Pure functions.
 
-Each value is judged against the runs before it (at most ``window`` of them):
-with ``med`` their median and ``mad`` their median absolute deviation scaled
-by 1.4826 (equal to the standard deviation for normal noise), a value is a
-regression when it is worse than ``med`` by more than ``max_drop_sigma``
-robust deviations *and* by more than ``min_drop_frac`` of ``med``. The second
-rule keeps a very stable metric (``mad`` near 0) from flagging noise; with
-``mad`` exactly 0 only the relative rule applies. "Worse" is lower for
-throughputs and higher for times, temperatures and error counts.
+One noisy run is never a regression: each run is judged by the median of the
+last ``recent`` runs (it and the ones just before it) against the runs before
+those (at most ``window`` of them, at least ``min_history``). With ``med`` the
+median of those earlier runs and ``mad`` their median absolute deviation
+scaled by 1.4826 (equal to the standard deviation for normal noise), the run
+is a regression when the recent median is worse than ``med`` by more than
+``max_drop_sigma`` robust deviations *and* by more than ``min_drop_frac`` of
+``med``. So a drop must hold for most of the last ``recent`` runs (2 of 3 by
+default) to be flagged. The relative rule keeps a very stable metric (``mad``
+near 0) from flagging noise; with ``mad`` exactly 0 only the relative rule
+applies. "Worse" is lower for throughputs and higher for times, temperatures
+and error counts.
 """
 
 from __future__ import annotations
@@ -29,22 +33,25 @@ _LOWER_SUFFIXES = ("_s", "_ms", "_us", "_ns", "_seconds", "_time")
 
 @dataclass(frozen=True)
 class TrendRule:
-    """Regression test parameters: robust deviations, minimum relative change, history length."""
+    """Regression test parameters: robust deviations, minimum relative change, history length, recent runs."""
 
     max_drop_sigma: float = 3.0
     min_drop_frac: float = 0.05
     window: int = 20
     min_history: int = 3
+    recent: int = 3
 
 
 @dataclass(frozen=True)
 class TrendPoint:
     """One run's value and how it compares with the runs before it.
 
-    ``reference`` is the median of the earlier values used (None when there
-    were fewer than ``min_history``); ``deviation`` is how much worse than the
-    reference the value is, in robust deviations (negative: better; infinite
-    when the earlier values did not vary); ``change`` is ``value/reference - 1``.
+    ``recent`` is the median of this value and the ones just before it (``rule.recent``
+    values; None until there are that many), the value that is judged; ``reference``
+    is the median of the earlier values used (None when there were fewer than
+    ``min_history``); ``deviation`` is how much worse than the reference the judged
+    value is, in robust deviations (negative: better; infinite when the earlier
+    values did not vary); ``change`` is ``judged/reference - 1``.
     """
 
     run_id: str
@@ -56,6 +63,7 @@ class TrendPoint:
     deviation: float | None = None
     change: float | None = None
     regression: bool = False
+    recent: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -134,6 +142,21 @@ def judge_point(value: float, earlier: Sequence[float], higher_better: bool, rul
                       deviation=deviation, change=change, regression=flagged)
 
 
+def judge_series(values: Sequence[float], higher_better: bool, rule: TrendRule) -> list[TrendPoint]:
+    """Judge every value of a series (oldest first): the median of it and the ``rule.recent - 1`` values
+    before it, against the values before those. run_id/started left empty."""
+    k = max(rule.recent, 1)
+    out = []
+    for i, value in enumerate(values):
+        if i + 1 < k:
+            out.append(TrendPoint(run_id="", started="", value=value))
+            continue
+        recent = statistics.median(values[i + 1 - k:i + 1])
+        judged = judge_point(recent, values[:i + 1 - k], higher_better, rule)
+        out.append(TrendPoint(**{**asdict(judged), "value": value, "recent": recent}))
+    return out
+
+
 def series_key(check: str, device: str | None, tags: dict[str, Any]) -> tuple[str, str, str]:
     """What makes two values comparable: same check, device and tags (volatile tags ignored)."""
     kept = {k: v for k, v in tags.items() if k not in VOLATILE_TAGS}
@@ -166,11 +189,8 @@ def build_trends(points: Sequence[Any], rule: TrendRule, direction: str = "auto"
         series = SeriesTrend(check=check, metric=first.name, device=first.device, tags=json.loads(tags_text),
                              unit=first.unit, higher_is_better=hib)
         runs = sorted(g["runs"].items(), key=lambda kv: (kv[1]["ts"], kv[0]))
-        values: list[float] = []
-        for run_id, run in runs:
-            value = statistics.median(run["values"])
-            judged = judge_point(value, values, hib, rule)
-            series.points.append(TrendPoint(**{**asdict(judged), "run_id": run_id, "started": run["started"]}))
-            values.append(value)
+        judged = judge_series([statistics.median(run["values"]) for _, run in runs], hib, rule)
+        series.points = [TrendPoint(**{**asdict(j), "run_id": run_id, "started": run["started"]})
+                         for j, (run_id, run) in zip(judged, runs, strict=True)]
         out.append(series)
     return out
