@@ -426,7 +426,8 @@ def test_cli_dry_run_prints_valid_yaml(tmp_path: Path) -> None:
     out = tmp_path / "plan"
     proc = gpuaccept("launch", "k8s", "--kind", "jobset", "--image", "nvcr.io/nvidia/pytorch:25.01-py3",
                      "--nodes", "2", "--gpus-per-node", "8", "--name", "My_Acceptance", "--toleration",
-                     "nvidia.com/gpu:NoSchedule", "--env", "MSG=it's a \"test\"\nsecond line", "--run-id", "r1",
+                     "nvidia.com/gpu:NoSchedule", "--env", "MSG=it's a \"test\"\nsecond line", "--show-env",
+                     "--run-id", "r1",
                      "--dry-run", "--output", str(out), "--profile", "quick")
     assert proc.returncode == 0, proc.stderr
     yaml_part = proc.stdout.split("# ---- commands ----")[0]

@@ -161,7 +161,7 @@ def test_detached_local_run_can_be_gathered_later(tmp_path: Path) -> None:
 def test_dry_run_is_deterministic_and_matches_the_golden_plan(tmp_path: Path) -> None:
     args = ["launch", "local", "--nodes", "2", "--device", "cpu", "--profile", "quick", "--checks", "env,compute",
             "--python", "python3", "--results-dir", "/shared/gpuaccept", "--run-id", "golden", "--env", "A=x y",
-            "--dry-run"]
+            "--show-env", "--dry-run"]
     r1, r2 = gpuaccept(*args), gpuaccept(*args)
     assert r1.returncode == 0, r1.stderr
     assert r1.stdout == r2.stdout
@@ -238,7 +238,7 @@ def test_spec_file_sets_the_job_and_flags_override_it(tmp_path: Path) -> None:
     spec = tmp_path / "job.yaml"
     spec.write_text(SPEC)
     r = gpuaccept("launch", "local", "--spec", str(spec), "--python", "python3", "--results-dir", "/r",
-                  "--run-id", "s", "--dry-run")
+                  "--run-id", "s", "--dry-run", "--show-env")
     assert r.returncode == 0, r.stderr
     lines = [x for x in r.stdout.splitlines() if x.startswith("env ")]
     assert len(lines) == 2
@@ -248,7 +248,7 @@ def test_spec_file_sets_the_job_and_flags_override_it(tmp_path: Path) -> None:
                         "--device cpu --distributed --no-history --report-dir /r/s")
     spec.write_text(SPEC + "per_node_only: true\n")
     r = gpuaccept("launch", "local", "--spec", str(spec), "--python", "python3", "--results-dir", "/r",
-                  "--run-id", "s", "--dry-run")
+                  "--run-id", "s", "--dry-run", "--show-env")
     lines = [x for x in r.stdout.splitlines() if x.startswith("env ")]
     assert lines[0] == ("env GPUACCEPT_HOSTNAME=local-0 NODE_RANK=0 NCCL_DEBUG=INFO FLAG=true python3 -m gpuaccept "
                         "run --profile quick --checks steady --device cpu --no-history --report-dir /r/s")

@@ -44,6 +44,8 @@ def test_plan_files_holding_a_secret_are_written_owner_only(tmp_path: Path, argv
                   "--env", f"AWS_SECRET_ACCESS_KEY={SECRET}", "--env", "NCCL_DEBUG=INFO",
                   "--dry-run", "--output", str(out), env=env)
     assert r.returncode == 0, r.stderr
+    assert SECRET not in r.stdout + r.stderr and REDACTED in r.stdout and "INFO" in r.stdout
+    assert "the value of --env AWS_SECRET_ACCESS_KEY is shown as <redacted>" in r.stdout
     held = files_holding(out, SECRET)
     assert held, "the plan needs the value on the nodes"
     assert all(mode in (0o600, 0o700) for mode in held.values()), held
@@ -53,6 +55,13 @@ def test_plan_files_holding_a_secret_are_written_owner_only(tmp_path: Path, argv
     assert r.returncode == 0, r.stderr
     modes = [stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "plain").rglob("*") if p.is_file()]
     assert modes and all(m & 0o044 for m in modes), modes
+
+
+def test_show_env_prints_the_values_in_a_dry_run(tmp_path: Path) -> None:
+    r = gpuaccept("launch", "slurm", "--partition", "debug", "--results-dir", str(tmp_path / "res"),
+                  "--env", f"HF_TOKEN={SECRET}", "--dry-run", "--show-env")
+    assert r.returncode == 0, r.stderr
+    assert SECRET in r.stdout and REDACTED not in r.stdout
 
 
 def test_a_rewritten_plan_file_is_narrowed_before_the_secret_is_written(tmp_path: Path) -> None:

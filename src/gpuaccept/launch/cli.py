@@ -152,7 +152,10 @@ def _add_job_options(p: argparse.ArgumentParser) -> None:
     o.add_argument("--spec", default=None, metavar="FILE.yaml", help="job spec file; flags override it")
     o.add_argument("--dry-run", action="store_true",
                    help="print the plan (scripts, manifests, commands); submit nothing")
-    o.add_argument("--output", default=None, metavar="DIR", help="also write the plan's files to DIR")
+    o.add_argument("--output", default=None, metavar="DIR",
+                   help="also write the plan's files to DIR (a file holding a secret --env value: mode 0600)")
+    o.add_argument("--show-env", action="store_true",
+                   help="--dry-run prints secret --env values (default: <redacted>; see README, Failure modes)")
     o.add_argument("--detach", action="store_true", help="submit and return; gather later with 'gpuaccept gather'")
     o.add_argument("--timeout", type=_positive_float, default=None, metavar="SECONDS",
                    help="cancel the job if it has not ended after this long (default: wait)")
@@ -361,7 +364,11 @@ def _cmd_launch(args: argparse.Namespace) -> int:
             raise InputError(f"cannot write the plan to --output {args.output}: {exc.strerror}") from None
         print(f"[LAUNCH] plan files written to {args.output}", file=sys.stderr)
     if args.dry_run:
-        sys.stdout.write(plan.render())
+        hidden = [] if args.show_env else [k for k, v in spec.env.items() if redact_env({k: v})[k] != v]
+        shown = backend.plan(dataclasses.replace(spec, env=redact_env(spec.env))) if hidden else plan
+        sys.stdout.write(shown.render())
+        if hidden:
+            print(f"# note: the value of --env {', '.join(hidden)} is shown as <redacted> (--show-env prints it)")
         return EXIT_OK
 
     backend.check_ready(plan, spec)
