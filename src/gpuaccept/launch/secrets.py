@@ -8,7 +8,8 @@ configuration only (:func:`is_secret`). A launch then
   input) with secret values replaced;
 - writes any plan file that must hold a secret value (the slurm batch script, k8s manifests,
   run:ai and bcp submit scripts, every file written by ``--output``) with mode 0600 (0700 for
-  a script), created with that mode so it is never readable by others, not even for a moment.
+  a script), created with that mode so it is never readable by others, not even for a moment;
+- prints a ``--dry-run`` plan with secret values replaced, unless ``--show-env``.
 """
 
 from __future__ import annotations
