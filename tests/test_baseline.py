@@ -440,3 +440,64 @@ def test_overlay_finds_the_sku_in_the_judged_checks_own_details() -> None:
     assert m.threshold is not None and not m.threshold.met_by(m.value)
     unknown = CheckResult("memory", Status.PASS, "", metrics=[Metric("d2d_copy_gbs", 1.0, "GB/s", "cuda:0")])
     assert overlay_baseline(unknown, bare, b) == []
+
+
+# ---------------------------------------------------------------------------------------------- bounds shown
+
+
+def _wide_spread_report() -> tuple[NodeReport, Baseline]:
+    """The reported case: value 24.77 GB/s, baseline 26.33 GB/s with a MAD so wide that max_z=5 reaches -12.86."""
+    mad = (26.33 + 12.86) * 0.6745 / 5
+    b = Baseline(skus={"cpu": (BaselineEntry("stream_copy_gbs", 26.33, "GB/s", mad, 40),)}, path="/x/fleet.yaml")
+    m = Metric("stream_copy_gbs", 24.77, "GB/s", device="cpu")
+    check = CheckResult("memory", Status.PASS, "measured", metrics=[m])
+    rep = NodeReport("r1", "n1", "quick", "2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z", Verdict.SUCCESS, [check])
+    return rep, b
+
+
+def test_a_max_z_bound_below_zero_is_clamped_and_the_baseline_is_called_a_baseline() -> None:
+    from gpuaccept.report.console import describe_key, metric_line
+    from gpuaccept.report.html import render_html
+    from gpuaccept.report.markdown import render_markdown
+
+    rep, b = _wide_spread_report()
+    judged = apply_baseline(rep, b)
+    m = judged.checks[0].metrics[0]
+    assert m.threshold is not None and m.threshold.value == 0.0 and m.threshold.clamped
+    assert m.expected == 26.33 and m.expected_source == "baseline:fleet.yaml"
+    assert Metric.from_dict(m.to_dict()) == m                       # the source and the clamp survive JSON
+    value, expect = describe_key(judged.checks[0], None)
+    assert value.startswith("stream_copy_gbs=24.")
+    assert expect == ">= 0 GB/s (clamped: baseline spread too wide to bound) (baseline 26.3 GB/s)"
+    assert "-12" not in expect and "spec" not in expect
+    line = metric_line(m)
+    assert "baseline 26.3 GB/s" in line and "spec" not in line and "-12" not in line
+    md_text = render_markdown(judged)
+    assert "baseline 26.3 GB/s" in md_text and "-12" not in md_text
+    html_text = render_html(judged)
+    assert "<th>baseline</th>" in html_text and "clamped" in html_text
+
+
+def test_junit_names_the_baseline_of_a_failed_metric() -> None:
+    from gpuaccept.report.junit import render_junit
+
+    rep, b = _wide_spread_report()
+    judged = apply_baseline(rep, b, [BaselineRule(metric="*", min_fraction=0.99)])
+    text = render_junit(judged)
+    assert "baseline 26.3 GB/s" in text and "spec" not in text
+
+
+def test_bounds_stay_inside_the_metric_domain() -> None:
+    from gpuaccept.results.samples import clamp_to_domain, domain
+
+    assert domain("stream_copy_gbs", "GB/s") == (0.0, float("inf"))
+    assert domain("mfu", "fraction") == (0.0, 1.0)
+    assert domain("train_loss_last", "") == (float("-inf"), float("inf"))
+    assert clamp_to_domain(">=", -12.86, "stream_copy_gbs", "GB/s") == (0.0, True)
+    assert clamp_to_domain(">=", 20.0, "stream_copy_gbs", "GB/s") == (20.0, False)
+    assert clamp_to_domain("<=", 1.3, "mfu", "fraction") == (1.0, True)
+    # A bound inside the domain is left alone and not marked.
+    rep, _ = _wide_spread_report()
+    b = Baseline(skus={"cpu": (BaselineEntry("stream_copy_gbs", 26.33, "GB/s", 0.2, 40),)})
+    m = apply_baseline(rep, b).checks[0].metrics[0]
+    assert m.threshold is not None and m.threshold.value > 0 and not m.threshold.clamped

@@ -74,13 +74,17 @@ class Threshold:
     """The bound a metric was judged against, as recorded in the report.
 
     ``op`` is one of ``>=``, ``<=``; ``value`` is in the metric's unit;
-    ``severity`` is the status given when the bound is not met.
+    ``severity`` is the status given when the bound is not met. ``clamped``:
+    the bound as derived (e.g. a baseline's centre minus five spreads) lay
+    outside the values the metric can take and was moved to the edge (a
+    bandwidth's lower bound to 0), so every possible value meets it.
     """
 
     op: str
     value: float
     severity: Status = Status.FAIL
     source: str = "default"
+    clamped: bool = False
 
     def met_by(self, value: float) -> bool:
         if math.isnan(value):
@@ -88,12 +92,16 @@ class Threshold:
         return value >= self.value if self.op == ">=" else value <= self.value
 
     def to_dict(self) -> dict[str, Any]:
-        return {"op": self.op, "value": self.value, "severity": self.severity.value, "source": self.source}
+        d: dict[str, Any] = {"op": self.op, "value": self.value, "severity": self.severity.value,
+                             "source": self.source}
+        if self.clamped:
+            d["clamped"] = True
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Threshold:
         return cls(op=d["op"], value=float(d["value"]), severity=Status(d.get("severity", "fail")),
-                   source=d.get("source", "default"))
+                   source=d.get("source", "default"), clamped=bool(d.get("clamped", False)))
 
 
 @dataclass
@@ -101,7 +109,9 @@ class Metric:
     """One measured number.
 
     ``device`` is ``cuda:N``, ``cpu`` or absent for node-wide values;
-    ``expected`` is the reference (SKU spec or baseline) in the same unit;
+    ``expected`` is the reference in the same unit and ``expected_source``
+    where it came from (``baseline:<file>`` for a fleet baseline; absent for
+    the check's own reference, such as the SKU spec);
     ``threshold`` is the bound that decided pass or fail; ``tags`` carry
     dimensions such as ``dtype`` or ``size_bytes``.
     """
@@ -113,6 +123,7 @@ class Metric:
     expected: float | None = None
     threshold: Threshold | None = None
     tags: dict[str, str | int | float] = field(default_factory=dict)
+    expected_source: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"name": self.name, "value": _json_number(self.value), "unit": self.unit}
@@ -120,6 +131,8 @@ class Metric:
             d["device"] = self.device
         if self.expected is not None:
             d["expected"] = _json_number(self.expected)
+            if self.expected_source is not None:
+                d["expected_source"] = self.expected_source
         if self.threshold is not None:
             d["threshold"] = self.threshold.to_dict()
         if self.tags:
@@ -137,6 +150,7 @@ class Metric:
             expected=d.get("expected"),
             threshold=Threshold.from_dict(thr) if thr else None,
             tags=dict(d.get("tags", {})),
+            expected_source=d.get("expected_source"),
         )
 
 

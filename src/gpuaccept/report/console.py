@@ -13,7 +13,7 @@ from rich.markup import escape
 
 from gpuaccept.model import CheckResult, Metric, NodeReport, Status, Verdict
 from gpuaccept.report.units import fmt_value
-from gpuaccept.report.views import headline_metric
+from gpuaccept.report.views import bound_text, headline_metric, reference_text
 from gpuaccept.runner import RunEvents
 from gpuaccept.suite import PlannedCheck, SuitePlan
 
@@ -36,9 +36,9 @@ def describe_key(result: CheckResult, pattern: str | None) -> tuple[str, str]:
     value = f"{m.name}={fmt_value(m.value, m.unit)}{where}"
     expect = ""
     if m.threshold is not None:
-        expect = f"{m.threshold.op} {fmt_value(m.threshold.value, m.unit, like=m.value)}"
+        expect = bound_text(m)
     if m.expected is not None:
-        expect = (expect + " " if expect else "") + f"(spec {fmt_value(m.expected, m.unit, like=m.value)})"
+        expect = (expect + " " if expect else "") + f"({reference_text(m, 'spec')})"
     return value, expect
 
 
@@ -47,9 +47,9 @@ def metric_line(m: Metric) -> str:
     where = f" [{m.device}]" if m.device else ""
     extra = []
     if m.threshold is not None:
-        extra.append(f"threshold {m.threshold.op} {fmt_value(m.threshold.value, m.unit, like=m.value)}")
+        extra.append(f"threshold {bound_text(m)}")
     if m.expected is not None:
-        extra.append(f"spec {fmt_value(m.expected, m.unit, like=m.value)}")
+        extra.append(reference_text(m, "spec"))
     tags = " ".join(f"{k}={v}" for k, v in m.tags.items())
     return (f"{m.name}{where} = {fmt_value(m.value, m.unit)}" + (f" ({', '.join(extra)})" if extra else "")
             + (f" {tags}" if tags else ""))

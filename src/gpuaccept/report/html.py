@@ -34,6 +34,7 @@ from gpuaccept.report.views import (
     OutlierIndex,
     Sweep,
     analysis_of,
+    bound_text,
     check_host,
     check_names,
     device_sort_key,
@@ -47,6 +48,8 @@ from gpuaccept.report.views import (
     node_views,
     outliers,
     problems,
+    reference_label,
+    reference_text,
     size_of,
     status_counts,
     sweeps,
@@ -92,10 +95,11 @@ def _iso_seconds(text: str | None) -> float | None:
 def _describe_metric(m: Metric) -> str:
     where = f" [{m.device}]" if m.device else ""
     text = f"{m.name}{where} = {fmt_value(m.value, m.unit)}"
-    if m.threshold is not None:
-        text += f" (threshold {m.threshold.op} {fmt_value(m.threshold.value, m.unit, like=m.value)})"
-    elif m.expected is not None:
-        text += f" (expected {fmt_value(m.expected, m.unit, like=m.value)})"
+    parts = [f"threshold {bound_text(m)}" if m.threshold is not None else "",
+             reference_text(m) if m.expected_source or m.threshold is None else ""]
+    shown = ", ".join(p for p in parts if p)
+    if shown:
+        text += f" ({shown})"
     return text
 
 
@@ -314,6 +318,8 @@ def _metrics_table(check: CheckResult, host: str, idx: OutlierIndex) -> str:
         factor, unit = display_unit(m.value, m.unit)  # value, expected and threshold in one shown unit
         expected_td = _num_td(m.expected, "" if m.expected is None else fmt_number(m.expected * factor))
         thr = f"{m.threshold.op} {fmt_number(m.threshold.value * factor)}" if m.threshold else ""
+        if m.threshold is not None and m.threshold.clamped:
+            thr += " (clamped: spread too wide to bound)"
         src = f" ({m.threshold.source})" if m.threshold and m.threshold.source != "default" else ""
         verdict = _st(st) if st is not None else ""
         if o:
@@ -323,8 +329,10 @@ def _metrics_table(check: CheckResult, host: str, idx: OutlierIndex) -> str:
                     f'<td>{e(unit)}</td>'
                     f'{expected_td}{_num_td(pct, pct_text)}'
                     f'<td>{e(thr)}<span class="muted">{e(src)}</span></td><td>{verdict}</td></tr>')
+    labels = {reference_label(m) for m in check.metrics if m.expected is not None}
+    ref = labels.pop() if len(labels) == 1 else "expected"
     return ('<table class="sortable metrics"><thead><tr><th>metric</th><th>device</th><th>tags</th><th>value</th>'
-            '<th>unit</th><th>expected</th><th>% of expected</th><th>threshold</th><th>judged</th></tr></thead>'
+            f'<th>unit</th><th>{ref}</th><th>% of {ref}</th><th>threshold</th><th>judged</th></tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table>')
 
 

@@ -18,7 +18,17 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from gpuaccept.model import CheckResult, ClusterReport, NodeReport, Status
-from gpuaccept.report.views import NodeView, check_host, fmt_tags, fmt_value, metric_status, node_views, outliers
+from gpuaccept.report.views import (
+    NodeView,
+    bound_text,
+    check_host,
+    fmt_tags,
+    fmt_value,
+    metric_status,
+    node_views,
+    outliers,
+    reference_text,
+)
 
 _XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
@@ -42,8 +52,9 @@ def _judged_lines(check: CheckResult) -> list[str]:
             continue
         where = f" on {m.device}" if m.device else ""
         tags = fmt_tags(m.tags, skip=("stat", "mode"))
+        ref = f", {reference_text(m)}" if m.expected is not None and m.expected_source else ""
         out.append(f"{st.value.upper()}: {m.name}{where} = {fmt_value(m.value, m.unit)} "
-                   f"(threshold {m.threshold.op} {fmt_value(m.threshold.value, m.unit)}, {m.threshold.source})"
+                   f"(threshold {bound_text(m)}, {m.threshold.source}{ref})"
                    + (f" [{tags}]" if tags else ""))
     return out
 

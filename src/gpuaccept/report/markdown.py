@@ -15,6 +15,7 @@ from gpuaccept.model import ClusterReport, Metric, NodeReport, Status, Verdict
 from gpuaccept.report.views import (
     STATUS_ORDER,
     NodeView,
+    bound_text,
     check_host,
     fmt_duration,
     fmt_number,
@@ -24,6 +25,7 @@ from gpuaccept.report.views import (
     node_views,
     outliers,
     problems,
+    reference_text,
     status_counts,
 )
 
@@ -58,10 +60,10 @@ def _key(m: Metric | None) -> str:
         return ""
     where = f" on {md(m.device)}" if m.device else ""
     text = f"{code(m.name)}{where} = {md(fmt_value(m.value, m.unit))}"
-    if m.threshold is not None:
-        text += f" ({md(m.threshold.op)} {md(fmt_value(m.threshold.value, m.unit, like=m.value))})"
-    elif m.expected is not None:
-        text += f" (expected {md(fmt_value(m.expected, m.unit, like=m.value))})"
+    parts = [bound_text(m), reference_text(m) if m.expected_source or m.threshold is None else ""]
+    shown = ", ".join(p for p in parts if p)
+    if shown:
+        text += f" ({md(shown)})"
     return text
 
 

@@ -228,6 +228,31 @@ def threshold_met(m: Metric) -> bool | None:
     return m.threshold.met_by(m.value)
 
 
+def reference_label(m: Metric, default: str = "expected") -> str:
+    """What ``m.expected`` is called where it is shown: ``baseline`` when a fleet baseline set it, else ``default``."""
+    return "baseline" if (m.expected_source or "").startswith("baseline") else default
+
+
+def reference_text(m: Metric, default: str = "expected") -> str:
+    """``baseline 26.33 GB/s`` / ``spec 989.4 TFLOP/s``; empty without a reference."""
+    if m.expected is None:
+        return ""
+    return f"{reference_label(m, default)} {fmt_value(m.expected, m.unit, like=m.value)}"
+
+
+def bound_text(m: Metric) -> str:
+    """``>= 593.6 TFLOP/s``; a bound clamped to the edge of the metric's values says so
+    (``>= 0 GB/s (clamped: baseline spread too wide to bound)``). Empty without a threshold."""
+    t = m.threshold
+    if t is None:
+        return ""
+    text = f"{t.op} {fmt_value(t.value, m.unit, like=m.value)}"
+    if t.clamped:
+        what = "baseline spread" if t.source.startswith("baseline") else "rule"
+        text += f" (clamped: {what} too wide to bound)"
+    return text
+
+
 def metric_status(m: Metric) -> Status:
     """PASS, or the threshold's severity when the value misses it (PASS when there is no threshold)."""
     met = threshold_met(m)

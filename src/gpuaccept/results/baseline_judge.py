@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gpuaccept.model import CheckResult, Metric, NodeReport, Status, Threshold, Verdict, worst
 from gpuaccept.results.baseline import Baseline, BaselineEntry, BaselineRule, rounded
-from gpuaccept.results.samples import SkuResolver, direction
+from gpuaccept.results.samples import SkuResolver, clamp_to_domain, direction
 
 
 @dataclass(frozen=True)
@@ -32,8 +32,11 @@ def overlay_baseline(check: CheckResult, node: NodeReport, baseline: Baseline,
     ``node`` supplies the SKUs (its env check, or the check's own details).
     For each judged metric with a baseline entry, ``expected`` becomes the
     baseline value; the last matching rule that yields a bound replaces
-    ``threshold`` (source ``baseline:<file>:<rule>``). Metrics without an
-    entry only get absolute (``min``/``max``) rules. Returns what changed.
+    ``threshold`` (source ``baseline:<file>:<rule>``). A bound outside the
+    values the metric can take (:func:`~gpuaccept.results.samples.domain`: a
+    bandwidth's ``max_z`` bound below 0 when the spread is wide) is moved to
+    the domain's edge and marked ``clamped``. Metrics without an entry only
+    get absolute (``min``/``max``) rules. Returns what changed.
     """
     resolver = SkuResolver(node)
     active = baseline.rules(rules)
@@ -50,13 +53,16 @@ def overlay_baseline(check: CheckResult, node: NodeReport, baseline: Baseline,
                 continue
             b = rule.bound(m, entry)
             if b is not None:
-                bound = Threshold(b[0], rounded(b[1]), rule.severity,
-                                  f"baseline:{label}:{rule.bound_key}={rule.bound_value:g}")
+                value, clamped = clamp_to_domain(b[0], b[1], m.name, m.unit)
+                bound = Threshold(b[0], rounded(value), rule.severity,
+                                  f"baseline:{label}:{rule.bound_key}={rule.bound_value:g}",
+                                  clamped=clamped and value != b[1])
                 break
         if entry is None and bound is None:
             continue
         if entry is not None:
             m.expected = entry.value
+            m.expected_source = f"baseline:{label}"
         if bound is not None:
             m.threshold = bound
         changed.append(Overlaid(m, entry, bound))
@@ -89,7 +95,7 @@ def apply_baseline(report: NodeReport, baseline: Baseline, rules: Sequence[Basel
     for check in out.checks:
         if check.status in (Status.SKIP, Status.ERROR) or not check.metrics:
             continue
-        before = {id(m): (m.expected, m.threshold) for m in check.metrics}
+        before = {id(m): (m.expected, m.expected_source, m.threshold) for m in check.metrics}
         changes = overlay_baseline(check, out, baseline, rules)
         if not changes:
             continue
@@ -97,12 +103,12 @@ def apply_baseline(report: NodeReport, baseline: Baseline, rules: Sequence[Basel
         not_excused: list[str] = []
         for ch in changes:
             m, bound = ch.metric, ch.bound
-            old_expected, old_threshold = before[id(m)]
+            old_expected, old_source, old_threshold = before[id(m)]
             if bound is None:
                 continue
             if old_threshold is not None and not old_threshold.met_by(m.value) and bound.met_by(m.value) \
                     and old_threshold.severity.severity >= Status.WARN.severity:
-                m.expected, m.threshold = old_expected, old_threshold
+                m.expected, m.expected_source, m.threshold = old_expected, old_source, old_threshold
                 not_excused.append(_violation(m, old_threshold))
             elif not bound.met_by(m.value):
                 violations.append((bound.severity, _violation(m, bound)))

@@ -89,6 +89,34 @@ def direction(name: str, unit: str) -> Direction | None:
     return "both"
 
 
+NONNEGATIVE_UNITS = frozenset({"count", "bytes", "GiB", "MiB", "KiB", "B", "W", "C", "ms", "s", "us", "ns", "fraction",
+                               "%", "bool"})
+"""Units whose values are never below 0 (besides every rate, a unit ending in ``/s``)."""
+
+
+@lru_cache(maxsize=4096)
+def domain(name: str, unit: str) -> tuple[float, float]:
+    """The values metric ``name`` in ``unit`` can take: ``(0, 1)`` for a fraction, ``(0, 100)`` for a
+    percentage, ``(0, inf)`` for rates (``*/s``), times, sizes, counts, power and temperature, else unbounded."""
+    if unit == "fraction":
+        return 0.0, 1.0
+    if unit == "%":
+        return 0.0, 100.0
+    if unit in NONNEGATIVE_UNITS or unit.endswith("/s") or name == "temperature_c":
+        return 0.0, math.inf
+    return -math.inf, math.inf
+
+
+def clamp_to_domain(op: str, value: float, name: str, unit: str) -> tuple[float, bool]:
+    """``value`` of a bound ``op`` (``>=``/``<=``) moved into the metric's :func:`domain`, and whether it
+    now sits on the domain's edge on the side it bounds (a lower bound at the floor, an upper bound at the
+    ceiling: a bound every possible value meets)."""
+    lo, hi = domain(name, unit)
+    v = min(max(value, lo), hi)
+    vacuous = (op == ">=" and v <= lo) or (op == "<=" and v >= hi)
+    return v, vacuous
+
+
 def slug(text: str) -> str:
     """``"NVIDIA A800 80GB PCIe"`` -> ``"nvidia_a800_80gb_pcie"``."""
     return _SLUG_RE.sub("_", text.lower()).strip("_") or "unknown"
