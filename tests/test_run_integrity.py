@@ -141,6 +141,63 @@ def test_compute_and_memory_declare_a_figure_per_device() -> None:
     assert out.status is Status.ERROR and "stream_triad_gbs on cpu" in out.reason
 
 
+def test_memtest_nbody_and_train_declare_their_figures_per_device() -> None:
+    from gpuaccept.checks.base import CheckContext, Outcome, enforce_required
+    from gpuaccept.checks.memtest import MemtestCheck
+    from gpuaccept.checks.nbody import NBodyCheck
+    from gpuaccept.checks.train import TrainCheck
+    from gpuaccept.model import Metric, Status
+
+    devices = ["cuda:0", "cuda:1"]
+    nbody = NBodyCheck.required_metrics(NBodyCheck.defaults("standard"), devices)
+    one = [Metric("nbody_gflops", 5000.0, "GFLOP/s", "cuda:0")]
+    assert [r.describe() for r in nbody if not r.found_in(one)] == ["nbody_gflops on cuda:1"]
+    # The per-device figure dropped from a CPU pass: an ERROR naming it.
+    for cls, kept in ((MemtestCheck, [Metric("memtest_errors", 0.0, "count", "cpu"),
+                                      Metric("memtest_bytes_tested", 1.0, "bytes", "cpu")]),
+                      (NBodyCheck, [])):
+        ctx = CheckContext(device="cpu", params=cls.defaults("quick"))
+        out = enforce_required(cls, ctx, Outcome.passed("ok", kept))
+        assert out.status is Status.ERROR, cls
+    out = enforce_required(MemtestCheck, CheckContext(device="cpu", params=MemtestCheck.defaults("quick")),
+                           Outcome.passed("ok", [Metric("memtest_errors", 0.0, "count", "cpu")]))
+    assert out.details["missing_metrics"] == ["memtest_bytes_tested on cpu", "memtest_gbs on cpu"]
+    params = {**TrainCheck.defaults("standard"), "all_gpus": False}
+    assert {r.device for r in TrainCheck.required_metrics(params, devices)} == {"cuda:0"}
+    assert {r.device for r in TrainCheck.required_metrics(TrainCheck.defaults("standard"), devices)} == set(devices)
+
+
+def test_collectives_require_every_planned_row_on_each_rank() -> None:
+    from gpuaccept.checks.collectives import Row, planned_rows, rows_to_outcome
+    from gpuaccept.distributed.group import RankContext
+    from gpuaccept.model import Status
+
+    rc = RankContext(rank=1, world_size=2, local_rank=1, local_world_size=2, node_rank=0, num_nodes=1,
+                     hosts=("h0", "h1"), store_host="127.0.0.1", store_port=1, prefix="p/", timeout_s=5.0)
+    planned = planned_rows(["allreduce", "broadcast"], ["float32"], ["out", "in"], [4096, 65536], 2)
+    assert ("allreduce", "float32", True, 65536) in planned and len(planned) == 4  # both are in-place only in torch
+    rows = [Row(op, dt, inp, size, size // 4, 10.0, 1.0, 1.0, 0) for op, dt, inp, size in planned]
+    assert rows_to_outcome(rows, rc, planned=planned).status is Status.PASS
+    dropped = [r for r in rows if not (r.op == "broadcast" and r.size_bytes == 4096)]
+    out = rows_to_outcome(dropped, rc, planned=planned)
+    assert out.status is Status.ERROR
+    assert "broadcast_busbw_gbs on cpu (dtype=float32, inplace=1, size_bytes=4096)" in out.reason
+
+
+def test_ddp_requires_the_step_time_on_every_rank_and_the_loss_on_rank_0() -> None:
+    from gpuaccept.checks.ddp import DdpTrainCheck
+    from gpuaccept.distributed.group import RankContext
+
+    def rc(rank: int) -> RankContext:
+        return RankContext(rank=rank, world_size=2, local_rank=rank, local_world_size=2, node_rank=0, num_nodes=1,
+                           hosts=("h0", "h1"), store_host="127.0.0.1", store_port=1, prefix="p/", timeout_s=5.0,
+                           device_index=rank)
+
+    params = DdpTrainCheck.defaults("standard")
+    assert [r.describe() for r in DdpTrainCheck.rank_required_metrics(params, rc(1))] == ["ddp_step_ms on cuda:1"]
+    assert "ddp_loss_drop" in {r.metric for r in DdpTrainCheck.rank_required_metrics(params, rc(0))}
+
+
 # ---- options that cannot apply ------------------------------------------------------------------------------
 def test_gpus_on_a_cpu_run_is_reported(tmp_path: Path) -> None:
     r = gpuaccept("run", "--device", "cpu", "--gpus", "0,1", "--checks", "steady", "--report-dir", str(tmp_path))

@@ -341,7 +341,14 @@ def enforce_required(cls: type[Check], ctx: CheckContext, outcome: Outcome) -> O
     """``outcome``, or an ERROR naming the declared metrics a PASS/WARN outcome lacks."""
     if outcome.status not in (Status.PASS, Status.WARN):
         return outcome
-    required = cls.required_metrics(ctx.params, device_labels(ctx))
+    return require(outcome, cls.required_metrics(ctx.params, device_labels(ctx)))
+
+
+def require(outcome: Outcome, required: list[RequiredMetric]) -> Outcome:
+    """``outcome``, or, when it is a PASS/WARN lacking any of ``required``, an ERROR naming what is missing
+    (for checks whose required metrics are known only while they run, e.g. one rank's collective sweep)."""
+    if outcome.status not in (Status.PASS, Status.WARN):
+        return outcome
     missing = [r.describe() for r in required if not r.found_in(outcome.metrics)]
     if not missing:
         return outcome

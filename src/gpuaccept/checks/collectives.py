@@ -52,7 +52,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from gpuaccept.checks.base import CheckContext, Outcome, Param, ThresholdRule
+from gpuaccept.checks.base import CheckContext, Outcome, Param, RequiredMetric, ThresholdRule, require
 from gpuaccept.checks.collectives_expect import (
     SKU_JUDGED_OPS,
     free_bytes,
@@ -319,6 +319,14 @@ def placements_for(op: str, wanted: Sequence[str]) -> tuple[str, ...]:
     return chosen or PLACEMENTS[op][:1]
 
 
+def planned_rows(ops: Sequence[str], dtypes: Sequence[str], placements: Sequence[str], sizes: Sequence[int],
+                 n: int) -> list[tuple[str, str, bool, int]]:
+    """``(op, dtype, inplace, size_bytes)`` of every row a sweep over ``n`` ranks measures, in order."""
+    return [(op, dt, pl == "in", element_count(op, size, DTYPES[dt][0], n) * DTYPES[dt][0])
+            for dt in dtypes for op in ops for pl in placements_for(op, placements) for size in sizes
+            if element_count(op, size, DTYPES[dt][0], n)]
+
+
 def _summary_metrics(rows: list[Row], rc: RankContext, judge_min_bytes: int, tags: dict[str, str | int | float],
                      threshold: Callable[[str], Threshold | None], expected: Callable[[str], float | None]
                      ) -> list[Metric]:
@@ -341,11 +349,14 @@ def _summary_metrics(rows: list[Row], rc: RankContext, judge_min_bytes: int, tag
 
 def rows_to_outcome(rows: list[Row], rc: RankContext, *, judge_min_bytes: int = 0, min_busbw_gbs: float = 0.0,
                     sku_busbw: tuple[str, float, float] | None = None, backend: str = "gloo",
-                    failure: str | None = None, details: dict[str, Any] | None = None) -> Outcome:
+                    failure: str | None = None, details: dict[str, Any] | None = None,
+                    planned: Sequence[tuple[str, str, bool, int]] = ()) -> Outcome:
     """Metrics, status and reason of one rank's sweep (pure).
 
     ``sku_busbw`` is ``(sku id, expected busbw GB/s, pass fraction)`` when a SKU
     expectation applies; ``failure`` is the error that cut the sweep short.
+    A passing sweep lacking the busbw of a ``planned`` row (:func:`planned_rows`)
+    is an ERROR naming the row.
     """
     tags: dict[str, str | int | float] = {"rank": rc.rank}
     metrics: list[Metric] = []
@@ -395,7 +406,10 @@ def rows_to_outcome(rows: list[Row], rc: RankContext, *, judge_min_bytes: int = 
               f"{best.busbw_gbs:.3g} GB/s at {fmt_bytes(top)}")
     if sku_busbw is None and min_busbw_gbs <= 0:
         reason += " (no bandwidth expectation here: not judged)"
-    return Outcome.passed(reason, metrics, **info)
+    required = [RequiredMetric(f"{op}_busbw_gbs", rc.device_label,
+                               (("dtype", dt), ("inplace", int(inp)), ("size_bytes", size)))
+                for op, dt, inp, size in planned]
+    return require(Outcome.passed(reason, metrics, **info), required)
 
 
 def rank_table(rows: list[Row], times: list[list[float]], wrongs: list[list[float]], n: int,
@@ -500,7 +514,9 @@ class CollectivesCheck(DistributedCheck):
                     failure = f"gathering per-rank timings failed: {first_line(exc)}"
             outcome = rows_to_outcome(rows, rc, judge_min_bytes=int(p["judge_min_bytes"]),
                                       min_busbw_gbs=float(p["min_busbw_gbs"]), sku_busbw=sku,
-                                      backend=pg.backend, failure=failure, details=details)
+                                      backend=pg.backend, failure=failure, details=details,
+                                      planned=planned_rows(p["ops"], p["dtypes"], p["placements"], sizes,
+                                                           rc.world_size))
             if watch is not None:
                 watch.finish(outcome)
             if failure is not None:

@@ -26,7 +26,7 @@ import statistics
 import time
 from typing import Any, ClassVar
 
-from gpuaccept.checks.base import CheckContext, Outcome, Param, ThresholdRule
+from gpuaccept.checks.base import CheckContext, Outcome, Param, RequiredMetric, ThresholdRule
 from gpuaccept.distributed.group import Abandon, DistributedCheck, RankContext, first_line, process_group
 from gpuaccept.model import Metric, Status, Threshold
 
@@ -77,6 +77,15 @@ class DdpTrainCheck(DistributedCheck):
     }
     thresholds = (ThresholdRule(metric="ddp_param_mismatch_ranks", max=0.0),)
     timeout_s: ClassVar[dict[str, float]] = {"quick": 120.0, "standard": 300.0, "full": 1200.0}
+
+    @classmethod
+    def rank_required_metrics(cls, params: dict[str, Any], rc: RankContext) -> list[RequiredMetric]:
+        """The step time on every rank's device; rank 0 also the global loss, throughput and mismatch count."""
+        out = [RequiredMetric("ddp_step_ms", rc.device_label)]
+        if rc.rank == 0:
+            out += [RequiredMetric(m) for m in ("ddp_loss_first", "ddp_loss_last", "ddp_loss_drop",
+                                                "ddp_samples_per_s", "ddp_param_mismatch_ranks")]
+        return out
 
     def run_rank(self, ctx: CheckContext, rc: RankContext) -> Outcome:
         p = ctx.params

@@ -27,7 +27,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from gpuaccept.checks.base import Check, CheckContext, Outcome, Param, ThresholdRule, torch_devices_or_skip
+from gpuaccept.checks.base import (
+    Check,
+    CheckContext,
+    Outcome,
+    Param,
+    RequiredMetric,
+    ThresholdRule,
+    per_device,
+    torch_devices_or_skip,
+)
 from gpuaccept.model import Metric
 
 MIB = 1 << 20
@@ -256,6 +265,12 @@ class MemtestCheck(Check):
     }
     thresholds = (ThresholdRule("memtest_errors", max=0),)
     timeout_s: ClassVar[dict[str, float]] = {"quick": 60.0, "standard": 300.0, "full": 1800.0}
+
+    @classmethod
+    def required_metrics(cls, params: dict[str, Any], devices: list[str]) -> list[RequiredMetric]:
+        """Errors, bytes tested and verify rate on every device asked for (each is reported even when
+        its allocation came up short)."""
+        return per_device(devices, "memtest_errors", "memtest_bytes_tested", "memtest_gbs")
 
     def run(self, ctx: CheckContext) -> Outcome:
         devices = torch_devices_or_skip(ctx)

@@ -22,7 +22,15 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from gpuaccept.checks.base import Check, CheckContext, Outcome, Param, torch_devices_or_skip
+from gpuaccept.checks.base import (
+    Check,
+    CheckContext,
+    Outcome,
+    Param,
+    RequiredMetric,
+    per_device,
+    torch_devices_or_skip,
+)
 from gpuaccept.checks.compute import finite_or_none, time_windows
 from gpuaccept.checks.nbody_kernel import KERNELS, Kernel, KernelUnavailable, choose_kernel, eager_kernel
 from gpuaccept.model import Metric, Status
@@ -258,6 +266,11 @@ class NBodyCheck(Check):
         "full": {"bodies": 131072, "cpu_bodies": 4096, "steps": 20, "warmup": 3},
     }
     timeout_s: ClassVar[dict[str, float]] = {"quick": 120.0, "standard": 600.0, "full": 1800.0}
+
+    @classmethod
+    def required_metrics(cls, params: dict[str, Any], devices: list[str]) -> list[RequiredMetric]:
+        """The simulation rate on every device asked for."""
+        return per_device(devices, "nbody_gflops")
 
     def run(self, ctx: CheckContext) -> Outcome:
         devices = torch_devices_or_skip(ctx)

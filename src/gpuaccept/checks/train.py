@@ -24,7 +24,15 @@ import time
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from gpuaccept.checks.base import Check, CheckContext, Outcome, Param, torch_devices_or_skip
+from gpuaccept.checks.base import (
+    Check,
+    CheckContext,
+    Outcome,
+    Param,
+    RequiredMetric,
+    per_device,
+    torch_devices_or_skip,
+)
 from gpuaccept.model import Metric, Status, Threshold
 
 
@@ -141,6 +149,13 @@ class TrainCheck(Check):
         "full": {"steps": 1000, "window": 50, "batch": 2048, "hidden": 2048},
     }
     timeout_s: ClassVar[dict[str, float]] = {"quick": 60.0, "standard": 300.0, "full": 900.0}
+
+    @classmethod
+    def required_metrics(cls, params: dict[str, Any], devices: list[str]) -> list[RequiredMetric]:
+        """First, last and drop of the loss and the step time on every device trained on (the first one
+        only with ``all_gpus: false``)."""
+        chosen = devices if params.get("all_gpus", True) else devices[:1]
+        return per_device(chosen, "train_loss_first", "train_loss_last", "train_loss_drop", "train_step_ms")
 
     def run(self, ctx: CheckContext) -> Outcome:
         devices = torch_devices_or_skip(ctx)

@@ -23,7 +23,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, ClassVar
 
-from gpuaccept.checks.base import Check, CheckContext, Outcome
+from gpuaccept.checks.base import Check, CheckContext, Outcome, RequiredMetric, require
 from gpuaccept.distributed.devices import DeviceSelectionError, rank_device
 from gpuaccept.model import Status
 
@@ -255,13 +255,20 @@ class DistributedCheck(Check):
             except DeviceSelectionError as exc:
                 return Outcome(Status.ERROR, f"rank {rc.rank} ({rc.host_of(rc.rank)}): {exc}")
         try:
-            return self.run_rank(ctx, rc)
+            return require(self.run_rank(ctx, rc), self.rank_required_metrics(ctx.params, rc))
         except Abandon as stop:
             return stop.outcome
         except Exception as exc:  # init timed out, a peer vanished, NCCL aborted...
             ctx.log(f"rank {rc.rank}: {first_line(exc)}")
             return Outcome(Status.ERROR, f"rank {rc.rank} ({rc.host_of(rc.rank)}, {rc.device_label}): "
                            f"{first_line(exc)}")
+
+    @classmethod
+    def rank_required_metrics(cls, params: dict[str, Any], rc: RankContext) -> list[RequiredMetric]:
+        """What a PASS/WARN outcome of rank ``rc`` must contain (the per-rank counterpart of
+        :meth:`Check.required_metrics`, which a distributed check leaves empty: each rank measures only
+        its own device). A lacking outcome becomes an ERROR naming what is missing. Default: nothing."""
+        return []
 
     @abc.abstractmethod
     def run_rank(self, ctx: CheckContext, rc: RankContext) -> Outcome:
