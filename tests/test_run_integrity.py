@@ -198,6 +198,22 @@ def test_ddp_requires_the_step_time_on_every_rank_and_the_loss_on_rank_0() -> No
     assert "ddp_loss_drop" in {r.metric for r in DdpTrainCheck.rank_required_metrics(params, rc(0))}
 
 
+def test_nccl_tests_and_fabric_declare_their_figures() -> None:
+    from gpuaccept.checks.base import CheckContext, Outcome, enforce_required
+    from gpuaccept.checks.fabric import FabricCheck
+    from gpuaccept.checks.nccl_tests import NcclTestsCheck
+    from gpuaccept.model import Metric, Status
+
+    params = {**NcclTestsCheck.defaults("standard"), "tests": ["all_reduce", "alltoall"]}
+    ctx = CheckContext(device="cpu", params=params)
+    got = [Metric("allreduce_busbw_large_gbs", 100.0, "GB/s")]
+    out = enforce_required(NcclTestsCheck, ctx, Outcome.passed("ok", got))
+    assert out.status is Status.ERROR and out.details["missing_metrics"] == ["alltoall_busbw_large_gbs"]
+    fab = enforce_required(FabricCheck, CheckContext(device="cpu", params=FabricCheck.defaults("standard")),
+                           Outcome.passed("ok", []))
+    assert fab.status is Status.ERROR and "rdma_ports_active" in fab.reason
+
+
 # ---- options that cannot apply ------------------------------------------------------------------------------
 def test_gpus_on_a_cpu_run_is_reported(tmp_path: Path) -> None:
     r = gpuaccept("run", "--device", "cpu", "--gpus", "0,1", "--checks", "steady", "--report-dir", str(tmp_path))

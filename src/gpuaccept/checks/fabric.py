@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from gpuaccept.checks.base import Check, CheckContext, Outcome, Param, ThresholdRule
+from gpuaccept.checks.base import Check, CheckContext, Outcome, Param, RequiredMetric, ThresholdRule, require
 from gpuaccept.hw.nccl_env import parse_list
 from gpuaccept.hw.rdma import (
     ERROR_COUNTERS,
@@ -223,7 +223,8 @@ def evaluate_fabric(inv: Inventory, deltas: dict[str, PortDelta] | None, env: Ma
     reason = "; ".join([*(f.message for f in ordered[:4]), _summary(ports, inv)])
     if len(ordered) > 4:
         reason += f" (and {len(ordered) - 4} more finding(s) in details)"
-    return Outcome(status, reason, metrics, details)
+    return require(Outcome(status, reason, metrics, details), [RequiredMetric("rdma_ports_active")]
+                   + [RequiredMetric("rdma_port_up", p.key) for p in ports])
 
 
 class FabricCheck(Check):
@@ -261,6 +262,12 @@ class FabricCheck(Check):
     )
     timeout_s: ClassVar[dict[str, float]] = {"quick": 60.0, "standard": 60.0, "full": 120.0}
     key_metric = "rdma_ports_active"
+
+    @classmethod
+    def required_metrics(cls, params: dict[str, Any], devices: list[str]) -> list[RequiredMetric]:
+        """The count of active ports (the per-port state of every port found is required where the
+        ports are known: :func:`evaluate_fabric`)."""
+        return [RequiredMetric("rdma_ports_active")]
 
     def run(self, ctx: CheckContext) -> Outcome:
         root = str(ctx.params.get("root", "/"))

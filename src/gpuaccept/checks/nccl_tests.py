@@ -19,11 +19,12 @@ from __future__ import annotations
 import os
 from typing import Any, ClassVar
 
-from gpuaccept.checks.base import Check, CheckContext, Outcome, Param
+from gpuaccept.checks.base import Check, CheckContext, Outcome, Param, RequiredMetric
 from gpuaccept.checks.fabric_watch import DELTA_RULES, FABRIC_ROOT, FabricWatch
 from gpuaccept.errors import InputError
 from gpuaccept.model import Metric, Status, worst
 from gpuaccept.nccltests.judge import (
+    OP_NAMES,
     TESTS,
     find_binary,
     judge,
@@ -77,6 +78,12 @@ class NcclTestsCheck(Check):
     timeout_s: ClassVar[dict[str, float]] = {"quick": 120.0, "standard": 600.0, "full": 1800.0}
     profiles: ClassVar[tuple[str, ...]] = ("standard", "full")
     key_metric = "allreduce_busbw_large_gbs"
+
+    @classmethod
+    def required_metrics(cls, params: dict[str, Any], devices: list[str]) -> list[RequiredMetric]:
+        """The judged busbw of every test run (``<op>_busbw_large_gbs``); the footer figures (wrong,
+        average busbw, out of bounds) depend on the nccl-tests build and are not required."""
+        return [RequiredMetric(f"{OP_NAMES.get(t, t)}_busbw_large_gbs") for t in params.get("tests", [])]
 
     def run(self, ctx: CheckContext) -> Outcome:
         env = dict(os.environ)
