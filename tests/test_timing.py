@@ -15,7 +15,10 @@ from gpuaccept.checks.timing import (
     SUSTAINED_WINDOW_S,
     burst_note,
     next_chunk,
+    rates_agree,
+    stable_chunk_s,
     warm_up,
+    warm_up_done,
     window_iters,
 )
 
@@ -75,6 +78,50 @@ def test_warm_up_honours_the_minimum_calls_and_always_probes() -> None:
     clock = FakeClock(0.5)
     w = warm_up(clock.step, CPU, seconds=0.0, min_calls=0, clock=clock)
     assert w.calls == 1 and w.per_call_s == pytest.approx(0.5)
+
+
+def test_warm_up_done_waits_for_time_calls_then_two_agreeing_chunks() -> None:
+    rule = {"seconds": 0.2, "min_calls": 2, "max_seconds": 1.0, "stable_within": 0.1}
+    assert stable_chunk_s(0.2) == pytest.approx(0.02) and stable_chunk_s(0.0) == pytest.approx(0.01)
+    ok = [(0.05, 0.0105), (0.05, 0.01)]
+    assert warm_up_done(0.1, 10, ok, **rule) == (False, False)                       # time not yet spent
+    assert warm_up_done(0.3, 1, ok, **rule) == (False, False)                        # too few calls
+    assert warm_up_done(0.3, 10, [(0.05, 0.5), (0.05, 0.01)], **rule) == (False, False)  # 50x apart
+    assert warm_up_done(0.3, 10, ok, **rule) == (True, True)                         # within 10 %
+    assert warm_up_done(0.3, 10, [(0.001, 0.01), (0.05, 0.01)], **rule) == (False, False)  # one too short
+    assert warm_up_done(1.0, 99, [(0.05, 0.02), (0.05, 0.01)], **rule) == (True, False)  # cap, not settled
+    assert warm_up_done(0.3, 10, [(0.05, 0.5)], **{**rule, "stable_within": 0.0}) == (True, True)  # rule off
+    assert rates_agree(1.0, 1.1, 0.1) and not rates_agree(1.0, 1.2, 0.1) and not rates_agree(math.nan, 1.0, 0.1)
+
+
+class RampClock(FakeClock):
+    """Calls start 60x slower than they end and speed up over ~0.1 s (a cold thread pool, rising clocks)."""
+
+    def step(self) -> None:
+        self.calls += 1
+        self.now += self.per_call * (1 + 59 * math.exp(-(self.now - 100.0) / 0.1))
+
+
+def test_warm_up_continues_past_a_slow_start_until_the_rate_is_stable() -> None:
+    # Time alone (0.2 s, the quick profile): the probe still reads the ramp, several times too slow.
+    plain = RampClock(0.001)
+    w = warm_up(plain.step, CPU, seconds=0.2, min_calls=2, clock=plain)
+    assert w.per_call_s > 3 * 0.001
+    # With the stability rule the warm-up runs on until two chunks agree within 10 %.
+    clock = RampClock(0.001)
+    w = warm_up(clock.step, CPU, seconds=0.2, min_calls=2, max_seconds=1.0, stable_within=0.1, clock=clock)
+    assert w.settled and w.per_call_s == pytest.approx(0.001, rel=0.15) and 0.2 < w.seconds < 1.0
+    # A rate that never settles stops at the cap and says so.
+    jitter = itertools.cycle([0.001, 0.003])
+
+    class Jitter(FakeClock):
+        def step(self) -> None:
+            self.calls += 1
+            self.now += next(jitter)
+
+    j = Jitter(0.0)
+    w = warm_up(j.step, CPU, seconds=0.05, min_calls=1, max_seconds=0.3, stable_within=0.0001, clock=j)
+    assert not w.settled and 0.3 <= w.seconds < 0.3 + 0.05
 
 
 def test_burst_note_and_profiles() -> None:

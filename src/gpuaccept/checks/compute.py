@@ -5,7 +5,10 @@ Reference commands: the CUDA sample ``matrixMulCUBLAS``, or
 The throughput is ``2*N^3`` flops per GEMM over the median of timed windows
 (CUDA events on GPU, ``time.perf_counter`` on CPU), each window running GEMMs
 cycled over ``buffers`` seeded random A/B pairs. Each dtype first runs untimed
-for ``warmup_s`` seconds; a timed probe at its end sets the GEMMs per window so
+for ``warmup_s`` seconds and then until its rate is stable (the last two warm-up
+chunks within ``stable_within``, 10 %, of each other; at most ``warmup_max_s``
+in all, after which ``warmup_settled`` is false in the details: the rule is
+:func:`~gpuaccept.checks.timing.warm_up_done`); a timed probe at its end sets the GEMMs per window so
 that each window lasts at least ``min_window_s`` (and ``iters`` GEMMs). The
 standard and full profiles measure sustained throughput (seconds of warm-up,
 windows >= 0.5 s), so a GPU that throttles under load reads low; quick
@@ -242,6 +245,7 @@ class GemmResult:
     ok: bool
     mode: str = "single"
     warmup_s: float = 0.0
+    warmup_settled: bool = True
 
     def tflops(self, seconds: float) -> float:
         return gemm_flops(self.size) * self.iters / seconds / 1e12 if seconds > 0 else math.nan
@@ -259,11 +263,13 @@ class GemmResult:
 
 def measure_gemm(device: torch.device, dtype: str, size: int, *, warmup: int, iters: int, trials: int,
                  buffers: int, seed: int = 0, before_window: Callable[[], None] | None = None,
-                 mode: str = "single", warmup_s: float = 0.0, min_window_s: float = 0.0) -> GemmResult:
+                 mode: str = "single", warmup_s: float = 0.0, min_window_s: float = 0.0,
+                 warmup_max_s: float = 0.0, stable_within: float = 0.0) -> GemmResult:
     """Time ``trials`` windows of GEMMs of ``dtype`` on ``device``, then verify the last result.
 
     First at least ``warmup`` GEMMs and ``warmup_s`` seconds run untimed
-    (:func:`~gpuaccept.checks.timing.warm_up`); each window then runs
+    (:func:`~gpuaccept.checks.timing.warm_up`), then, with ``stable_within``,
+    more until the rate is stable or ``warmup_max_s`` have passed; each window then runs
     ``max(iters, min_window_s / probed seconds per GEMM)`` GEMMs. With the
     defaults (no time asked for) that is ``warmup`` GEMMs and ``iters`` per window.
     The caller sets the TF32 mode (:func:`fp32_matmul_mode`). On CUDA the work
@@ -278,19 +284,21 @@ def measure_gemm(device: torch.device, dtype: str, size: int, *, warmup: int, it
         stream_ctx = torch.cuda.stream(torch.cuda.Stream(device))
     with device_ctx, stream_ctx:
         work = GemmWorkload(device, dtype, size, buffers, seed)
-        warm = warm_up(work.step, device, seconds=warmup_s, min_calls=max(1, warmup))
+        warm = warm_up(work.step, device, seconds=warmup_s, min_calls=max(1, warmup), max_seconds=warmup_max_s,
+                       stable_within=stable_within)
         n_iter = window_iters(warm.per_call_s, min_window_s, iters)
         times = time_windows(work.step, device, warmup=0, windows=trials, iters=n_iter,
                              before_window=before_window)
         error = work.verify()
         del work
     return GemmResult(str(device), dtype, size, n_iter, times, error, gemm_ok(error, dtype), mode,
-                      round(warm.seconds, 3))
+                      round(warm.seconds, 3), warm.settled)
 
 
 def measure_concurrent(devices: Sequence[torch.device], dtype: str, size: int, *, warmup: int, iters: int,
                        trials: int, buffers: int, seed: int = 0, warmup_s: float = 0.0,
-                       min_window_s: float = 0.0) -> list[GemmResult]:
+                       min_window_s: float = 0.0, warmup_max_s: float = 0.0,
+                       stable_within: float = 0.0) -> list[GemmResult]:
     """:func:`measure_gemm` on every device at once, one thread per device.
 
     Each device warms up on its own; a barrier then lines up the start of each
@@ -306,7 +314,8 @@ def measure_concurrent(devices: Sequence[torch.device], dtype: str, size: int, *
         try:
             return measure_gemm(devices[idx], dtype, size, warmup=warmup, iters=iters, trials=trials,
                                 buffers=buffers, seed=seed + idx, before_window=wait, mode="concurrent",
-                                warmup_s=warmup_s, min_window_s=min_window_s)
+                                warmup_s=warmup_s, min_window_s=min_window_s, warmup_max_s=warmup_max_s,
+                                stable_within=stable_within)
         except BaseException:
             barrier.abort()
             raise
@@ -353,6 +362,10 @@ class ComputeCheck(Check):
         Param("warmup", "int", 5, "untimed GEMMs before timing, at least", minimum=0),
         Param("warmup_s", "float", 5.0, "untimed GEMM load per dtype before timing, in seconds (clocks settle)",
               minimum=0),
+        Param("warmup_max_s", "float", 8.0, "longest warm-up per dtype while waiting for a stable rate, seconds",
+              minimum=0),
+        Param("stable_within", "float", 0.1, "warm-up ends once two chunks' rates agree within this fraction "
+              "(0: after warmup_s, whatever the rate)", minimum=0, maximum=1),
         Param("iters", "int", 20, "GEMMs per timed window, at least", minimum=1),
         Param("min_window_s", "float", 0.5, "shortest timed window in seconds (GEMMs per window from a timed probe)",
               minimum=0),
@@ -363,9 +376,11 @@ class ComputeCheck(Check):
     )
     profile_params: ClassVar[dict[str, dict[str, Any]]] = {
         # quick: a burst (boost clocks), kept short; its reason says so
-        "quick": {"warmup": 2, "warmup_s": 0.2, "iters": 10, "min_window_s": 0.02, "trials": 3, "cpu_size": 256},
+        "quick": {"warmup": 2, "warmup_s": 0.2, "warmup_max_s": 1.0,
+                  "iters": 10, "min_window_s": 0.02, "trials": 3, "cpu_size": 256},
         "standard": {},
-        "full": {"warmup": 10, "warmup_s": 10.0, "iters": 50, "min_window_s": 1.0, "trials": 10, "cpu_size": 512},
+        "full": {"warmup": 10, "warmup_s": 10.0, "warmup_max_s": 20.0,
+                 "iters": 50, "min_window_s": 1.0, "trials": 10, "cpu_size": 512},
     }
     # standard, 8 GPUs, 5 dtypes: (8 alone + 1 concurrent) x 5 x (5 s + 5 x 0.5 s) ~ 340 s plus set-up
     timeout_s: ClassVar[dict[str, float]] = {"quick": 120.0, "standard": 900.0, "full": 3600.0}
@@ -394,8 +409,9 @@ class ComputeCheck(Check):
         skus: dict[str, Sku | None] = _skus_of(devices) if on_gpu else {}
         warmup, iters, trials, buffers = (int(p[k]) for k in ("warmup", "iters", "trials", "buffers"))
         warmup_s, min_window_s = float(p["warmup_s"]), float(p["min_window_s"])
+        warmup_max_s, stable_within = float(p["warmup_max_s"]), float(p["stable_within"])
         knobs = {"warmup": warmup, "iters": iters, "trials": trials, "buffers": buffers, "warmup_s": warmup_s,
-                 "min_window_s": min_window_s}
+                 "min_window_s": min_window_s, "warmup_max_s": warmup_max_s, "stable_within": stable_within}
         burst = burst_note(warmup_s, min_window_s)
         if burst:
             plan.notes.append(burst)
@@ -408,7 +424,8 @@ class ComputeCheck(Check):
                         for dev in devices:
                             res = measure_gemm(dev, dtype, size, warmup=warmup, iters=iters, trials=trials,
                                                buffers=buffers, warmup_s=warmup_s,
-                                               min_window_s=min_window_s)
+                                               min_window_s=min_window_s, warmup_max_s=warmup_max_s,
+                                               stable_within=stable_within)
                             ctx.log(f"{dev} {dtype} N={size}: {_fmt_flops(res.median_tflops)} median "
                                     f"(best {_fmt_flops(res.best_tflops)}), {res.iters} GEMMs x "
                                     f"{median(res.window_s):.3f} s windows after {res.warmup_s:g} s warm-up, "
@@ -417,7 +434,8 @@ class ComputeCheck(Check):
                     if p["concurrent"] and len(devices) > 1:
                         results = measure_concurrent(devices, dtype, size, warmup=warmup, iters=iters,
                                                      trials=trials, buffers=buffers, warmup_s=warmup_s,
-                                                     min_window_s=min_window_s)
+                                                     min_window_s=min_window_s, warmup_max_s=warmup_max_s,
+                                               stable_within=stable_within)
                         for res in results:
                             ctx.log(f"{res.device} {dtype} N={size} concurrent: {_fmt_flops(res.median_tflops)}")
                         concurrent.extend(results)
@@ -435,7 +453,7 @@ class ComputeCheck(Check):
             "results": [{"device": r.device, "dtype": r.dtype, "mode": r.mode, "median_tflops": r.median_tflops,
                          "best_tflops": r.best_tflops, "error": finite_or_none(r.error), "iters": r.iters,
                          "median_window_s": round(median(r.window_s), 4), "warmup_s": r.warmup_s,
-                         "tolerance": GEMM_TOLERANCE[r.dtype]}
+                         "warmup_settled": r.warmup_settled, "tolerance": GEMM_TOLERANCE[r.dtype]}
                         for r in single + concurrent],
         }
         if plan.skipped:

@@ -69,27 +69,74 @@ def next_chunk(done_s: float, calls: int, target_s: float, last_chunk: int) -> i
     return max(1, min(2 * last_chunk, math.ceil(remaining / per_call)))
 
 
+STABLE_CHUNK_S = 0.01
+STABLE_CHUNK_FRACTION = 0.1
+"""Chunks compared for a stable rate last at least ``max(STABLE_CHUNK_S, STABLE_CHUNK_FRACTION * seconds)``
+(a single call is noise, and two short chunks agree even on a slow ramp)."""
+
+
+def stable_chunk_s(seconds: float) -> float:
+    """The shortest warm-up chunk whose rate counts towards stability, for a warm-up of ``seconds``."""
+    return max(STABLE_CHUNK_S, STABLE_CHUNK_FRACTION * seconds)
+
+
+def rates_agree(a: float, b: float, within: float) -> bool:
+    """Whether per-call times ``a`` and ``b`` differ by at most ``within`` of the larger one."""
+    if not (math.isfinite(a) and math.isfinite(b)) or a <= 0 or b <= 0:
+        return False
+    return abs(a - b) <= within * max(a, b)
+
+
+def warm_up_done(elapsed_s: float, calls: int, chunks: Sequence[tuple[float, float]], *, seconds: float,
+                 min_calls: int, max_seconds: float, stable_within: float) -> tuple[bool, bool]:
+    """(stop now, rate settled) after a warm-up chunk: the stopping rule of :func:`warm_up` (pure).
+
+    ``chunks`` are ``(seconds, seconds per call)`` of each chunk so far, oldest
+    first. Never stop before ``seconds`` of wall time and ``min_calls`` calls.
+    Then, with ``stable_within`` > 0, not before the last two chunks both last
+    at least :func:`stable_chunk_s` and their per-call times agree within that
+    fraction (:func:`rates_agree`), unless ``max_seconds`` have passed (stop,
+    not settled).
+    """
+    if elapsed_s < seconds or calls < min_calls:
+        return False, False
+    if stable_within <= 0:
+        return True, True
+    shortest = stable_chunk_s(seconds)
+    settled = (len(chunks) >= 2 and min(chunks[-2][0], chunks[-1][0]) >= shortest
+               and rates_agree(chunks[-2][1], chunks[-1][1], stable_within))
+    return settled or elapsed_s >= max_seconds, settled
+
+
 @dataclass
 class WarmUp:
-    """What a warm-up did: calls, wall seconds, and seconds per call of its last chunk (the probe)."""
+    """What a warm-up did: calls, wall seconds, seconds per call of its last chunk (the probe), and
+    whether its rate settled (False: it stopped at its time limit with the last two chunks still apart)."""
 
     calls: int
     seconds: float
     per_call_s: float
+    settled: bool = True
 
 
 def warm_up(fn: Callable[[], object], device: torch.device, *, seconds: float, min_calls: int,
+            max_seconds: float | None = None, stable_within: float = 0.0,
             clock: Callable[[], float] = time.perf_counter) -> WarmUp:
-    """Call ``fn`` untimed until ``seconds`` of wall time and ``min_calls`` calls have passed.
+    """Call ``fn`` untimed until ``seconds`` of wall time and ``min_calls`` calls have passed and, with
+    ``stable_within`` > 0, the rate is stable; never past ``max_seconds`` for the stability (default
+    ``seconds``: no extension) -- :func:`warm_up_done` is the rule.
 
-    Calls go in synchronized chunks (1, 2, 4, ... capped by the time left); the
-    last, largest one, at the end of the warm-up and so at the settled clocks,
-    is the timed probe of the per-call time that :func:`window_iters` turns
-    into a window length. Always makes at least one call, which is the probe
-    when nothing more is asked for.
+    Calls go in synchronized chunks (1, 2, 4, ... capped by the time left;
+    while waiting for a stable rate, chunks of :func:`stable_chunk_s` at the
+    rate of the previous one); the last one, at the end of the warm-up and
+    so at the settled clocks, is the timed probe of the per-call time that
+    :func:`window_iters` turns into a window length. Always makes at least one
+    call, which is the probe when nothing more is asked for.
     """
+    limit = seconds if max_seconds is None else max(seconds, max_seconds)
     start = clock()
-    calls, chunk, probe = 0, 1, math.nan
+    calls, chunk = 0, 1
+    chunks: list[tuple[float, float]] = []
     while True:
         t0 = clock()
         for _ in range(chunk):
@@ -97,13 +144,18 @@ def warm_up(fn: Callable[[], object], device: torch.device, *, seconds: float, m
         synchronize(device)
         t1 = clock()
         calls += chunk
-        probe = (t1 - t0) / chunk
-        if t1 - start >= seconds and calls >= min_calls:
-            return WarmUp(calls, t1 - start, probe)
-        if t1 - start >= seconds:
-            chunk = max(1, min_calls - calls)
-        else:
+        chunks.append((t1 - t0, (t1 - t0) / chunk))
+        probe = chunks[-1][1]
+        stop, settled = warm_up_done(t1 - start, calls, chunks, seconds=seconds, min_calls=min_calls,
+                                     max_seconds=limit, stable_within=stable_within)
+        if stop:
+            return WarmUp(calls, t1 - start, probe, settled)
+        if t1 - start < seconds:
             chunk = next_chunk(t1 - start, calls, seconds, chunk)
+        elif calls < min_calls:
+            chunk = max(1, min_calls - calls)
+        elif probe > 0:  # waiting for a stable rate: chunks of at least stable_chunk_s, within the limit
+            chunk = max(1, min(math.ceil(stable_chunk_s(seconds) / probe), math.ceil((limit - (t1 - start)) / probe)))
 
 
 def time_windows(fn: Callable[[], object], device: torch.device, *, warmup: int, windows: int, iters: int,
