@@ -145,6 +145,7 @@ def test_generated_scripts_pass_shellcheck(tmp_path: Path) -> None:
     ({"result_mount": "results"}, "absolute path"),
     ({"datasets": ["12345"]}, "ID:/MOUNT"),
     ({"bogus": 1}, "unknown bcp option"),
+    ({"labels": {"a": 1}}, "labels.*expected a list, got dict"),
 ])
 def test_bad_options(values: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):

@@ -367,6 +367,7 @@ def test_paths_with_spaces() -> None:
     ({"master_port": 70000}, "TCP port"),
     ({"mpirun_args": ["-v"]}, "only applies to --kind mpijob"),
     ({"no_such_option": 1}, "unknown k8s option"),
+    ({"image_pull_secrets": 5}, "image_pull_secrets.*expected a list, got int"),
 ])
 def test_bad_options_are_clear_errors(options: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):

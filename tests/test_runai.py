@@ -177,6 +177,7 @@ def test_paths_with_spaces_work_and_commas_are_rejected() -> None:
     ({"image_pull_policy": "Sometimes"}, "Always, IfNotPresent or Never"),
     ({"pod_results_dir": "results"}, "absolute path"),
     ({"bogus": 1}, "unknown runai option"),
+    ({"node_pools": 3}, "node_pools.*expected a list, got int"),
 ])
 def test_bad_options(values: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):

@@ -43,6 +43,24 @@ class Mount:
         return f"{self.source}:{self.target}" + (":ro" if self.readonly else "")
 
 
+def option_values(fields: Any, raw: dict[str, Any], source: str, backend: str) -> dict[str, Any]:
+    """The values ``raw`` sets (None left out) for a backend's options dataclass with ``fields``
+    (its ``__dataclass_fields__``). A key that is not a field is a ConfigError naming the known ones."""
+    unknown = sorted(set(raw) - set(fields))
+    if unknown:
+        raise ConfigError(source, unknown[0], f"unknown {backend} option; known: {', '.join(sorted(fields))}")
+    return {k: v for k, v in raw.items() if v is not None}
+
+
+def as_list(value: Any, source: str, name: str) -> list[Any]:
+    """``value`` as a list: one string is a list of one; anything else but a list is a ConfigError."""
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list):
+        raise ConfigError(source, name, f"expected a list, got {type(value).__name__}")
+    return value
+
+
 def sanitize_name(raw: str) -> str:
     """Lower-case DNS-1123 label from ``raw`` (``My_Job`` -> ``my-job``), at most 48 characters.
 

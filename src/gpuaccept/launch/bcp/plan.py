@@ -20,7 +20,7 @@ from gpuaccept.launch.pod_script import (
     mpi_forward_env,
     mpi_ranks_per_worker,
 )
-from gpuaccept.launch.spec import JobSpec
+from gpuaccept.launch.spec import JobSpec, as_list, option_values
 
 ARRAY_TYPES = ("MPI", "PYTORCH")
 PREEMPT_CLASSES = ("RUNONCE", "RESUMABLE", "RESTARTABLE")
@@ -105,17 +105,10 @@ class BcpOptions:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], source: str = "bcp options") -> BcpOptions:
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(raw) - known)
-        if unknown:
-            raise ConfigError(source, unknown[0], f"unknown bcp option; known: {', '.join(sorted(known))}")
-        values = {k: v for k, v in raw.items() if v is not None}
+        values = option_values(cls.__dataclass_fields__, raw, source, "bcp")
         for name in ("labels", "datasets", "extra_args"):
             if name in values:
-                items = [values[name]] if isinstance(values[name], str) else values[name]
-                if not isinstance(items, list):
-                    raise ConfigError(source, name, "expected a list")
-                values[name] = [str(i) for i in items]
+                values[name] = [str(i) for i in as_list(values[name], source, name)]
         for name in ("array_type", "preempt", "priority"):
             if isinstance(values.get(name), str):
                 values[name] = values[name].upper()

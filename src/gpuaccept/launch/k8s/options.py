@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpuaccept.errors import ConfigError
+from gpuaccept.launch.spec import as_list, option_values
 
 KINDS = ("job", "jobset", "pytorchjob", "mpijob", "trainjob")
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
@@ -129,14 +130,6 @@ def trainer_release(version: str) -> tuple[int, int]:
     return release
 
 
-def _as_list(value: Any, name: str) -> list[Any]:
-    if isinstance(value, str):
-        return [value]
-    if not isinstance(value, list):
-        raise ConfigError("k8s options", name, f"expected a list, got {type(value).__name__}")
-    return value
-
-
 @dataclass(frozen=True)
 class K8sOptions:
     """The k8s backend's options. Quantities are Kubernetes quantity strings; ``master_port`` is a TCP port."""
@@ -179,25 +172,21 @@ class K8sOptions:
     @classmethod
     def from_dict(cls, raw: dict[str, Any], source: str = "k8s options") -> K8sOptions:
         """Validate ``raw`` (flag values or a YAML mapping). Unknown keys are an error."""
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(raw) - known)
-        if unknown:
-            raise ConfigError(source, unknown[0], f"unknown k8s option; known: {', '.join(sorted(known))}")
-        values = {k: v for k, v in raw.items() if v is not None}
+        values = option_values(cls.__dataclass_fields__, raw, source, "k8s")
         # YAML may give the flag forms ("key=value:Effect", ["k=v"]) or the manifest forms (dicts).
         if "tolerations" in values:
             values["tolerations"] = [parse_toleration(t) if isinstance(t, str) else t
-                                     for t in _as_list(values["tolerations"], "tolerations")]
+                                     for t in as_list(values["tolerations"], "k8s options", "tolerations")]
         for name, flag in (("node_selector", "--node-selector"), ("labels", "--label"),
                            ("resources", "--resource")):
             if name in values and not isinstance(values[name], dict):
-                items = [str(i) for i in _as_list(values[name], name)]
+                items = [str(i) for i in as_list(values[name], "k8s options", name)]
                 values[name] = parse_resources(items, flag) if name == "resources" else parse_key_values(items, flag)
             elif name in values:
                 values[name] = {str(k): str(v) for k, v in values[name].items()}
         for name in ("image_pull_secrets", "mpirun_args"):
             if name in values:
-                values[name] = [str(i) for i in _as_list(values[name], name)]
+                values[name] = [str(i) for i in as_list(values[name], "k8s options", name)]
         for name in ("cpu", "memory", "shm_size"):
             if name in values:
                 values[name] = str(values[name])

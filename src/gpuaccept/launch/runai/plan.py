@@ -18,7 +18,7 @@ from gpuaccept.launch.pod_script import (
     mpi_launcher_script,
     mpi_ranks_per_worker,
 )
-from gpuaccept.launch.spec import JobSpec
+from gpuaccept.launch.spec import JobSpec, as_list, option_values
 
 KINDS = ("pytorch", "mpi")
 #: The launcher's script travels in this ``--master-environment`` variable; ``--master-command`` only names it.
@@ -53,17 +53,10 @@ class RunaiOptions:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], source: str = "runai options") -> RunaiOptions:
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(raw) - known)
-        if unknown:
-            raise ConfigError(source, unknown[0], f"unknown runai option; known: {', '.join(sorted(known))}")
-        values = {k: v for k, v in raw.items() if v is not None}
+        values = option_values(cls.__dataclass_fields__, raw, source, "runai")
         for name in ("node_pools", "tolerations", "extra_args"):
             if name in values:
-                items = [values[name]] if isinstance(values[name], str) else values[name]
-                if not isinstance(items, list):
-                    raise ConfigError(source, name, "expected a list")
-                values[name] = [str(i) for i in items]
+                values[name] = [str(i) for i in as_list(values[name], source, name)]
         if "large_shm" in values and not isinstance(values["large_shm"], bool):
             raise ConfigError(source, "large_shm", "must be true or false")
         opts = cls(**values)
