@@ -68,6 +68,7 @@ from gpuaccept.launch.bcp.plan import ARRAY_TYPES, PREEMPT_CLASSES, PRIORITIES, 
 from gpuaccept.launch.jobargv import launch_dir
 from gpuaccept.launch.log_reports import reports_from_log
 from gpuaccept.launch.spec import JobSpec
+from gpuaccept.launch.tool import run_tool
 from gpuaccept.model import NodeReport
 
 JOB_ID_FILE = "bcp-job-id"
@@ -163,19 +164,7 @@ class BcpBackend(Backend):
 
     def _run(self, ngc_bin: str, args: list[str], what: str, cwd: Path | None = None, check: bool = True,
              timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        try:
-            proc = subprocess.run([ngc_bin, *args], capture_output=True, text=True, cwd=cwd,
-                                  stdin=subprocess.DEVNULL, timeout=timeout)
-        except FileNotFoundError:
-            raise UsageError(f"the ngc CLI ({ngc_bin}) is not on PATH") from None
-        except subprocess.TimeoutExpired:
-            raise UsageError(f"{what}: ngc did not answer in {timeout:.0f} s") from None
-        except OSError as exc:
-            raise UsageError(f"{what}: cannot run {ngc_bin}: {exc.strerror or exc}") from None
-        if check and proc.returncode != 0:
-            last = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
-            raise UsageError(f"{what}: ngc exited {proc.returncode}: {last[-1] if last else 'no output'}")
-        return proc
+        return run_tool([ngc_bin, *args], "ngc", what, cwd=cwd, check=check, timeout=timeout)
 
     def submit(self, plan: Plan, spec: JobSpec, workdir: Path) -> Submission:
         opts = BcpOptions.from_dict(spec.options)

@@ -21,6 +21,7 @@ from gpuaccept.launch.pod_script import (
     mpi_ranks_per_worker,
 )
 from gpuaccept.launch.spec import JobSpec, as_list, option_values
+from gpuaccept.launch.tool import shell_lines as tool_lines
 
 ARRAY_TYPES = ("MPI", "PYTORCH")
 PREEMPT_CLASSES = ("RUNONCE", "RESUMABLE", "RESTARTABLE")
@@ -213,11 +214,5 @@ def build_argv(spec: JobSpec, opts: BcpOptions) -> list[str]:
 
 
 def shell_lines(argv: list[str]) -> str:
-    """``argv`` quoted for sh, one option per line (continued with backslashes)."""
-    lines = [shlex.join(argv[:4])]
-    for token in argv[4:]:
-        if token.startswith("--"):
-            lines.append(shlex.quote(token))
-        else:
-            lines[-1] += " " + shlex.quote(token)
-    return " \\\n  ".join(lines)
+    """``argv`` quoted for sh, one ``--option`` per line (continued with backslashes)."""
+    return tool_lines(argv, head=4, option_prefix="--", stop=None)

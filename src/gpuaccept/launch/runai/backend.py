@@ -70,6 +70,7 @@ from gpuaccept.launch.log_reports import reports_from_log
 from gpuaccept.launch.runai.parse import parse_describe, phase_state
 from gpuaccept.launch.runai.plan import KINDS, RunaiOptions, build_argv, runai_toleration, shell_lines
 from gpuaccept.launch.spec import JobSpec
+from gpuaccept.launch.tool import run_tool
 from gpuaccept.model import NodeReport
 
 
@@ -149,20 +150,7 @@ class RunaiBackend(Backend):
 
     def _run(self, handle: RunaiHandle, args: list[str], what: str, cwd: Path | None = None,
              check: bool = True) -> subprocess.CompletedProcess[str]:
-        argv = [handle.runai_bin, *args]
-        try:
-            proc = subprocess.run(argv, capture_output=True, text=True, cwd=cwd, stdin=subprocess.DEVNULL,
-                                  timeout=300)
-        except FileNotFoundError:
-            raise UsageError(f"the runai CLI ({handle.runai_bin}) is not on PATH") from None
-        except subprocess.TimeoutExpired:
-            raise UsageError(f"{what}: runai did not answer in 300 s") from None
-        except OSError as exc:
-            raise UsageError(f"{what}: cannot run {handle.runai_bin}: {exc.strerror or exc}") from None
-        if check and proc.returncode != 0:
-            last = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
-            raise UsageError(f"{what}: runai exited {proc.returncode}: {last[-1] if last else 'no output'}")
-        return proc
+        return run_tool([handle.runai_bin, *args], "runai", what, cwd=cwd, check=check)
 
     def _scope(self, handle: RunaiHandle) -> list[str]:
         return ["--project", handle.project] if handle.project else []

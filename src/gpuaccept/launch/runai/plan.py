@@ -19,6 +19,7 @@ from gpuaccept.launch.pod_script import (
     mpi_ranks_per_worker,
 )
 from gpuaccept.launch.spec import JobSpec, as_list, option_values
+from gpuaccept.launch.tool import shell_lines as tool_lines
 
 KINDS = ("pytorch", "mpi")
 #: The launcher's script travels in this ``--master-environment`` variable; ``--master-command`` only names it.
@@ -160,13 +161,4 @@ def _pod_spec(spec: JobSpec, opts: RunaiOptions) -> JobSpec:
 
 def shell_lines(argv: list[str]) -> str:
     """``argv`` quoted for sh, one option per line (continued with backslashes) up to ``--``."""
-    end = argv.index("--") if "--" in argv else len(argv)
-    lines = [shlex.join(argv[:5])]
-    for token in argv[5:end]:
-        if token.startswith("-"):
-            lines.append(shlex.quote(token))
-        else:
-            lines[-1] += " " + shlex.quote(token)
-    if end < len(argv):
-        lines.append(shlex.join(argv[end:]))
-    return " \\\n  ".join(lines)
+    return tool_lines(argv, head=5)
