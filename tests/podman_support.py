@@ -242,3 +242,21 @@ def torch_base(store: Podman) -> str:
         return TORCH_BASE
 
     return store.cached("torch-base", make)
+
+
+MULTINODE = "localhost/gpuaccept-test/multinode:test"
+TEST_SOURCE = "https://example.org/gpuaccept.git"
+
+
+def multinode_image(store: Podman) -> str:
+    """The multinode image (images/multinode, NCCL_TESTS=off) on the NGC stand-in, built once per store."""
+    import gpuaccept
+
+    def make() -> str:
+        store.build(MULTINODE, ROOT / "images" / "multinode" / "Dockerfile", ROOT,
+                    {"BASE_IMAGE": torch_base(store), "NCCL_TESTS": "off", "GPUACCEPT_VERSION": gpuaccept.__version__,
+                     "GPUACCEPT_SOURCE": TEST_SOURCE}, extra=offline_pip(store).volumes())
+        return MULTINODE
+
+    return store.cached("multinode", make)
+

@@ -24,7 +24,16 @@ from pathlib import Path
 import pytest
 
 import gpuaccept
-from tests.podman_support import IMAGES_DATA, Podman, debian_base, offline_pip, shared_podman, torch_base
+from tests.podman_support import (
+    IMAGES_DATA,
+    TEST_SOURCE,
+    Podman,
+    debian_base,
+    multinode_image,
+    offline_pip,
+    shared_podman,
+    torch_base,
+)
 from tests.sshd import free_port, need_binary
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,8 +42,7 @@ HADOLINT_CONFIG = IMAGES / ".hadolint.yaml"
 DOCKERFILES = sorted([*IMAGES.glob("*/Dockerfile*"), *IMAGES_DATA.glob("*.Dockerfile")])
 SCRIPTS = sorted(IMAGES.glob("*/*.sh"))
 VERSION = gpuaccept.__version__
-SOURCE = "https://example.org/gpuaccept.git"
-MULTINODE = "localhost/gpuaccept-test/multinode:test"
+SOURCE = TEST_SOURCE
 RUNTIME = "localhost/gpuaccept-test/runtime:test"
 RUNTIME_SINGLE = "localhost/gpuaccept-test/runtime-single:test"
 SSH_OPTIONS = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
@@ -135,11 +143,7 @@ def podman() -> Podman:
 
 @pytest.fixture(scope="module")
 def multinode(podman: Podman) -> str:
-    base = torch_base(podman)
-    podman.build(MULTINODE, IMAGES / "multinode" / "Dockerfile", ROOT,
-                 {"BASE_IMAGE": base, "NCCL_TESTS": "off", "GPUACCEPT_VERSION": VERSION, "GPUACCEPT_SOURCE": SOURCE},
-                 extra=offline_pip(podman).volumes())
-    return MULTINODE
+    return multinode_image(podman)
 
 
 @pytest.fixture(scope="module")
@@ -209,15 +213,17 @@ def test_multinode_ssh_login_runs_the_suite_and_stops(podman: Podman, multinode:
     podman.run("run", "-d", "--rm", "--name", name, "--network", "host",
                "-e", f"SSH_PORT={port}", "-e", "SSH_LISTEN_ADDRESS=127.0.0.1",
                "-e", f"SSH_AUTHORIZED_KEYS={user_key.with_suffix('.pub').read_text().strip()}",
-               "-e", "NCCL_DEBUG=WARN", multinode)
+               "-e", "NCCL_DEBUG=WARN", "-e", "TORCH_HOME=/opt/torch-home", multinode)
     try:
         _wait_for_ssh(port, user_key)
         ssh = ["ssh", *SSH_OPTIONS, "-p", str(port)]
 
-        # the container's NCCL/CUDA/MPI variables reach ssh sessions (mpirun starts its daemons that way)
-        env = subprocess.run([*ssh, "-i", str(user_key), "root@127.0.0.1", "echo $NCCL_DEBUG; command -v mpirun"],
+        # the container's NCCL/CUDA/MPI variables reach ssh sessions (mpirun starts its daemons that way),
+        # every one of them (sshd keeps only its first SetEnv line)
+        env = subprocess.run([*ssh, "-i", str(user_key), "root@127.0.0.1",
+                              "echo $NCCL_DEBUG $TORCH_HOME; command -v mpirun"],
                              capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
-        assert env.stdout.split() == ["WARN", "/usr/bin/mpirun"], env.stderr
+        assert env.stdout.split() == ["WARN", "/opt/torch-home", "/usr/bin/mpirun"], env.stderr
 
         # key-only: no password, no other key
         other = user_key.parent / "other"

@@ -32,8 +32,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "hw": frozenset({"errors", "model"}),
     "results": frozenset({"errors", "model", "argtypes", "inputs"}),
     "inputs": frozenset({"errors"}),
-    "launch": frozenset({"errors", "model", "argtypes", "results", "cli", "distributed.hostlist"}),
-    "containers": frozenset({"errors", "model", "argtypes", "cli", "launch"}),
+    "launch": frozenset({"errors", "model", "argtypes", "results", "cli", "distributed.hostlist", "containers.sshd"}),
+    "containers": frozenset({"errors", "model", "argtypes", "cli"}),
     "report": frozenset({"errors", "model", "argtypes", "inputs", "results", "runner", "suite", "__init__"}),
 }
 

@@ -27,8 +27,16 @@ fi
 nl="$(printf '\nx')"
 nl="${nl%x}"
 
-# SetEnv lines for sshd: the variables a job run over ssh needs, values sshd can quote.
+# The SetEnv line for sshd (one line: sshd keeps only the first SetEnv it reads): the variables a job
+# run over ssh needs, values sshd can quote.
 session_environment() {
+    words=$(environment_words)
+    if [ -n "$words" ]; then
+        printf 'SetEnv%s\n' "$words"
+    fi
+}
+
+environment_words() {
     env | sed -n 's/^\([A-Za-z_][A-Za-z0-9_]*\)=.*/\1/p' | sort -u | while read -r name; do
         case "$name" in
             PATH | LD_LIBRARY_PATH | LIBRARY_PATH | CUDA_* | NCCL_* | NVIDIA_* | NV_* | OMPI_* | OPAL_* | PMIX_* \
@@ -39,7 +47,7 @@ session_environment() {
         case "$value" in
             *[\"\\]* | *"$nl"*) continue ;;
         esac
-        printf 'SetEnv "%s=%s"\n' "$name" "$value"
+        printf ' "%s=%s"' "$name" "$value"
     done
 }
 

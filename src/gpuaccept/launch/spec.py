@@ -29,9 +29,12 @@ class Mount:
 
     @classmethod
     def parse(cls, text: str, source: str = "--mount") -> Mount:
+        """``SRC:DST``, ``SRC:DST:ro`` or one absolute path (mounted at the same path)."""
+        if text.startswith("/") and ":" not in text:
+            return cls(text, text)
         parts = text.split(":")
         if len(parts) not in (2, 3) or not all(parts[:2]):
-            raise ConfigError(source, text, "a mount is SOURCE:TARGET or SOURCE:TARGET:ro")
+            raise ConfigError(source, text, "a mount is SOURCE:TARGET, SOURCE:TARGET:ro or one absolute path")
         ro = len(parts) == 3
         if ro and parts[2] not in ("ro", "rw"):
             raise ConfigError(source, text, f"mount mode must be ro or rw, got {parts[2]!r}")

@@ -31,14 +31,20 @@ from typing import Any, ClassVar
 from gpuaccept.errors import UsageError
 from gpuaccept.launch.base import Backend, JobState, Plan, Submission
 from gpuaccept.launch.slurm.options import (
+    CONTAINER_GPUS,
+    RUNTIMES,
     SCRIPT,
     SlurmOptions,
+    choice_type,
     csv_list,
     dash_arg_type,
     hostlist_type,
     mem_type,
+    port_type,
     positive_type,
+    runtime_arg_type,
     sbatch_line_type,
+    shm_type,
     token_type,
 )
 from gpuaccept.launch.slurm.parse import (
@@ -51,6 +57,7 @@ from gpuaccept.launch.slurm.parse import (
     parse_squeue,
     sacct_unavailable,
 )
+from gpuaccept.launch.slurm.runtime_check import check_runtime_ready, runtime_files, runtime_notes
 from gpuaccept.launch.slurm.script import render_script
 from gpuaccept.launch.spec import JobSpec, env_names
 
@@ -85,7 +92,7 @@ def _last_line(text: str) -> str:
 
 class SlurmBackend(Backend):
     name: ClassVar[str] = "slurm"
-    help: ClassVar[str] = "sbatch + srun (torchrun per node), Pyxis/Enroot containers"
+    help: ClassVar[str] = "sbatch + srun (torchrun per node), Pyxis/Enroot or docker/podman containers"
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
@@ -117,6 +124,26 @@ class SlurmBackend(Backend):
                        default=None, help="Pyxis --no-container-mount-home")
         g.add_argument("--container-env", action="append", type=env_names, default=None, metavar="A,B",
                        help="more variable names for Pyxis --container-env (the --env names always are)")
+        r = parser.add_argument_group("slurm --runtime docker|podman (no Pyxis: the job starts its own containers)")
+        r.add_argument("--runtime", type=choice_type("--runtime", RUNTIMES), default=None,
+                       help="start --image with docker or podman on every node, as the calling user")
+        r.add_argument("--mounts", dest="mount", action="extend", type=csv_list, default=None,
+                       metavar="PATH|SRC:DST[:ro],...", help="same as --mount, comma-separated")
+        r.add_argument("--ssh-port", type=port_type, default=None, metavar="PORT",
+                       help="a command's sshd listens on PORT + the node's index in the allocation (default 2222)")
+        r.add_argument("--handshake-timeout", dest="handshake_timeout_s", type=positive_type, default=None,
+                       metavar="S", help="seconds the first node waits for every node's sshd (default 120)")
+        r.add_argument("--runtime-arg", dest="runtime_args", action="append", type=runtime_arg_type, default=None,
+                       metavar="OPTION", help="an extra option of '<runtime> run', e.g. --ulimit=memlock=-1")
+        r.add_argument("--privileged", action="store_true", default=None,
+                       help="run the containers privileged (some sites need it for RDMA; a warning names the risk)")
+        r.add_argument("--no-ipc-host", dest="ipc_host", action="store_false", default=None,
+                       help="a private IPC namespace (default: --ipc=host, which NCCL's shared memory wants)")
+        r.add_argument("--network", type=token_type("--network"), default=None, metavar="NET",
+                       help="container network (default host: sshd and NCCL need the node's interfaces)")
+        r.add_argument("--shm-size", type=shm_type, default=None, metavar="SIZE", help="container --shm-size")
+        r.add_argument("--container-gpus", type=choice_type("--container-gpus", CONTAINER_GPUS), default=None,
+                       help="auto (the default): the node's GPUs when it has /dev/nvidiactl; all; none")
 
     @classmethod
     def options_from_args(cls, args: argparse.Namespace) -> dict[str, Any]:
@@ -133,18 +160,22 @@ class SlurmBackend(Backend):
 
     def plan(self, spec: JobSpec) -> Plan:
         opts = SlurmOptions.from_dict(spec.options)
-        script = render_script(spec, opts)
+        files = runtime_files(spec, opts) if opts.runtime else {SCRIPT: render_script(spec, opts)}
         notes = [f"every node writes under {spec.run_results_dir}: it must be on a filesystem all nodes share"]
         if spec.image and spec.command is None:
             notes.append(f"the image must have gpuaccept (and torch) installed for {spec.python!r}")
-        return Plan(backend=self.name, files={SCRIPT: script},
-                    commands=[["sbatch", "--parsable", SCRIPT]], notes=notes)
+        if opts.runtime:
+            notes += runtime_notes(spec, opts)
+        return Plan(backend=self.name, files=files, commands=[["sbatch", "--parsable", SCRIPT]], notes=notes)
 
     def check_ready(self, plan: Plan, spec: JobSpec) -> None:
         for tool in ("sbatch", "squeue", "scancel"):
             if shutil.which(tool) is None:
                 raise UsageError(f"{tool} not found on PATH: run this on a Slurm login node "
                                  "(or add --dry-run to see the script)")
+        opts = SlurmOptions.from_dict(spec.options)
+        if opts.runtime:
+            check_runtime_ready(spec, opts)
 
     def submit(self, plan: Plan, spec: JobSpec, workdir: Path) -> Submission:
         job_id: str | None = None

@@ -13,9 +13,13 @@ from gpuaccept.launch.spec import env_names
 
 SCRIPT = "job.sbatch"
 RDZV_PORT_BASE = 20000
+RUNTIMES = ("docker", "podman")
+CONTAINER_GPUS = ("auto", "all", "none")
+DEFAULT_SSH_PORT = 2222
 _TOKEN = re.compile(r"^[A-Za-z0-9_.:@+-]+$")
 _MEM = re.compile(r"^\d+[KMGT]?$")
 _HOSTLIST = re.compile(r"^[A-Za-z0-9_.,\[\]-]+$")
+_SHM = re.compile(r"^\d+[bkmgBKMG]?$")
 
 
 def token_type(flag: str) -> Any:
@@ -50,6 +54,27 @@ def mem_type(text: str) -> str:
     return value
 
 
+def choice_type(flag: str, choices: tuple[str, ...]) -> Any:
+    def check(text: str) -> str:
+        if text not in choices:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a valid {flag} value ({', '.join(choices)})")
+        return text
+    return check
+
+
+def port_type(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (1-65535)")
+    return int(text)
+
+
+def shm_type(text: str) -> str:
+    """A container ``--shm-size``: bytes, or with a b/k/m/g suffix (``16g``)."""
+    if not _SHM.match(text.strip()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 16g, 512m)")
+    return text.strip().lower()
+
+
 def csv_list(text: str) -> list[str]:
     return [t for t in text.split(",") if t]
 
@@ -69,6 +94,12 @@ def dash_arg_type(text: str) -> str:
         raise argparse.ArgumentTypeError(f"{text!r}: an srun argument starts with '-', e.g. --mpi=pmix")
     return text
 
+
+def runtime_arg_type(text: str) -> str:
+    if not text.startswith("-") or "\n" in text:
+        raise argparse.ArgumentTypeError(f"{text!r}: a container runtime option starts with '-', "
+                                         "e.g. --ulimit=memlock=-1")
+    return text
 
 
 @dataclass(frozen=True)
@@ -93,6 +124,16 @@ class SlurmOptions:
     container_workdir: str | None = None
     container_mount_home: bool = True
     container_env: tuple[str, ...] = ()
+    # --runtime docker|podman (containers started by the job itself; see runtime_script.py)
+    runtime: str | None = None
+    ssh_port: int = DEFAULT_SSH_PORT
+    handshake_timeout_s: int = 120
+    runtime_args: tuple[str, ...] = ()
+    privileged: bool = False
+    ipc_host: bool = True
+    network: str = "host"
+    shm_size: str | None = None
+    container_gpus: str = "auto"
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SlurmOptions:
@@ -121,7 +162,21 @@ class SlurmOptions:
                     values[key] = tuple(dash_arg_type(str(v)) for v in value)
                 elif key == "container_env":
                     values[key] = tuple(n for v in value for n in env_names(str(v)))
-                elif key in ("exclusive", "container_mount_home"):
+                elif key == "runtime":
+                    values[key] = choice_type("--runtime", RUNTIMES)(str(value))
+                elif key == "container_gpus":
+                    values[key] = choice_type("--container-gpus", CONTAINER_GPUS)(str(value))
+                elif key == "ssh_port":
+                    values[key] = port_type(str(value))
+                elif key == "handshake_timeout_s":
+                    values[key] = positive_type(str(value))
+                elif key == "runtime_args":
+                    values[key] = tuple(runtime_arg_type(str(v)) for v in value)
+                elif key == "network":
+                    values[key] = token_type("--network")(str(value))
+                elif key == "shm_size":
+                    values[key] = shm_type(str(value))
+                elif key in ("exclusive", "container_mount_home", "privileged", "ipc_host"):
                     if not isinstance(value, bool):
                         raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
                     values[key] = value

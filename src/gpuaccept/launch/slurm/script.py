@@ -55,7 +55,17 @@ def _container_mounts(spec: JobSpec, opts: SlurmOptions) -> list[Mount]:
     return mounts
 
 
+# Options that only --runtime docker|podman reads, with their flags and defaults.
+RUNTIME_ONLY = (("ssh_port", "--ssh-port"), ("handshake_timeout_s", "--handshake-timeout"),
+                ("runtime_args", "--runtime-arg"), ("privileged", "--privileged"), ("ipc_host", "--no-ipc-host"),
+                ("network", "--network"), ("shm_size", "--shm-size"), ("container_gpus", "--container-gpus"))
+
+
 def _check_container_options(spec: JobSpec, opts: SlurmOptions) -> None:
+    default = SlurmOptions()
+    for key, flag in RUNTIME_ONLY:
+        if getattr(opts, key) != getattr(default, key):
+            raise ConfigError(flag, "", "is an option of --runtime docker|podman (Pyxis has no such option)")
     if spec.image:
         return
     if spec.mounts:
@@ -88,13 +98,12 @@ def _continued(words: list[str], indent: str = "  ") -> str:
     return " \\\n".join(lines)
 
 
-def render_script(spec: JobSpec, opts: SlurmOptions) -> str:
-    """The sbatch script for ``spec``: pure and deterministic."""
-    _check_container_options(spec, opts)
+def sbatch_header(spec: JobSpec, opts: SlurmOptions, how: str) -> list[str]:
+    """The script's first lines: the #SBATCH options, ``set -euo pipefail``, the exported --env values and
+    the run directory made."""
     q = shlex.quote
     out_dir = launch_dir(spec)
     what = "the acceptance suite" if spec.command is None else "a command"
-    how = f"torchrun x{spec.nproc} per node" if spec.distributed else "one process per node"
     out = [
         "#!/bin/bash",
         f"# gpuaccept launch slurm: {what} on {spec.nodes} node(s), {how}; run {spec.run_id}.",
@@ -127,7 +136,37 @@ def render_script(spec: JobSpec, opts: SlurmOptions) -> str:
         out.append(f"export {name}={q(value)}")
     out.append(f"mkdir -p {q(spec.run_results_dir)}")
     out.append("")
+    return out
 
+
+def rendezvous_lines() -> list[str]:
+    """Shell lines that set ``head_addr`` and ``rdzv_port``: the c10d rendezvous of torchrun."""
+    return [
+        "# c10d rendezvous on the first allocated node, at the address Slurm itself uses for it.",
+        'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)',
+        'head_addr=$(scontrol show node "$head_node" -o 2>/dev/null '
+        "| sed -n 's/.* NodeAddr=\\([^ ]*\\).*/\\1/p' || true)",
+        'head_addr=${head_addr:-$head_node}',
+        f"rdzv_port=$(( {RDZV_PORT_BASE} + SLURM_JOB_ID % 20000 ))",
+        'echo "[LAUNCH] job $SLURM_JOB_ID on $SLURM_JOB_NODELIST: rendezvous $head_addr:$rdzv_port"',
+        "",
+    ]
+
+
+def torchrun_words(spec: JobSpec) -> list[str]:
+    """torchrun on this node, joining the rendezvous of :func:`rendezvous_lines` (shell words)."""
+    q = shlex.quote
+    return [q(spec.python), "-m", "torch.distributed.run", '--nnodes="$SLURM_JOB_NUM_NODES"',
+            f"--nproc-per-node={spec.nproc}", "--rdzv-backend=c10d", '--rdzv-endpoint="$head_addr:$rdzv_port"',
+            '--rdzv-id="$SLURM_JOB_ID"', *(q(a) for a in torchrun_job(spec))]
+
+
+def render_script(spec: JobSpec, opts: SlurmOptions) -> str:
+    """The sbatch script for ``spec``: pure and deterministic (``--runtime``: runtime_script.py)."""
+    _check_container_options(spec, opts)
+    q = shlex.quote
+    how = f"torchrun x{spec.nproc} per node" if spec.distributed else "one process per node"
+    out = sbatch_header(spec, opts, how)
     srun = ['--nodes="$SLURM_JOB_NUM_NODES"', "--ntasks-per-node=1",
             f"--kill-on-bad-exit={1 if spec.distributed else 0}"]
     if opts.cpus_per_task:
@@ -146,19 +185,8 @@ def render_script(spec: JobSpec, opts: SlurmOptions) -> str:
     srun.extend(_quoted(a) if "," in a else q(a) for a in opts.srun_args)
 
     if spec.distributed:
-        out += [
-            "# c10d rendezvous on the first allocated node, at the address Slurm itself uses for it.",
-            'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)',
-            'head_addr=$(scontrol show node "$head_node" -o 2>/dev/null '
-            "| sed -n 's/.* NodeAddr=\\([^ ]*\\).*/\\1/p' || true)",
-            'head_addr=${head_addr:-$head_node}',
-            f"rdzv_port=$(( {RDZV_PORT_BASE} + SLURM_JOB_ID % 20000 ))",
-            'echo "[LAUNCH] job $SLURM_JOB_ID on $SLURM_JOB_NODELIST: rendezvous $head_addr:$rdzv_port"',
-            "",
-        ]
-        job = [q(spec.python), "-m", "torch.distributed.run", '--nnodes="$SLURM_JOB_NUM_NODES"',
-               f"--nproc-per-node={spec.nproc}", "--rdzv-backend=c10d", '--rdzv-endpoint="$head_addr:$rdzv_port"',
-               '--rdzv-id="$SLURM_JOB_ID"', *(q(a) for a in torchrun_job(spec))]
+        out += rendezvous_lines()
+        job = torchrun_words(spec)
     else:
         out += ['echo "[LAUNCH] job $SLURM_JOB_ID on $SLURM_JOB_NODELIST"', ""]
         job = [q(a) for a in node_argv(spec)]
