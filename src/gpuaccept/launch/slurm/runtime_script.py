@@ -155,11 +155,12 @@ def render_runtime_script(spec: JobSpec, opts: SlurmOptions) -> str:
         'GPUACCEPT_HOSTLIST=$(IFS=,; echo "${hosts[*]}")',
         f"GPUACCEPT_SLOTS_PER_NODE={spec.nproc}",
         f"GPUACCEPT_NP=$(( ${{#hosts[@]}} * {spec.nproc} ))",
-        'GPUACCEPT_HOSTFILE="$state/hostfile"',
-        'GPUACCEPT_SSH_CONFIG="$state/ssh_config"',
-        "export GPUACCEPT_HOSTLIST GPUACCEPT_SLOTS_PER_NODE GPUACCEPT_NP GPUACCEPT_HOSTFILE GPUACCEPT_SSH_CONFIG",
-        "",
+        "export GPUACCEPT_HOSTLIST GPUACCEPT_SLOTS_PER_NODE GPUACCEPT_NP",
     ]
+    if ssh:
+        out += ['GPUACCEPT_HOSTFILE="$state/hostfile"', 'GPUACCEPT_SSH_CONFIG="$state/ssh_config"',
+                "export GPUACCEPT_HOSTFILE GPUACCEPT_SSH_CONFIG"]
+    out.append("")
     if ssh:
         out.append(f'echo "[LAUNCH] job $SLURM_JOB_ID on $SLURM_JOB_NODELIST: {opts.runtime} containers, '
                    f'sshd on port {opts.ssh_port} + node index"')
@@ -289,8 +290,8 @@ def render_node_script(spec: JobSpec, opts: SlurmOptions) -> str:
         'args+=(-e "GPUACCEPT_HOSTNAME=$node" -e "GPUACCEPT_CT_MODE=$mode" -e "GPUACCEPT_CT_DIR=$state"',
         '       -e "GPUACCEPT_CT_INDEX=$index" -e "GPUACCEPT_CT_PORT=$((ssh_port + index))"',
         '       -e "GPUACCEPT_CT_HANDSHAKE_S=$handshake_s" -e "GPUACCEPT_CT_SSHD_CONFIG=$launch/' + SSHD_CONFIG + '"',
-        "       -e GPUACCEPT_HOSTLIST -e GPUACCEPT_NP -e GPUACCEPT_SLOTS_PER_NODE -e GPUACCEPT_HOSTFILE",
-        "       -e GPUACCEPT_SSH_CONFIG)",
+        "       -e GPUACCEPT_HOSTLIST -e GPUACCEPT_NP -e GPUACCEPT_SLOTS_PER_NODE)",
+        '[ "$mode" = each ] || args+=(-e GPUACCEPT_HOSTFILE -e GPUACCEPT_SSH_CONFIG)',
         "",
         "# shellcheck disable=SC2317",
         f"cleanup() {{ trap - TERM INT HUP; {remove} >/dev/null 2>&1 || true; }}",
