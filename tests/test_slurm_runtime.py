@@ -495,3 +495,19 @@ def test_an_image_no_node_can_pull_fails_the_job_naming_the_node(site: Site,
     log = _slurm_log(results)
     assert "image registry.invalid/gpuaccept/none:1 is not on this node and could not be pulled" in log, log
     site.assert_clean(results)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_runtime_missing_on_the_nodes_fails_the_job_naming_the_node(site: Site,
+                                                                       job_dirs: tuple[Path, Path, Path]) -> None:
+    if shutil.which("docker"):
+        pytest.skip("docker is installed here; the test needs a runtime the nodes lack")
+    work, results, _ = job_dirs
+    r = site.account.run([*site.python, "-m", "gpuaccept", "launch", "slurm", "--runtime", "docker",
+                          "--image", "img:1", "--nodes", "2", "--results-dir", str(results), "--run-id", "nodocker",
+                          "--poll-interval", "0.5", "--", "true"], timeout=300, cwd=work, **site.env)
+    assert r.returncode == 1
+    log = _slurm_log(results)
+    assert "docker is not installed on this node" in log and ("node1:" in log or "node2:" in log), log
+    assert not list(results.rglob("id_ed25519*"))

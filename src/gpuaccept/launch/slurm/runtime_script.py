@@ -180,6 +180,11 @@ def render_runtime_script(spec: JobSpec, opts: SlurmOptions) -> str:
     out.append(")")
     out.append("rc=0")
     out.append(_continued(["srun", '"${srun_args[@]}"', "bash", f'"$launch/{NODE_SCRIPT}"', *job]) + " || rc=$?")
+    if ssh:
+        out += ["# The job's exit code is the command's (srun's is the highest of all tasks', and a failing",
+                "# command makes srun end the other nodes' tasks with SIGTERM).",
+                'done_rc=$(cat "$state/done" 2>/dev/null || true)',
+                'case $done_rc in "" | *[!0-9]*) ;; *) rc=$done_rc ;; esac']
     out += [
         "# A task killed before it removed its container leaves it behind: remove any of this job's.",
         'srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 bash "$launch/' + NODE_SCRIPT
