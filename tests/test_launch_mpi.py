@@ -144,6 +144,18 @@ def test_distributed_ranks_get_master_addr_and_port_of_the_first_host() -> None:
     assert [a for a in own if a.startswith("MASTER_ADDR=")] == ["MASTER_ADDR=10.0.0.1"]
 
 
+def test_master_addr_and_port_options_for_hosts_that_are_ssh_aliases(tmp_path: Path) -> None:
+    r = gpuaccept("launch", "mpi", "--hosts", "node-a,node-b", "--nodes", "2", "--master-addr", "10.1.2.3",
+                  "--master-port", "31000", "--results-dir", "/r", "--run-id", "m", "--dry-run", "--", "true")
+    assert r.returncode == 0, r.stderr
+    assert "-x MASTER_ADDR=10.1.2.3 -x MASTER_PORT=31000" in r.stdout
+    for flag, value in (("--master-addr", "a b"), ("--master-port", "70000")):
+        bad = gpuaccept("launch", "mpi", "--hosts", "node-a", flag, value, "--dry-run", "--", "true")
+        assert bad.returncode == 2 and "--master-" in one_error_line(bad)
+    with pytest.raises(ConfigError, match="not a host name"):
+        MpiBackend().plan(_spec(nodes=1, options={"hosts": ["gpu01"], "master_addr": "x;y"}))
+
+
 def test_per_node_suite_plan_has_no_master_address() -> None:
     argv = MpiBackend().plan(_spec(command=None, suite_args=[], distributed=False)).commands[0]
     assert not [a for a in argv if a.startswith("MASTER_")]
@@ -206,7 +218,7 @@ def test_distributed_suite_across_two_hosts_reports_the_cross_node_result(sshd: 
     (the ranks are on different nodes), so each needs the -x MASTER_ADDR/MASTER_PORT of the plan. node-a is an
     ssh alias that no resolver here knows, so the address is overridden with --env (as an operator whose host
     list names ssh aliases does); MASTER_PORT is the plan's."""
-    r = _mpi(tmp_path, *_over_ssh(sshd), "--env", "MASTER_ADDR=127.0.0.1", "--device", "cpu", "--profile", "quick",
+    r = _mpi(tmp_path, *_over_ssh(sshd), "--master-addr", "127.0.0.1", "--device", "cpu", "--profile", "quick",
              "--checks", "steady,collectives", timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     report = cluster_report(tmp_path / "run")

@@ -8,8 +8,9 @@ host ``r // P``; each rank gets ``GPUACCEPT_HOSTNAME`` = that host's name as
 listed, so reports are attributed to the names the operator gave.
 
 A distributed job (the suite on 2+ hosts, a command under mpirun) gets
-``MASTER_ADDR`` = the first host and ``MASTER_PORT`` (derived from the run id)
-with ``-x``, so that the ranks can meet; ``PATH`` and ``LD_LIBRARY_PATH`` are
+``MASTER_ADDR`` = the first host (``--master-addr`` when the hosts are ssh aliases
+that the ranks cannot resolve) and ``MASTER_PORT`` (derived from the run id, or
+``--master-port``) with ``-x``, so that the ranks can meet; ``PATH`` and ``LD_LIBRARY_PATH`` are
 always forwarded (as mpi-operator's examples do).
 
 Transport: ``--transport tcp`` selects ``pml ob1`` with ``btl tcp,self,vader``
@@ -42,6 +43,7 @@ HOSTFILE = "hostfile"
 KILL_GRACE_S = 10.0
 _MCA_KEY = re.compile(r"^[a-z][a-z0-9_]*$")
 _IFACES = re.compile(r"^[A-Za-z0-9_.:/,-]+$")
+_ADDR = re.compile(r"^[A-Za-z0-9_.:-]+$")
 TRANSPORTS = ("auto", "tcp", "ucx")
 #: Forwarded to every rank with ``-x`` besides the job's environment, as mpi-operator's examples do.
 ALWAYS_FORWARD = ("PATH", "LD_LIBRARY_PATH")
@@ -72,6 +74,18 @@ def _mca(text: str) -> tuple[str, str]:
     return key, value
 
 
+def _port(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (1-65535)")
+    return int(text)
+
+
+def _addr(text: str) -> str:
+    if not _ADDR.match(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a host name or address")
+    return text
+
+
 def _ifaces(text: str) -> str:
     if not _IFACES.match(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a list of interfaces or subnets (eth0,ib0 or 10.0.0.0/8)")
@@ -96,6 +110,8 @@ class MpiOptions:
     bind_to: str = "none"
     mpi_args: tuple[str, ...] = ()
     ompi_major: int | None = None
+    master_addr: str | None = None
+    master_port: int | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> MpiOptions:
@@ -127,6 +143,10 @@ class MpiOptions:
             if v.get("ompi_major") is not None and (isinstance(v["ompi_major"], bool)
                                                     or not isinstance(v["ompi_major"], int)):
                 raise argparse.ArgumentTypeError(f"ompi_major must be an integer, got {v['ompi_major']!r}")
+            if "master_addr" in v and not _ADDR.match(str(v["master_addr"])):
+                raise argparse.ArgumentTypeError(f"master_addr {v['master_addr']!r} is not a host name or address")
+            if "master_port" in v:
+                v["master_port"] = _port(str(v["master_port"]))
             if v.get("bind_to", "none") not in ("none", "core", "socket", "numa", "hwthread"):
                 raise argparse.ArgumentTypeError("bind_to must be none, core, socket, numa or hwthread")
         except argparse.ArgumentTypeError as exc:
@@ -169,6 +189,11 @@ class MpiBackend(Backend):
                        help="allow more ranks than slots (e.g. 2 ranks on a 1-core test machine)")
         g.add_argument("--bind-to", choices=("none", "core", "socket", "numa", "hwthread"), default=None,
                        help="process binding (default: none; the suite uses all cores of its node)")
+        g.add_argument("--master-addr", type=_addr, default=None, metavar="ADDR",
+                       help="MASTER_ADDR of a distributed job (default: the first host as listed; give an "
+                            "address when the hosts are ssh aliases the ranks cannot resolve)")
+        g.add_argument("--master-port", type=_port, default=None, metavar="PORT",
+                       help="MASTER_PORT (default: derived from the run id, 29500-49499)")
         g.add_argument("--mpi-arg", dest="mpi_args", action="append", default=None, metavar="ARG",
                        help="an extra mpirun argument (repeatable)")
 
@@ -186,7 +211,8 @@ class MpiBackend(Backend):
         elif getattr(args, "hosts", None):
             hosts, slots = _mpi_hosts(parse_host_list(args.hosts), "--hosts")
             d["hosts"], d["slots"] = hosts, slots
-        for key in ("mpirun", "transport", "net_if", "ib_devices", "oversubscribe", "bind_to"):
+        for key in ("mpirun", "transport", "net_if", "ib_devices", "oversubscribe", "bind_to", "master_addr",
+                    "master_port"):
             if getattr(args, key, None) is not None:
                 d[key] = getattr(args, key)
         if getattr(args, "mca", None):
@@ -242,8 +268,8 @@ class MpiBackend(Backend):
         if opts.ib_devices:
             env["UCX_NET_DEVICES"] = opts.ib_devices
         if spec.distributed:  # rank 0 runs on the first host; the ranks meet there
-            env["MASTER_ADDR"] = hosts[0]
-            env["MASTER_PORT"] = str(port_from(spec.run_id, 29500, 20000))
+            env["MASTER_ADDR"] = opts.master_addr or hosts[0]
+            env["MASTER_PORT"] = str(opts.master_port or port_from(spec.run_id, 29500, 20000))
         env.update(spec.env)
         for name, value in env.items():
             argv += ["-x", f"{name}={value}"]
