@@ -169,7 +169,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from gpuaccept.report.console import PlainConsole, RichConsole
     from gpuaccept.results.autosave import save
     from gpuaccept.runner import Interrupted, RunEvents, Runner, is_distributed
-    from gpuaccept.suite import plan_suite
+    from gpuaccept.suite import check_gpu_fit, plan_suite
 
     opts, cfg, report_dir = _merge_options(args)
     baseline = _load_baseline(args)
@@ -182,6 +182,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     device = resolve_device(opts.device)
     plan = plan_suite(opts, cfg, reg, device)
     _check_expect_gpus(plan)
+    check_gpu_fit(plan, cfg, reg, _selected_gpu_memory(plan))
     nproc = 1
     if info is None and any(is_distributed(c) for c in plan.checks):
         from gpuaccept.distributed.local import default_nproc
@@ -298,6 +299,19 @@ def _check_expect_gpus(plan: Any) -> None:
     if plan.expect_gpus is not None and not any(c.name == "env" for c in plan.checks):
         raise UsageError(f"--expect-gpus/expect_gpus {plan.expect_gpus}: the env check counts the GPUs and "
                          "this selection leaves it out; add env to --checks (or do not skip it)")
+
+
+def _selected_gpu_memory(plan: Any) -> list[Any]:
+    """The memory of the GPUs a CUDA run selects, read through NVML (no torch); empty on a CPU run or when
+    NVML cannot tell (the checks then find out for themselves)."""
+    if plan.device != "cuda":
+        return []
+    from gpuaccept.hw.gpumem import read_gpu_memory
+
+    try:
+        return read_gpu_memory(os.environ.get("CUDA_VISIBLE_DEVICES"), plan.gpus)
+    except GpuacceptError:  # no NVML, or a --gpus ordinal that is not visible: the checks report it
+        return []
 
 
 def _warn_unapplied(plan: Any, report: Any, stream: Any) -> None:

@@ -6,13 +6,17 @@ returns data that ``gpuaccept run --plan`` prints and the runner executes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuaccept.checks import check_path
 from gpuaccept.checks.base import PROFILES, Check, ThresholdRule
 from gpuaccept.config import Config
-from gpuaccept.errors import UsageError
+from gpuaccept.errors import ConfigError, UsageError
+
+if TYPE_CHECKING:
+    from gpuaccept.hw.gpumem import GpuMemory
 
 
 @dataclass
@@ -114,3 +118,28 @@ def plan_suite(opts: RunOptions, config: Config, registry: dict[str, type[Check]
         raise UsageError("no check selected: --checks/--skip/profile leave nothing to run")
     return SuitePlan(profile=opts.profile, device=device, gpus=opts.gpus, require_gpu=opts.require_gpu,
                      expect_gpus=opts.expect_gpus, checks=planned)
+
+
+def check_gpu_fit(plan: SuitePlan, config: Config, registry: dict[str, type[Check]],
+                  gpus: Sequence[GpuMemory]) -> None:
+    """ConfigError when a GPU size the configuration sets for a planned check exceeds the smallest of ``gpus``.
+
+    Pure. ``gpus`` are the selected GPUs' totals (:func:`gpuaccept.hw.gpumem.read_gpu_memory`); those of
+    unknown size are left out, and with none known, or on a CPU run, nothing is checked. Only values the
+    configuration sets count (a built-in size is the check's own business: ``memory`` shrinks its buffers).
+    """
+    known = [(g.total_mib, g) for g in gpus if g.total_mib is not None]
+    if plan.device != "cuda" or not known:
+        return
+    limit, smallest = min(known, key=lambda t: t[0])
+    for check in plan.checks:
+        settings = config.checks.get(check.name)
+        given = settings.params if settings is not None else {}
+        for need in registry[check.name].gpu_needs(check.params):
+            named = [p for p in need.params if p in given]
+            if named and need.mib > limit:
+                shown = ", ".join(f"{p} {given[p]}" for p in named)
+                raise ConfigError(config.source, f"checks.{check.name}.params.{named[0]}",
+                                  f"{shown} need{'s' if len(named) == 1 else ''} {need.mib} MiB of GPU memory "
+                                  f"({need.how}), more than {smallest.device} ({smallest.name}, the smallest "
+                                  f"selected GPU) has: {limit} MiB")

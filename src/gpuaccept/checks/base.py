@@ -30,8 +30,9 @@ class Param:
     ``kind`` is ``int``, ``float``, ``str``, ``bool`` or ``list`` (of ``item``);
     ``choices`` restricts values (each list item for lists); ``minimum`` and
     ``maximum`` bound numbers (each list item for lists); ``memory_mib`` marks
-    a size in MiB that :func:`check_memory_params` compares with what the
-    machine has.
+    a size in MiB that :meth:`check_memory` compares with what the machine
+    has; ``gpu_memory_mib`` marks a size in MiB of which the check holds
+    ``gpu_buffers`` buffers on each selected GPU at once (see :meth:`Check.gpu_needs`).
     """
 
     name: str
@@ -43,6 +44,8 @@ class Param:
     minimum: float | None = None
     maximum: float | None = None
     memory_mib: bool = False
+    gpu_memory_mib: bool = False
+    gpu_buffers: int = 1
     max_items: int = 64
 
     def coerce(self, value: Any, source: str, key: str) -> Any:
@@ -84,6 +87,20 @@ class Param:
         for v in value if isinstance(value, list) else [value]:
             if isinstance(v, int) and v > available_mib:
                 raise ConfigError(source, key, f"{v} MiB is more than this machine's memory ({available_mib} MiB)")
+
+
+@dataclass(frozen=True)
+class GpuNeed:
+    """GPU memory a check needs on each selected GPU, at least, for its parameter values.
+
+    ``params`` are the parameters that set the size (the first one a user set
+    is named in errors), ``mib`` the MiB needed on one GPU, ``how`` a few words
+    on how it follows from the values ("2 buffers of 1024 MiB").
+    """
+
+    params: tuple[str, ...]
+    mib: int
+    how: str
 
 
 MAX_NUMBER = 1e15
@@ -318,6 +335,21 @@ class Check(abc.ABC):
         as ``cuda:0`` or ``cpu``, the devices the check was asked to measure). An outcome that lacks one
         becomes an ERROR naming what is missing. Default: nothing declared."""
         return []
+
+    @classmethod
+    def gpu_needs(cls, params: dict[str, Any]) -> list[GpuNeed]:
+        """The GPU memory these parameter values need on each selected GPU (at least). Default: one need per
+        ``gpu_memory_mib`` parameter, ``gpu_buffers`` times its value in MiB (the largest item of a list)."""
+        needs = []
+        for p in cls.params:
+            value = params.get(p.name)
+            sizes = [v for v in (value if isinstance(value, list) else [value])
+                     if isinstance(v, int) and not isinstance(v, bool)]
+            if p.gpu_memory_mib and sizes:
+                size = max(sizes)
+                how = f"{p.gpu_buffers} buffers of {size} MiB" if p.gpu_buffers != 1 else f"a buffer of {size} MiB"
+                needs.append(GpuNeed((p.name,), p.gpu_buffers * size, how))
+        return needs
 
     @classmethod
     def param(cls, name: str) -> Param | None:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from gpuaccept.checks.base import (
     Check,
     CheckContext,
+    GpuNeed,
     Outcome,
     Param,
     RequiredMetric,
@@ -56,6 +57,8 @@ if TYPE_CHECKING:
     from gpuaccept.hw.sku import Sku
 
 GEMM_DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8")
+GEMM_BYTES = {"fp64": (8, 8), "fp32": (4, 4), "tf32": (4, 4), "fp16": (2, 2), "bf16": (2, 2), "fp8": (1, 2)}
+"""Bytes per element of A/B and of C for each GEMM dtype (fp8 writes bf16)."""
 CPU_DTYPES = ("fp64", "fp32", "bf16")  # tf32 and fp8 are GPU modes; CPU fp16 GEMM is not a meaningful test
 FP8_MIN_CAPABILITY = (8, 9)
 FP8_E4M3_MAX = 448.0
@@ -389,6 +392,19 @@ class ComputeCheck(Check):
     def required_metrics(cls, params: dict[str, Any], devices: list[str]) -> list[RequiredMetric]:
         """A GEMM figure (some dtype, alone or concurrent) on every device asked for."""
         return per_device(devices, "gemm_*_tflops*")
+
+    @classmethod
+    def gpu_needs(cls, params: dict[str, Any]) -> list[GpuNeed]:
+        """``buffers`` A/B pairs and C of N x N in the widest dtype asked for, on each GPU (MiB, rounded up;
+        the fp32 temporaries that seed them are not counted)."""
+        dtypes = [d for d in params["dtypes"] if d in GEMM_BYTES]
+        if not dtypes:
+            return []
+        n, pairs = int(params["size"]), int(params["buffers"])
+        widest = max(dtypes, key=lambda d: GEMM_BYTES[d])
+        ab, c = GEMM_BYTES[widest]
+        mib = -(-(2 * pairs * ab + c) * n * n // (1 << 20))
+        return [GpuNeed(("size", "buffers"), mib, f"{pairs} A/B pairs and C of {n} x {n} {widest}")]
 
     def run(self, ctx: CheckContext) -> Outcome:
         devices = torch_devices_or_skip(ctx)

@@ -245,8 +245,8 @@ class MemtestCheck(Check):
               maximum=1.0),
         Param("cpu_mib", "int", 64, "CPU: MiB of host memory to test (a fixed small size)", minimum=1,
               maximum=1 << 24, memory_mib=True),
-        Param("chunk_mib", "int", 256, "allocation chunk size in MiB (bounds temporary memory)", minimum=1,
-              maximum=1 << 20),
+        Param("chunk_mib", "int", 256, "allocation chunk size in MiB (bounds temporary memory; a GPU keeps four "
+              "chunks free besides the tested ones)", minimum=1, maximum=1 << 20, gpu_memory_mib=True, gpu_buffers=5),
         Param("patterns", "list", ["walking_ones", "random", "address"], "patterns to run, in order",
               choices=PATTERNS),
         Param("passes", "int", 1, "passes over all patterns; each pass shifts the walking bit, reseeds random "

@@ -419,7 +419,7 @@ class _Target:
     ordinal: int | None = None
 
 
-def _inventory(nvml: Any, count: int, with_mig: bool) -> list[NvmlGpuId]:
+def inventory(nvml: Any, count: int, with_mig: bool) -> list[NvmlGpuId]:
     """Index, UUID and bus id of every GPU (``nvidia-smi -L``); UUID "" where the handle fails."""
     out: list[NvmlGpuId] = []
     for i in range(count):
@@ -536,7 +536,7 @@ def read_visible_snapshot(visible: str | None, ordinals: list[int] | None = None
     Raises as :func:`read_snapshot`, and InputError for an ordinal not visible.
     """
     def pick(nvml: Any, count: int) -> list[_Target]:
-        inv = _inventory(nvml, count, with_mig="mig-" in (visible or "").lower())
+        inv = inventory(nvml, count, with_mig="mig-" in (visible or "").lower())
         chosen = select_ordinals(map_visible_devices(visible, inv), ordinals)
         return [_Target(v.index, v.uuid, v.ordinal) for v in chosen]
 
