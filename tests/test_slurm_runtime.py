@@ -460,7 +460,10 @@ def test_a_worker_whose_sshd_never_comes_up_is_named_within_the_bound(site: Site
         blocker.close()
     log = _slurm_log(results)
     assert r.returncode == 1, r.stdout[-2000:]
-    assert f"[LAUNCH] node1: gave up: node2: sshd did not start on port {port + 1}" in log, log[-3000:]
+    # node2's sshd either fails to bind (and says so) or binds only IPv6 ([::]) and is never reached at its
+    # address: the master names node2 at once, or when the bound runs out
+    gave_up = [line for line in log.splitlines() if line.startswith("[LAUNCH] node1: gave up")]
+    assert gave_up and "node2" in gave_up[0], log[-3000:]
     assert took < HANDSHAKE_S + 60
     assert not (data / "written-by-the-job").exists()  # the script never ran
     site.assert_clean(results)
@@ -501,13 +504,16 @@ def test_an_image_no_node_can_pull_fails_the_job_naming_the_node(site: Site,
 @pytest.mark.timeout(600)
 def test_a_runtime_missing_on_the_nodes_fails_the_job_naming_the_node(site: Site,
                                                                        job_dirs: tuple[Path, Path, Path]) -> None:
-    if shutil.which("docker"):
-        pytest.skip("docker is installed here; the test needs a runtime the nodes lack")
     work, results, _ = job_dirs
+    # the job's tasks get the launcher's PATH: one without a docker engine (a docker CLI alone may be there)
     r = site.account.run([*site.python, "-m", "gpuaccept", "launch", "slurm", "--runtime", "docker",
                           "--image", "img:1", "--nodes", "2", "--results-dir", str(results), "--run-id", "nodocker",
-                          "--poll-interval", "0.5", "--", "true"], timeout=300, cwd=work, **site.env)
+                          "--poll-interval", "0.5", "--", "true"], timeout=300, cwd=work,
+                         **{**site.env, "PATH": "/usr/bin:/bin:/usr/sbin:/sbin"})
     assert r.returncode == 1
     log = _slurm_log(results)
-    assert "docker is not installed on this node" in log and ("node1:" in log or "node2:" in log), log
+    failed = [line for line in log.splitlines()
+              if line.startswith(("[LAUNCH] node1: docker", "[LAUNCH] node2: docker"))]
+    assert failed and ("docker is not installed on this node" in failed[0]
+                       or "docker does not answer on this node" in failed[0]), log
     assert not list(results.rglob("id_ed25519*"))

@@ -61,7 +61,15 @@ stop_sshd() {
         sshd_pid=""
     fi
 }
-trap 'stop_sshd; exit 143' TERM INT HUP
+# shellcheck disable=SC2317
+on_signal() {
+    stop_sshd
+    if [ "$index" = 0 ]; then
+        rm -rf "$keys"  # the job's private keys go with it (the sbatch script removes them too)
+    fi
+    exit 143
+}
+trap on_signal TERM INT HUP
 
 failed() {
     say "$*"

@@ -178,8 +178,11 @@ def render_runtime_script(spec: JobSpec, opts: SlurmOptions) -> str:
     out.append("srun_args=(")
     out.extend(f"  {a}" for a in srun)
     out.append(")")
+    out.append("# In the background, so that scancel's SIGTERM runs the traps at once (bash defers them while a")
+    out.append("# foreground command runs, and Slurm sends SIGKILL after KillWait).")
+    out.append(_continued(["srun", '"${srun_args[@]}"', "bash", f'"$launch/{NODE_SCRIPT}"', *job]) + " &")
     out.append("rc=0")
-    out.append(_continued(["srun", '"${srun_args[@]}"', "bash", f'"$launch/{NODE_SCRIPT}"', *job]) + " || rc=$?")
+    out.append("wait $! || rc=$?")
     if ssh:
         out += ["# The job's exit code is the command's (srun's is the highest of all tasks', and a failing",
                 "# command makes srun end the other nodes' tasks with SIGTERM).",
@@ -253,6 +256,9 @@ def render_node_script(spec: JobSpec, opts: SlurmOptions) -> str:
         "fi",
         "",
         'command -v "$runtime" >/dev/null || fail "$runtime is not installed on this node"',
+        'if ! out=$("$runtime" info 2>&1 >/dev/null); then',
+        '  fail "$runtime does not answer on this node: $(printf "%s" "$out" | tail -n 1)"',
+        "fi",
         'for m in "${mounts[@]}"; do',
         '  [ -e "${m%%:*}" ] || fail "mount source ${m%%:*} does not exist on this node"',
         "done",

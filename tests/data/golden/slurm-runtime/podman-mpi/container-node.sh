@@ -31,6 +31,9 @@ if [ "${1:-}" = --sweep ]; then
 fi
 
 command -v "$runtime" >/dev/null || fail "$runtime is not installed on this node"
+if ! out=$("$runtime" info 2>&1 >/dev/null); then
+  fail "$runtime does not answer on this node: $(printf "%s" "$out" | tail -n 1)"
+fi
 for m in "${mounts[@]}"; do
   [ -e "${m%%:*}" ] || fail "mount source ${m%%:*} does not exist on this node"
 done
