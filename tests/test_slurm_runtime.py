@@ -315,7 +315,7 @@ class Site:
             account, podman, slurm, python, env, image)
 
     def launch(self, workdir: Path, results: Path, *args: str,
-               timeout: float = 300) -> subprocess.CompletedProcess[str]:
+               timeout: float = 600) -> subprocess.CompletedProcess[str]:
         return self.account.run([*self.python, "-m", "gpuaccept", "launch", "slurm", "--runtime", "podman",
                                  "--image", self.image, "--nodes", "2", "--results-dir", str(results),
                                  "--poll-interval", "0.5", "--no-ipc-host", "--handshake-timeout", str(HANDSHAKE_S),
@@ -351,8 +351,11 @@ def site() -> Iterator[Site]:
                 env = {**extra, **podman.env(), "SLURM_CONF": str(slurm.conf)}
                 yield Site(account, podman, slurm, python, env, image)
         finally:
-            account.run(["podman", "rm", "--all", "--force"], **podman_env(store_dir))
-            account.run(["podman", "system", "reset", "--force"], **podman_env(store_dir))
+            for args in (["rm", "--all", "--force"], ["system", "reset", "--force"]):
+                try:
+                    account.run(["podman", *args], timeout=600, **podman_env(store_dir))
+                except subprocess.TimeoutExpired:
+                    pass
             shutil.rmtree(store_dir, ignore_errors=True)
 
 
@@ -482,6 +485,25 @@ def test_the_suite_in_each_nodes_container_gives_a_cluster_report(site: Site,
         assert node["state"] == "reported" and node["report"]["checks"][0]["host"] == node["host"]
     node_report = next((results / "suite").rglob("report.json"))
     assert node_report.stat().st_uid == site.account.uid
+    site.assert_clean(results)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_distributed_suite_runs_torchrun_in_each_nodes_container(site: Site,
+                                                                    job_dirs: tuple[Path, Path, Path]) -> None:
+    """The default for 2 nodes: torchrun per container, c10d rendezvous on node1, collectives across both."""
+    work, results, _ = job_dirs
+    r = site.launch(work, results, "--run-id", "dist", "--device", "cpu", "--profile", "quick",
+                    "--checks", "env,collectives")
+    log = _slurm_log(results)
+    assert r.returncode == 0, r.stdout[-3000:] + log[-3000:]
+    assert ": rendezvous " in log
+    assert "--rdzv-backend=c10d" in (results / "dist" / "launch" / "job.sbatch").read_text()
+    report = json.loads((results / "dist" / "cluster-report.json").read_text())
+    assert [(n["host"], n["verdict"]) for n in report["nodes"]] == [("node1", "success"), ("node2", "success")]
+    fabric = report["analysis"]["cross_node"]
+    assert fabric["checks"]["collectives"]["status"] == "pass" and fabric["hosts"] == ["node1", "node2"], fabric
     site.assert_clean(results)
 
 
