@@ -497,7 +497,10 @@ def test_the_distributed_suite_runs_torchrun_in_each_nodes_container(site: Site,
     r = site.launch(work, results, "--run-id", "dist", "--device", "cpu", "--profile", "quick",
                     "--checks", "env,collectives")
     log = _slurm_log(results)
-    assert r.returncode == 0, r.stdout[-3000:] + log[-3000:]
+    if r.returncode != 0:  # say why: each check's reason in each report found
+        why = [f"{p}: {c.get('name')} {c.get('status')} {c.get('reason')}"
+               for p in results.rglob("report.json") for c in json.loads(p.read_text()).get("checks", [])]
+        pytest.fail("\n".join([r.stdout[-2000:], *why, log[-4000:]]))
     assert ": rendezvous " in log
     assert "--rdzv-backend=c10d" in (results / "dist" / "launch" / "job.sbatch").read_text()
     report = json.loads((results / "dist" / "cluster-report.json").read_text())
