@@ -345,6 +345,7 @@ class Check(abc.ABC):
         """Raise :class:`ConfigError` (exit 2, before any check runs) when these parameter values cannot work on
         this machine, e.g. a scratch path that is not a writable directory. ``source`` and ``key`` name where
         the values came from (a config file and ``checks.<name>.params``). Default: nothing to check."""
+        return None
 
     @classmethod
     def required_metrics(cls, params: dict[str, Any], devices: list[str]) -> list[RequiredMetric]:

@@ -115,16 +115,15 @@ class Throughput:
     loss: float
 
 
-def train_throughput(model: Any, make_batch: Callable[[], tuple[Any, Any]], loss_fn: Callable[[Any, Any], Any],
-                     device: Any, amp: str, *, warmup_steps: int, measure_s: float, min_steps: int) -> Throughput:
-    """Samples/s of SGD steps of ``model`` on batches from ``make_batch`` (made once, reused) under autocast."""
+def train_throughput(model: Any, x: Any, y: Any, loss_fn: Callable[[Any, Any], Any], device: Any, amp: str, *,
+                     warmup_steps: int, measure_s: float, min_steps: int) -> Throughput:
+    """Samples/s of SGD steps of ``model`` on the batch ``x``, ``y`` (made once, reused) under autocast."""
     import torch
 
     model.to(device).train()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(amp)
     scaler = torch.amp.GradScaler(device.type, enabled=amp == "fp16")
-    x, y = make_batch()
     batch = int(x.shape[0])
 
     def step() -> Any:
@@ -245,8 +244,7 @@ class ThroughputCheck(Check):
                     images = torch.randn(sz.cnn_batch, 3, sz.image, sz.image, generator=gen).to(dev)
                     labels = torch.randint(0, 10, (sz.cnn_batch,), generator=gen).to(dev)
 
-                    def batch(images: Any = images, labels: Any = labels) -> tuple[Any, Any]:
-                        return images, labels
+                    x, y = images, labels
 
                     loss_fn: Callable[[Any, Any], Any] = nn.functional.cross_entropy
                     shape: dict[str, str | int | float] = {"batch": sz.cnn_batch, "width": sz.cnn_width,
@@ -255,15 +253,14 @@ class ThroughputCheck(Check):
                     model = build_transformer(sz.tf_dim, sz.tf_layers, sz.tf_seq)
                     tokens = torch.randint(0, VOCAB, (sz.tf_batch, sz.tf_seq + 1), generator=gen).to(dev)
 
-                    def batch(tokens: Any = tokens) -> tuple[Any, Any]:
-                        return tokens[:, :-1], tokens[:, 1:]
+                    x, y = tokens[:, :-1], tokens[:, 1:]
 
                     def loss_fn(out: Any, y: Any) -> Any:
                         return nn.functional.cross_entropy(out.reshape(-1, VOCAB).float(), y.reshape(-1))
 
                     shape = {"batch": sz.tf_batch, "dim": sz.tf_dim, "layers": sz.tf_layers, "seq": sz.tf_seq}
                 try:
-                    r = train_throughput(model, batch, loss_fn, dev, amp, warmup_steps=int(p["warmup_steps"]),
+                    r = train_throughput(model, x, y, loss_fn, dev, amp, warmup_steps=int(p["warmup_steps"]),
                                          measure_s=float(p["measure_s"]), min_steps=int(p["min_steps"]))
                 except torch.cuda.OutOfMemoryError as exc:
                     return Outcome(Status.ERROR, f"{dev} {name}: out of memory; lower the batch "
@@ -287,7 +284,8 @@ class ThroughputCheck(Check):
         for name in models:
             vals = [m for m in metrics if m.name == f"throughput_{name}_samples_s"]
             low = min(vals, key=lambda m: m.value)
-            parts.append(f"{name} {low.value:.4g} samples/s ({low.tags['dtype']}{', min ' + str(low.device) if len(vals) > 1 else ''})")
+            where_low = f", min {low.device}" if len(vals) > 1 else ""
+            parts.append(f"{name} {low.value:.4g} samples/s ({low.tags['dtype']}{where_low})")
         where = f"{len(devices)} GPU(s)" if on_gpu else f"cpu (reduced size, 1/{p['cpu_scale']})"
         reason = f"{where}: {'; '.join(parts)}; not judged without a baseline (--baseline)"
         if notes:
