@@ -53,6 +53,7 @@ bench: venv
 	$(BIN)/python bench/bench_memory.py --device $(BENCH_DEVICE)
 	$(BIN)/python bench/bench_startup.py --device $(BENCH_DEVICE)
 	$(BIN)/python bench/bench_nbody.py --device $(BENCH_DEVICE)
+	$(BIN)/python bench/bench_stress.py --device $(BENCH_DEVICE)
 
 clean:
 	rm -rf $(VENV) gpuaccept-reports .pytest_cache .mypy_cache .ruff_cache

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gpuaccept.checks import registry
-from gpuaccept.checks.base import PROFILES, CheckContext
+from gpuaccept.checks.base import SUITE_PROFILES, CheckContext
 from gpuaccept.checks.fabric import FabricCheck, evaluate_fabric, expected_rates
 from gpuaccept.errors import InputError
 from gpuaccept.hw.nccl_env import parse_list
@@ -255,8 +255,8 @@ def test_nccl_hcas_named_on_a_node_without_rdma_fail_instead_of_skipping() -> No
 
 def test_registered_in_every_profile_with_thresholds_as_data() -> None:
     assert registry()["fabric"] is FabricCheck
-    assert FabricCheck.profiles == PROFILES
-    assert [FabricCheck.defaults(p)["sample_s"] for p in PROFILES] == [1.0, 5.0, 30.0]
+    assert FabricCheck.profiles == SUITE_PROFILES
+    assert [FabricCheck.defaults(p)["sample_s"] for p in SUITE_PROFILES] == [1.0, 5.0, 30.0]
     assert "rdma_link_downed_delta <= 0 (fail)" in [r.describe() for r in FabricCheck.thresholds]
 
 

@@ -34,7 +34,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 EXIT_RUNNING = 3
 EXIT_REPORT_WRITE = 4
 EXIT_NOTHING_MEASURED = 5
-PROFILES = ("quick", "standard", "full")
+PROFILES = ("quick", "standard", "full", "burnin")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -169,7 +169,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from gpuaccept.report.console import PlainConsole, RichConsole
     from gpuaccept.results.autosave import save
     from gpuaccept.runner import Interrupted, RunEvents, Runner, is_distributed
-    from gpuaccept.suite import check_gpu_fit, plan_suite
+    from gpuaccept.suite import check_gpu_fit, plan_suite, preflight
 
     opts, cfg, report_dir = _merge_options(args)
     baseline = _load_baseline(args)
@@ -181,6 +181,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     reg = registry()
     device = resolve_device(opts.device)
     plan = plan_suite(opts, cfg, reg, device)
+    preflight(plan, cfg, reg)
     _check_expect_gpus(plan)
     check_gpu_fit(plan, cfg, reg, _selected_gpu_memory(plan))
     nproc = 1

@@ -102,13 +102,13 @@ def plan_suite(opts: RunOptions, config: Config, registry: dict[str, type[Check]
         if not selected or name in opts.skip:
             continue
         params = cls.defaults(opts.profile)
-        timeout = cls.timeout_s.get(opts.profile, max(cls.timeout_s.values(), default=300.0))
         overrides: list[ThresholdRule] = []
         if settings is not None:
             params.update(settings.params)
             overrides = list(settings.thresholds)
-            if settings.timeout_s is not None:
-                timeout = settings.timeout_s
+        timeout = cls.timeout_for(opts.profile, params)
+        if settings is not None and settings.timeout_s is not None:
+            timeout = settings.timeout_s
         planned.append(PlannedCheck(
             name=name, path=check_path(cls), tag=cls.tag, params=params,
             defaults=list(cls.thresholds), overrides=overrides,
@@ -118,6 +118,15 @@ def plan_suite(opts: RunOptions, config: Config, registry: dict[str, type[Check]
         raise UsageError("no check selected: --checks/--skip/profile leave nothing to run")
     return SuitePlan(profile=opts.profile, device=device, gpus=opts.gpus, require_gpu=opts.require_gpu,
                      expect_gpus=opts.expect_gpus, checks=planned)
+
+
+def preflight(plan: SuitePlan, config: Config, registry: dict[str, type[Check]]) -> None:
+    """ConfigError when a planned check's parameters cannot work on this machine (:meth:`Check.preflight`:
+    a scratch path that does not exist or is not writable), so that a run refuses before anything runs."""
+    for check in plan.checks:
+        settings = config.checks.get(check.name)
+        source = config.source if settings is not None and settings.params else "defaults"
+        registry[check.name].preflight(check.params, source, f"checks.{check.name}.params")
 
 
 def check_gpu_fit(plan: SuitePlan, config: Config, registry: dict[str, type[Check]],

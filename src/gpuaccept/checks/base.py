@@ -18,7 +18,11 @@ from typing import Any, ClassVar
 from gpuaccept.errors import ConfigError
 from gpuaccept.model import Metric, Status, Threshold
 
-PROFILES = ("quick", "standard", "full")
+PROFILES = ("quick", "standard", "full", "burnin")
+"""Every profile. ``burnin`` runs the long checks (stress, agreement, disk, throughput) for long durations,
+with the inventory and health checks around them; the others a growing share of the suite."""
+SUITE_PROFILES = ("quick", "standard", "full")
+"""The profiles a check is in unless it says otherwise (:attr:`Check.profiles`)."""
 
 _KINDS: dict[str, type] = {"int": int, "float": float, "str": str, "bool": bool, "list": list}
 
@@ -313,7 +317,7 @@ class Check(abc.ABC):
     profile_params: ClassVar[dict[str, dict[str, Any]]] = {}
     thresholds: ClassVar[tuple[ThresholdRule, ...]] = ()
     timeout_s: ClassVar[dict[str, float]] = {"quick": 60.0, "standard": 300.0, "full": 1800.0}
-    profiles: ClassVar[tuple[str, ...]] = PROFILES
+    profiles: ClassVar[tuple[str, ...]] = SUITE_PROFILES
     key_metric: ClassVar[str | None] = None
     #: False for a check that only takes stock (``env``): its pass alone does not make a run a pass
     measures: ClassVar[bool] = True
@@ -328,6 +332,20 @@ class Check(abc.ABC):
         values = {p.name: p.default for p in cls.params}
         values.update(cls.profile_params.get(profile, {}))
         return values
+
+    @classmethod
+    def timeout_for(cls, profile: str, params: dict[str, Any]) -> float:
+        """Seconds the engine allows this check in ``profile`` with these parameter values (before
+        ``--timeout-scale``). Default: the ``timeout_s`` table (its largest entry for a profile it lacks);
+        a check whose run time follows a parameter (a duration) overrides this."""
+        return cls.timeout_s.get(profile, max(cls.timeout_s.values(), default=300.0))
+
+    @classmethod
+    def preflight(cls, params: dict[str, Any], source: str, key: str) -> None:
+        """Raise :class:`ConfigError` (exit 2, before any check runs) when these parameter values cannot work on
+        this machine, e.g. a scratch path that is not a writable directory. ``source`` and ``key`` name where
+        the values came from (a config file and ``checks.<name>.params``). Default: nothing to check."""
+        return None
 
     @classmethod
     def required_metrics(cls, params: dict[str, Any], devices: list[str]) -> list[RequiredMetric]:

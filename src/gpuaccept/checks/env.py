@@ -322,9 +322,10 @@ class EnvCheck(Check):
     measures = False  # it takes stock; a run in which only env passed measured nothing
     summary = "host, OS, CPU, memory, Python/torch/CUDA/cuDNN/NCCL, driver and GPU inventory"
     params: ClassVar[tuple[Param, ...]] = ()
+    profiles: ClassVar[tuple[str, ...]] = PROFILES  # burnin too: the inventory and health around a long load
     profile_params: ClassVar[dict[str, dict[str, Any]]] = {p: {} for p in PROFILES}
     thresholds: ClassVar[tuple[ThresholdRule, ...]] = ()
-    timeout_s: ClassVar[dict[str, float]] = {"quick": 60.0, "standard": 60.0, "full": 120.0}
+    timeout_s: ClassVar[dict[str, float]] = {"quick": 60.0, "standard": 60.0, "full": 120.0, "burnin": 120.0}
     key_metric = "gpu_count"
 
     def run(self, ctx: CheckContext) -> Outcome:

@@ -465,6 +465,7 @@ class HealthCheck(Check):
         Param("kernel_log", "bool", True, "read XIDs from the kernel log (/dev/kmsg or dmesg) where permitted"),
     )
     # A snapshot costs the same in every profile.
+    profiles: ClassVar[tuple[str, ...]] = PROFILES  # burnin too: the inventory and health around a long load
     profile_params: ClassVar[dict[str, dict[str, Any]]] = {p: {} for p in PROFILES}
     thresholds: ClassVar[tuple[ThresholdRule, ...]] = (
         ThresholdRule("ecc_volatile_uncorrectable", max=0.0),
@@ -476,7 +477,7 @@ class HealthCheck(Check):
         *(ThresholdRule(name, max=bound, severity=sev) for name, (bound, sev) in LIMITS.items()),
     )
     # nvmlInit can take seconds per GPU when persistence mode is off.
-    timeout_s: ClassVar[dict[str, float]] = {"quick": 60.0, "standard": 60.0, "full": 120.0}
+    timeout_s: ClassVar[dict[str, float]] = {"quick": 60.0, "standard": 60.0, "full": 120.0, "burnin": 120.0}
     key_metric = "temperature_c"
 
     def run(self, ctx: CheckContext) -> Outcome:

@@ -1,0 +1,382 @@
+"""Sustained GEMM load on every device at once for a set time, watching for silent data corruption.
+
+Each device multiplies the same seeded A and B over and over for ``duration_s``
+seconds (one thread per GPU, all loaded together; on CPU the same loop with a
+CPU GEMM). Every iteration's C is compared bitwise with the first one (a GEMM
+of the same inputs on the same device and stream is deterministic, so any
+difference is a wrong value), and the first one is checked against an fp64
+reference on a ``ref_sample`` x ``ref_sample`` corner. Iterations run in timed
+windows of about ``window_s``; the throughput of the first windows is the
+device's own start, that of the last windows its end.
+
+On GPUs a thread samples NVML every ``sample_s`` while the load runs, the
+equivalent of ``nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw,
+clocks_throttle_reasons.active --format=csv -lms 1000`` (see
+:mod:`gpuaccept.hw.nvml_sampler`); on CPU those readings are unsupported and
+the details say so. The closest reference commands are ``gpu-burn -d 300``
+and ``dcgmi diag -r targeted_stress``.
+
+Metrics per device: ``stress_tflops`` (median window, TFLOP/s),
+``stress_tflops_start`` and ``stress_tflops_end``, ``stress_throughput_drop``
+(fraction ``1 - end/start``, threshold ``<= max_drop``), ``stress_mismatches``
+(iterations whose C differs from the first, default threshold ``max 0``),
+``stress_ref_error`` (max relative error of the first C against fp64),
+``stress_iterations``; on GPU also ``stress_throttle_fraction`` (fraction of
+NVML samples with a throttle reason of
+:data:`~gpuaccept.hw.nvml_sampler.THROTTLE_MASK` set, threshold ``<=
+throttle_fraction``), ``stress_sm_clock_mhz`` (median), ``stress_temperature_c_max``
+and ``stress_power_w_mean``.
+
+Tests only: ``GPUACCEPT_TEST_STRESS_FAULT=DEVICE:ITER[,...]`` adds 1 to one
+element of C on DEVICE (``cpu``, ``cuda:1``) at iteration ITER (0 is the first,
+the one checked against fp64); ``DEVICE:slow`` makes DEVICE sleep four GEMM
+times after each GEMM of the second half of the run (a throughput drop).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from gpuaccept.checks.base import (
+    Check,
+    CheckContext,
+    Outcome,
+    Param,
+    RequiredMetric,
+    ThresholdRule,
+    per_device,
+    torch_devices_or_skip,
+)
+from gpuaccept.checks.compute import GEMM_TOLERANCE, fp32_matmul_mode, gemm_error, gemm_flops, torch_dtype
+from gpuaccept.checks.timing import synchronize
+from gpuaccept.errors import GpuacceptError
+from gpuaccept.model import Metric, Status, Threshold
+
+FAULT_ENV = "GPUACCEPT_TEST_STRESS_FAULT"
+STRESS_DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16")
+EDGE_WINDOWS = 3
+"""Windows (at most; fewer in a short run) whose median is the start, and the end, throughput."""
+MAX_TIMELINE = 120
+"""NVML samples kept per GPU in the details (evenly thinned)."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    """An injected fault for one device (tests): corrupt iteration ``iteration``, or slow the second half."""
+
+    iteration: int | None = None
+    slow: bool = False
+
+
+def parse_faults(env: Mapping[str, str]) -> dict[str, Fault]:
+    """``GPUACCEPT_TEST_STRESS_FAULT=cpu:3,cuda:1:slow`` -> ``{"cpu": Fault(3), "cuda:1": Fault(slow=True)}``."""
+    out: dict[str, Fault] = {}
+    for item in env.get(FAULT_ENV, "").split(","):
+        dev, _, what = item.strip().rpartition(":")
+        if not dev:
+            continue
+        if what == "slow":
+            out[dev] = Fault(out.get(dev, Fault()).iteration, True)
+        elif what.isdigit():
+            out[dev] = Fault(int(what), out.get(dev, Fault()).slow)
+    return out
+
+
+def edge_rates(rates: list[float], edge: int = EDGE_WINDOWS) -> tuple[float, float]:
+    """(start, end) throughput: the median of the first and of the last ``edge`` windows (fewer when
+    there are fewer than ``2 * edge`` windows, at least one each), the very first window left out as a
+    warm-up when there are at least three. NaN for no window. Pure."""
+    if len(rates) >= 3:
+        rates = rates[1:]
+    if not rates:
+        return math.nan, math.nan
+    k = max(1, min(edge, len(rates) // 2))
+    return statistics.median(rates[:k]), statistics.median(rates[-k:])
+
+
+def throughput_drop(start: float, end: float) -> float:
+    """``1 - end/start``, at least 0 (a device that speeds up has not dropped); NaN when unknown."""
+    if not (math.isfinite(start) and math.isfinite(end)) or start <= 0:
+        return math.nan
+    return max(0.0, 1.0 - end / start)
+
+
+@dataclass
+class StressResult:
+    """One device's run: window (seconds, GEMMs), mismatching iterations, the first C's fp64 error."""
+
+    device: str
+    dtype: str
+    size: int
+    windows: list[tuple[float, int]] = field(default_factory=list)
+    mismatched: list[int] = field(default_factory=list)
+    worst_elements: int = 0
+    ref_error: float = math.nan
+    iterations: int = 0
+
+    def rates(self) -> list[float]:
+        """TFLOP/s of each window."""
+        f = gemm_flops(self.size)
+        return [n * f / s / 1e12 for s, n in self.windows if s > 0]
+
+    @property
+    def median_tflops(self) -> float:
+        r = self.rates()
+        return statistics.median(r) if r else math.nan
+
+
+def stress_device(device: Any, dtype: str, n: int, *, duration_s: float, window_s: float, ref_sample: int,
+                  seed: int = 0, fault: Fault | None = None,
+                  log: Callable[[str], None] | None = None) -> StressResult:
+    """Run the GEMM loop on ``device`` for ``duration_s`` (see the module doc) and return what it saw."""
+    import torch
+
+    fault = fault or Fault()
+    res = StressResult(str(device), dtype, n)
+    cuda = device.type == "cuda"
+    dev_ctx: contextlib.AbstractContextManager[Any] = torch.cuda.device(device) if cuda else contextlib.nullcontext()
+    stream_ctx: contextlib.AbstractContextManager[Any] = (torch.cuda.stream(torch.cuda.Stream(device)) if cuda
+                                                           else contextlib.nullcontext())
+    with dev_ctx, stream_ctx:
+        gen = torch.Generator().manual_seed(seed)
+        a = torch.randn(n, n, generator=gen).to(device, torch_dtype(dtype))
+        b = torch.randn(n, n, generator=gen).to(device, torch_dtype(dtype))
+        c = torch.empty_like(a)
+
+        def gemm(it: int) -> None:
+            torch.matmul(a, b, out=c)
+            if fault.iteration == it:
+                c.view(-1)[0] += 1
+
+        t0 = time.perf_counter()
+        gemm(0)
+        first = c.clone()
+        synchronize(device)
+        per_gemm = time.perf_counter() - t0
+        k = min(ref_sample, n)
+        ref = a[:k].to("cpu", torch.float64) @ b[:, :k].to("cpu", torch.float64)
+        res.ref_error = gemm_error(first[:k, :k], ref)
+        start = time.perf_counter()
+        deadline = start + duration_s
+        half = start + duration_s / 2
+        per_window = max(1, int(window_s / max(per_gemm, 1e-6)))
+        it = 1
+        while True:
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0 or (res.windows and remaining < window_s / 2):
+                break  # no stub window at the end: it would weigh on the end throughput
+            counts = []
+            w0 = time.perf_counter()
+            for _ in range(per_window):
+                gemm(it)
+                counts.append(torch.ne(c, first).sum())
+                it += 1
+                now = time.perf_counter()
+                if fault.slow and now > half:
+                    synchronize(device)
+                    time.sleep(4 * per_gemm)
+                if not cuda and (now > deadline or now - w0 > 2 * window_s):
+                    break  # a CPU slowed by other load: end the window (GPU launches are queued, so not there)
+            synchronize(device)
+            w1 = time.perf_counter()
+            res.windows.append((w1 - w0, len(counts)))
+            for j, bad in enumerate(torch.stack(counts).tolist()):
+                if bad:
+                    res.mismatched.append(it - len(counts) + j)
+                    res.worst_elements = max(res.worst_elements, int(bad))
+            # aim the next window at window_s from the rate just measured (clocks change under load), growing
+            # at most 2x a window (one lucky fast window must not plan a long one), not far past the deadline
+            rate = len(counts) / max(w1 - w0, 1e-9)
+            if w1 <= half:
+                per_gemm = 1 / rate  # the injected slow-down (tests) sleeps 4 GEMM times of the first half
+            want = int(rate * min(window_s, max(deadline - w1, window_s / 2)))
+            per_window = max(1, min(want, 2 * len(counts)))
+        res.iterations = it
+        if log:
+            log(f"{device} {dtype} N={n}: {it} GEMMs in {len(res.windows)} windows, "
+                f"{res.median_tflops:.3g} TFLOP/s median, {len(res.mismatched)} mismatching, "
+                f"fp64 error {res.ref_error:.2g}")
+    return res
+
+
+def _thin(values: list[Any], points: int) -> list[Any]:
+    step = max(1, math.ceil(len(values) / points))
+    return values[::step]
+
+
+class StressCheck(Check):
+    """Sustained GEMM on every device at once; fails on a wrong or changing result, throttling or a drop."""
+
+    name = "stress"
+    tag = "STRESS"
+    summary = ("Sustained GEMM on every device for duration_s: each result compared with the first and fp64, "
+               "NVML clocks/temperature/power/throttling sampled, throughput drop judged")
+    key_metric = "stress_tflops"
+    profiles: ClassVar[tuple[str, ...]] = ("full", "burnin")
+    params = (
+        Param("duration_s", "float", 300.0, "seconds of load on each device", minimum=5.0, maximum=86400.0),
+        Param("dtype", "str", "bf16", "GEMM dtype on GPU", choices=STRESS_DTYPES),
+        Param("cpu_dtype", "str", "fp32", "GEMM dtype on CPU", choices=("fp64", "fp32", "bf16")),
+        Param("size", "int", 8192, "matrix dimension N on GPU", minimum=16, maximum=65536),
+        Param("cpu_size", "int", 256, "matrix dimension N on CPU", minimum=16, maximum=8192),
+        Param("window_s", "float", 1.0, "length of a timed window in seconds", minimum=0.05, maximum=600.0),
+        Param("max_drop", "float", 0.1, "fail when the end throughput is more than this fraction below the start",
+              minimum=0.0, maximum=1.0),
+        Param("throttle_fraction", "float", 0.5, "fail when more than this fraction of the NVML samples show a "
+              "throttle reason (HW slowdown, SW/HW thermal, HW power brake)", minimum=0.0, maximum=1.0),
+        Param("sample_s", "float", 1.0, "seconds between NVML samples", minimum=0.05, maximum=60.0),
+        Param("ref_sample", "int", 64, "rows and columns of the first result checked against fp64", minimum=1,
+              maximum=1024),
+        Param("seed", "int", 0, "seed of A and B"),
+        Param("cpu_threads", "int", 0, "CPU only: torch threads for the GEMMs (0: torch's default, every core)",
+              minimum=0, maximum=4096),
+    )
+    profile_params: ClassVar[dict[str, dict[str, Any]]] = {
+        "full": {"duration_s": 30.0},
+        "burnin": {"duration_s": 300.0},
+    }
+    thresholds = (ThresholdRule("stress_mismatches", max=0),)
+    timeout_s: ClassVar[dict[str, float]] = {"full": 600.0, "burnin": 1800.0}
+
+    @classmethod
+    def timeout_for(cls, profile: str, params: dict[str, Any]) -> float:
+        """The profile's timeout, or ``duration_s`` plus 50 % and 5 minutes of set-up when that is longer."""
+        return max(super().timeout_for(profile, params), 1.5 * float(params["duration_s"]) + 300.0)
+
+    @classmethod
+    def required_metrics(cls, params: dict[str, Any], devices: list[str]) -> list[RequiredMetric]:
+        """Throughput, its drop, the mismatch count and the fp64 error on every device; the throttle fraction
+        is optional (NVML may be missing)."""
+        return per_device(devices, "stress_tflops", "stress_throughput_drop", "stress_mismatches",
+                          "stress_ref_error")
+
+    def run(self, ctx: CheckContext) -> Outcome:
+        devices = torch_devices_or_skip(ctx)
+        if isinstance(devices, Outcome):
+            return devices
+        import torch
+
+        p = ctx.params
+        on_gpu = devices[0].type == "cuda"
+        dtype = str(p["dtype"] if on_gpu else p["cpu_dtype"])
+        n = int(p["size"] if on_gpu else p["cpu_size"])
+        duration_s, window_s = float(p["duration_s"]), float(p["window_s"])
+        if 2 * window_s > duration_s:
+            return Outcome(Status.ERROR, f"window_s={window_s:g} needs duration_s >= {2 * window_s:g} "
+                                         f"(a start and an end window), got {duration_s:g}")
+        faults = parse_faults(os.environ)
+        details: dict[str, Any] = {"dtype": dtype, "size": n, "duration_s": duration_s, "window_s": window_s,
+                                   "compare": "every iteration bitwise against the first; the first against "
+                                              f"fp64 on a {min(int(p['ref_sample']), n)}-square corner"}
+        sampler = None
+        if on_gpu:
+            from gpuaccept.hw.nvml_sampler import NvmlSampler
+
+            sampler = NvmlSampler(ctx.gpus, os.environ.get("CUDA_VISIBLE_DEVICES"), float(p["sample_s"]))
+            try:
+                sampler.start()
+            except GpuacceptError as exc:
+                details["telemetry"] = f"unsupported: {exc}"
+                sampler = None
+        else:
+            details["telemetry"] = "unsupported on CPU: no NVML clocks, temperature, power or throttle reasons"
+
+        def one(dev: Any) -> StressResult:
+            return stress_device(dev, dtype, n, duration_s=duration_s, window_s=window_s,
+                                 ref_sample=int(p["ref_sample"]), seed=int(p["seed"]),
+                                 fault=faults.get(str(dev)), log=ctx.log)
+
+        old_threads = torch.get_num_threads()
+        if not on_gpu and int(p["cpu_threads"]) > 0:
+            torch.set_num_threads(int(p["cpu_threads"]))
+            details["cpu_threads"] = int(p["cpu_threads"])
+        try:
+            with fp32_matmul_mode(dtype == "tf32"):
+                with ThreadPoolExecutor(max_workers=len(devices)) as pool:
+                    results = list(pool.map(one, devices))
+        except torch.cuda.OutOfMemoryError as exc:
+            return Outcome(Status.ERROR, f"out of memory at size {n}; lower 'size' ({str(exc).splitlines()[0]})")
+        finally:
+            samples = sampler.stop() if sampler is not None else {}
+            torch.set_num_threads(old_threads)
+        return self._outcome(results, samples, p, details)
+
+    @staticmethod
+    def _outcome(results: list[StressResult], samples: Mapping[str, list[Any]], p: Mapping[str, Any],
+                 details: dict[str, Any]) -> Outcome:
+        from gpuaccept.hw.nvml_sampler import summarize
+
+        max_drop, max_throttle = float(p["max_drop"]), float(p["throttle_fraction"])
+        metrics: list[Metric] = []
+        problems: list[str] = []
+        per: dict[str, Any] = {}
+        for r in results:
+            tags: dict[str, str | int | float] = {"dtype": r.dtype, "size": r.size}
+            start, end = edge_rates(r.rates())
+            drop = throughput_drop(start, end)
+            tol = GEMM_TOLERANCE[r.dtype]
+            metrics += [
+                Metric("stress_tflops", r.median_tflops, "TFLOP/s", r.device, tags=dict(tags)),
+                Metric("stress_tflops_start", start, "TFLOP/s", r.device, tags=dict(tags)),
+                Metric("stress_tflops_end", end, "TFLOP/s", r.device, tags=dict(tags)),
+                Metric("stress_throughput_drop", drop, "fraction", r.device, tags=dict(tags),
+                       threshold=Threshold("<=", max_drop, Status.FAIL, "param:max_drop")),
+                Metric("stress_mismatches", float(len(r.mismatched)), "count", r.device, tags=dict(tags)),
+                Metric("stress_ref_error", r.ref_error, "fraction", r.device, tags=dict(tags),
+                       threshold=Threshold("<=", tol, Status.FAIL, f"tolerance:{r.dtype}")),
+                Metric("stress_iterations", float(r.iterations), "count", r.device, tags=dict(tags)),
+            ]
+            info: dict[str, Any] = {"windows": len(r.windows), "iterations": r.iterations,
+                                    "window_tflops": [round(x, 4) for x in _thin(r.rates(), MAX_TIMELINE)]}
+            if not (r.ref_error <= tol):
+                problems.append(f"{r.device}: the first result differs from the fp64 reference "
+                                f"(error {r.ref_error:.3g} > {tol:g})")
+            if r.mismatched:
+                info["mismatched_iterations"] = r.mismatched[:20]
+                problems.append(f"{r.device}: {len(r.mismatched)} of {r.iterations} iterations differ from the "
+                                f"first result (first at iteration {r.mismatched[0]}, up to {r.worst_elements} "
+                                "elements): silent data corruption")
+            if drop > max_drop:
+                problems.append(f"{r.device}: throughput fell {drop:.0%} from its start ({start:.3g} -> "
+                                f"{end:.3g} TFLOP/s; max_drop {max_drop:g})")
+            gpu_samples = samples.get(r.device)
+            if gpu_samples:
+                s = summarize(gpu_samples)
+                info["telemetry"] = s.to_dict()
+                info["timeline"] = [vars(x) for x in _thin(gpu_samples, MAX_TIMELINE)]
+                if s.throttle_fraction is not None:
+                    metrics.append(Metric("stress_throttle_fraction", s.throttle_fraction, "fraction", r.device,
+                                          tags=dict(tags), threshold=Threshold("<=", max_throttle, Status.FAIL,
+                                                                               "param:throttle_fraction")))
+                    if s.throttle_fraction > max_throttle:
+                        problems.append(f"{r.device}: throttled in {s.throttle_fraction:.0%} of the samples "
+                                        f"({', '.join(s.throttle_reasons)}; throttle_fraction {max_throttle:g})")
+                for name, value, unit in (("stress_sm_clock_mhz", s.sm_clock_mhz_median, "MHz"),
+                                          ("stress_temperature_c_max", s.temperature_c_max, "C"),
+                                          ("stress_power_w_mean", s.power_w_mean, "W")):
+                    if value is not None:
+                        metrics.append(Metric(name, float(value), unit, r.device, tags=dict(tags)))
+            elif r.device.startswith("cuda"):
+                info["telemetry"] = details.get("telemetry", "no NVML sample for this GPU")
+            per[r.device] = info
+        details["devices"] = per
+        if problems:
+            shown = "; ".join(problems[:4]) + (f"; and {len(problems) - 4} more" if len(problems) > 4 else "")
+            return Outcome.failed(shown, metrics, **details)
+        low = min(results, key=lambda r: r.median_tflops)
+        worst = max(throughput_drop(*edge_rates(r.rates())) for r in results)
+        return Outcome.passed(
+            f"{len(results)} device(s), {details['duration_s']:g} s {low.dtype} N={low.size}: "
+            f"{sum(r.iterations for r in results)} GEMMs, all equal to the first and to fp64; "
+            f"min {low.median_tflops:.3g} TFLOP/s ({low.device}), largest drop {worst:.0%}", metrics, **details)
+
+
+CHECKS = (StressCheck,)
