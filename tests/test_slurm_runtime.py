@@ -490,28 +490,6 @@ def test_the_suite_in_each_nodes_container_gives_a_cluster_report(site: Site,
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_the_distributed_suite_runs_torchrun_in_each_nodes_container(site: Site,
-                                                                    job_dirs: tuple[Path, Path, Path]) -> None:
-    """The default for 2 nodes: torchrun per container, c10d rendezvous on node1, collectives across both."""
-    work, results, _ = job_dirs
-    r = site.launch(work, results, "--run-id", "dist", "--device", "cpu", "--profile", "quick",
-                    "--checks", "env,collectives")
-    log = _slurm_log(results)
-    if r.returncode != 0:  # say why: each check's reason in each report found
-        why = [f"{p}: {c.get('name')} {c.get('status')} {c.get('reason')}"
-               for p in results.rglob("report.json") for c in json.loads(p.read_text()).get("checks", [])]
-        pytest.fail("\n".join([r.stdout[-2000:], *why, log[-4000:]]))
-    assert ": rendezvous " in log
-    assert "--rdzv-backend=c10d" in (results / "dist" / "launch" / "job.sbatch").read_text()
-    report = json.loads((results / "dist" / "cluster-report.json").read_text())
-    assert [(n["host"], n["verdict"]) for n in report["nodes"]] == [("node1", "success"), ("node2", "success")]
-    fabric = report["analysis"]["cross_node"]
-    assert fabric["checks"]["collectives"]["status"] == "pass" and fabric["hosts"] == ["node1", "node2"], fabric
-    site.assert_clean(results)
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(900)
 def test_an_image_no_node_can_pull_fails_the_job_naming_the_node(site: Site,
                                                                  job_dirs: tuple[Path, Path, Path]) -> None:
     work, results, _ = job_dirs
