@@ -165,11 +165,12 @@ def _merge_options(args: argparse.Namespace) -> tuple[Any, Any, str]:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from gpuaccept.checks import registry
+    from gpuaccept.checks.base import host_memory_mib
     from gpuaccept.hw.devices import resolve_device
     from gpuaccept.report.console import PlainConsole, RichConsole
     from gpuaccept.results.autosave import save
     from gpuaccept.runner import Interrupted, RunEvents, Runner, is_distributed
-    from gpuaccept.suite import check_gpu_fit, plan_suite
+    from gpuaccept.suite import check_gpu_fit, check_host_fit, plan_suite
 
     opts, cfg, report_dir = _merge_options(args)
     baseline = _load_baseline(args)
@@ -182,6 +183,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     device = resolve_device(opts.device)
     plan = plan_suite(opts, cfg, reg, device)
     _check_expect_gpus(plan)
+    check_host_fit(plan, cfg, reg, host_memory_mib())
     check_gpu_fit(plan, cfg, reg, _selected_gpu_memory(plan))
     nproc = 1
     if info is None and any(is_distributed(c) for c in plan.checks):

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from gpuaccept.checks.base import (
     Check,
     CheckContext,
-    GpuNeed,
+    MemoryNeed,
     Outcome,
     Param,
     RequiredMetric,
@@ -394,7 +394,7 @@ class ComputeCheck(Check):
         return per_device(devices, "gemm_*_tflops*")
 
     @classmethod
-    def gpu_needs(cls, params: dict[str, Any]) -> list[GpuNeed]:
+    def gpu_needs(cls, params: dict[str, Any]) -> list[MemoryNeed]:
         """``buffers`` A/B pairs and C of N x N in the widest dtype asked for, on each GPU (MiB, rounded up;
         the fp32 temporaries that seed them are not counted)."""
         dtypes = [d for d in params["dtypes"] if d in GEMM_BYTES]
@@ -404,7 +404,7 @@ class ComputeCheck(Check):
         widest = max(dtypes, key=lambda d: GEMM_BYTES[d])
         ab, c = GEMM_BYTES[widest]
         mib = -(-(2 * pairs * ab + c) * n * n // (1 << 20))
-        return [GpuNeed(("size", "buffers"), mib, f"{pairs} A/B pairs and C of {n} x {n} {widest}")]
+        return [MemoryNeed(("size", "buffers"), mib, f"{pairs} A/B pairs and C of {n} x {n} {widest}")]
 
     def run(self, ctx: CheckContext) -> Outcome:
         devices = torch_devices_or_skip(ctx)

@@ -1,0 +1,79 @@
+"""Host memory sizes in a configuration against this machine's memory, before anything runs.
+
+The comparison (:func:`gpuaccept.suite.check_host_fit`) is pure and is fed the
+machine's memory directly; ``gpuaccept run`` reads it with
+:func:`gpuaccept.checks.base.host_memory_mib`, which the CLI tests replace so
+that the limits do not depend on the machine the tests run on.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuaccept.checks import registry
+from gpuaccept.config import parse_config
+from gpuaccept.errors import ConfigError
+from gpuaccept.suite import RunOptions, check_host_fit, plan_suite
+from tests.cli_inproc import run_main
+
+
+def fits(params: dict[str, dict[str, Any]], host_mib: int | None, device: str = "cpu") -> None:
+    """check_host_fit for a config setting ``params`` ({check: {param: value}}), every check of it planned."""
+    reg = registry()
+    cfg = parse_config({"checks": {name: {"params": p} for name, p in params.items()}}, "site.yaml", reg)
+    plan = plan_suite(RunOptions(checks=list(params)), cfg, reg, device)
+    check_host_fit(plan, cfg, reg, host_mib)
+
+
+def too_big(params: dict[str, dict[str, Any]], host_mib: int, device: str = "cpu") -> str:
+    with pytest.raises(ConfigError) as info:
+        fits(params, host_mib, device)
+    assert "\n" not in str(info.value)
+    return str(info.value)
+
+
+# ---------------------------------------------------------------- the pure comparison
+
+def test_memtest_cpu_mib_fits_up_to_the_host_memory() -> None:
+    fits({"memtest": {"cpu_mib": 1000}}, 1000)
+    assert too_big({"memtest": {"cpu_mib": 1001}}, 1000) == (
+        "site.yaml: checks.memtest.params.cpu_mib: cpu_mib 1001 needs 1001 MiB of host memory "
+        "(a buffer of 1001 MiB), more than this machine's memory (1000 MiB)")
+
+
+def test_host_sizes_count_on_gpu_runs_too() -> None:
+    assert "cpu_mib 1001" in too_big({"memtest": {"cpu_mib": 1001}}, 1000, device="cuda")
+
+
+def test_unknown_host_memory_checks_nothing() -> None:
+    fits({"memtest": {"cpu_mib": 1 << 24}}, None)
+
+
+def test_only_sizes_the_configuration_sets_are_checked() -> None:
+    fits({"memtest": {"passes": 2}}, 1)  # the built-in 256 MiB is not the configuration's
+    assert "checks.memtest.params.cpu_mib" in too_big({"memtest": {"cpu_mib": 2}}, 1)
+
+
+# ---------------------------------------------------------------- gpuaccept run
+
+def _config(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "site.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_run_refuses_a_size_larger_than_the_host_before_anything_runs(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("gpuaccept.checks.base.host_memory_mib", lambda: 4000)
+    cfg = _config(tmp_path, "checks: {memtest: {params: {cpu_mib: 4001}}}\n")
+    for plan in (["--plan"], ["--report-dir", str(tmp_path / "reports"), "--no-history"]):
+        line = run_main("run", *plan, "--device", "cpu", "--checks", "memtest", "--config", cfg).one_line_error()
+        assert line == (f"gpuaccept: error: {cfg}: checks.memtest.params.cpu_mib: cpu_mib 4001 needs 4001 MiB of "
+                        "host memory (a buffer of 4001 MiB), more than this machine's memory (4000 MiB)")
+    assert not (tmp_path / "reports").exists()
+    ok = run_main("run", "--plan", "--device", "cpu", "--checks", "memtest", "--config",
+                  _config(tmp_path, "checks: {memtest: {params: {cpu_mib: 4000}}}\n"))
+    assert ok.rc == 0, ok.err
