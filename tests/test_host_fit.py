@@ -57,6 +57,23 @@ def test_only_sizes_the_configuration_sets_are_checked() -> None:
     assert "checks.memtest.params.cpu_mib" in too_big({"memtest": {"cpu_mib": 2}}, 1)
 
 
+def test_memory_counts_its_two_pinned_buffers_and_three_stream_arrays() -> None:
+    fits({"memory": {"host_mib": 500}}, 1000)  # pinned source and destination: 1000 MiB of 1000
+    assert too_big({"memory": {"host_mib": 501}}, 1000) == (
+        "site.yaml: checks.memory.params.host_mib: host_mib 501 needs 1002 MiB of host memory "
+        "(2 buffers of 501 MiB), more than this machine's memory (1000 MiB)")
+    fits({"memory": {"cpu_mib": 333}}, 1000)  # STREAM's a, b and c: 999 MiB
+    assert "cpu_mib 334 needs 1002 MiB of host memory (3 buffers of 334 MiB)" in too_big(
+        {"memory": {"cpu_mib": 334}}, 1000)
+
+
+def test_every_declared_host_size_is_an_int_in_mib_with_buffers() -> None:
+    declared = {(name, p.name, p.host_buffers) for name, cls in registry().items() for p in cls.params
+                if p.memory_mib}
+    assert declared == {("memory", "host_mib", 2), ("memory", "cpu_mib", 3), ("memtest", "cpu_mib", 1)}
+    assert all(registry()[n].param(p).kind == "int" for n, p, _ in declared)  # type: ignore[union-attr]
+
+
 # ---------------------------------------------------------------- gpuaccept run
 
 def _config(tmp_path: Path, text: str) -> str:

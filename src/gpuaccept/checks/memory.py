@@ -307,10 +307,11 @@ class MemoryCheck(Check):
     params = (
         Param("size_mib", "int", 1024, "GPU device-to-device buffer size in MiB (two buffers are allocated)",
               minimum=1, maximum=1 << 20, gpu_memory_mib=True, gpu_buffers=2),
-        Param("host_mib", "int", 256, "GPU pinned host buffer size in MiB for H2D/D2H (and one device buffer)",
-              minimum=1, maximum=1 << 22, memory_mib=True, gpu_memory_mib=True),
+        Param("host_mib", "int", 256, "GPU pinned host buffer size in MiB for H2D/D2H (two pinned host buffers "
+              "and one device buffer)", minimum=1, maximum=1 << 22, memory_mib=True, host_buffers=2,
+              gpu_memory_mib=True),
         Param("cpu_mib", "int", 256, "CPU STREAM array size in MiB (three arrays)", minimum=1,
-              maximum=1 << 22, memory_mib=True),
+              maximum=1 << 22, memory_mib=True, host_buffers=3),
         Param("iterations", "int", 20, "timed copies (GPU) or timed STREAM runs (CPU, best is reported)",
               minimum=1),
         Param("warmup", "int", 2, "untimed copies before timing", minimum=0),
