@@ -67,6 +67,30 @@ def test_memory_counts_its_two_pinned_buffers_and_three_stream_arrays() -> None:
         {"memory": {"cpu_mib": 334}}, 1000)
 
 
+def test_compute_counts_the_cpu_gemm_operands_of_the_widest_cpu_dtype() -> None:
+    # 4 A/B pairs and C of 8192 x 8192: 9 matrices of 256 MiB in fp32 (the default dtypes' widest on CPU)
+    fits({"compute": {"cpu_size": 8192}}, 2304)
+    assert too_big({"compute": {"cpu_size": 8192}}, 2303) == (
+        "site.yaml: checks.compute.params.cpu_size: cpu_size 8192 needs 2304 MiB of host memory "
+        "(4 A/B pairs and C of 8192 x 8192 fp32), more than this machine's memory (2303 MiB)")
+    assert "needs 4608 MiB" in too_big({"compute": {"cpu_size": 8192, "dtypes": ["fp64", "fp8"]}}, 4607)
+    fits({"compute": {"cpu_size": 8192, "dtypes": ["bf16", "fp8"]}}, 1152)  # fp8 does not run on CPU
+    fits({"compute": {"cpu_size": 8192, "dtypes": ["fp8", "tf32"]}}, 1)  # nothing runs on CPU: no need
+    # buffers alone: 64 pairs of the default 384 x 384 fp32 (0.5625 MiB each matrix), both named when both set
+    assert "buffers 64 needs 73 MiB" in too_big({"compute": {"buffers": 64}}, 72)
+    assert "cpu_size 1024, buffers 2 need 20 MiB" in too_big({"compute": {"cpu_size": 1024, "buffers": 2}}, 19)
+
+
+def test_nbody_counts_the_fp64_seeds_of_its_bodies() -> None:
+    # seeded in fp64 on the host on any device: 11 values, 88 bytes per body
+    fits({"nbody": {"cpu_bodies": 1 << 20}}, 88)
+    assert too_big({"nbody": {"cpu_bodies": 1 << 20}}, 87) == (
+        "site.yaml: checks.nbody.params.cpu_bodies: cpu_bodies 1048576 needs 88 MiB of host memory "
+        "(1048576 bodies seeded in fp64, 88 bytes each), more than this machine's memory (87 MiB)")
+    assert "checks.nbody.params.bodies: bodies 4194304 needs 352 MiB" in too_big(
+        {"nbody": {"bodies": 1 << 22}}, 351, device="cuda")
+
+
 def test_every_declared_host_size_is_an_int_in_mib_with_buffers() -> None:
     declared = {(name, p.name, p.host_buffers) for name, cls in registry().items() for p in cls.params
                 if p.memory_mib}

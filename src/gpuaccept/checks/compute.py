@@ -350,6 +350,18 @@ def _fmt_flops(tflops: float) -> str:
                                                           else f"{tflops * 1e3:.1f} GFLOP/s")
 
 
+def gemm_needs(dtypes: Sequence[str], n: int, pairs: int, size_param: str) -> list[MemoryNeed]:
+    """Memory of ``pairs`` A/B pairs and C of ``n`` x ``n`` in the widest of ``dtypes`` (MiB, rounded up; the
+    fp32 temporaries that seed them are not counted); none without a dtype. ``size_param`` names ``n``."""
+    known = [d for d in dtypes if d in GEMM_BYTES]
+    if not known:
+        return []
+    widest = max(known, key=lambda d: GEMM_BYTES[d])
+    ab, c = GEMM_BYTES[widest]
+    mib = -(-(2 * pairs * ab + c) * n * n // (1 << 20))
+    return [MemoryNeed((size_param, "buffers"), mib, f"{pairs} A/B pairs and C of {n} x {n} {widest}")]
+
+
 class ComputeCheck(Check):
     """GEMM throughput (TFLOP/s) per dtype, against the SKU's dense spec peak."""
 
@@ -395,16 +407,14 @@ class ComputeCheck(Check):
 
     @classmethod
     def gpu_needs(cls, params: dict[str, Any]) -> list[MemoryNeed]:
-        """``buffers`` A/B pairs and C of N x N in the widest dtype asked for, on each GPU (MiB, rounded up;
-        the fp32 temporaries that seed them are not counted)."""
-        dtypes = [d for d in params["dtypes"] if d in GEMM_BYTES]
-        if not dtypes:
-            return []
-        n, pairs = int(params["size"]), int(params["buffers"])
-        widest = max(dtypes, key=lambda d: GEMM_BYTES[d])
-        ab, c = GEMM_BYTES[widest]
-        mib = -(-(2 * pairs * ab + c) * n * n // (1 << 20))
-        return [MemoryNeed(("size", "buffers"), mib, f"{pairs} A/B pairs and C of {n} x {n} {widest}")]
+        """``buffers`` A/B pairs and C of N x N (``size``) in the widest dtype asked for, on each GPU."""
+        return gemm_needs(params["dtypes"], int(params["size"]), int(params["buffers"]), "size")
+
+    @classmethod
+    def host_needs(cls, params: dict[str, Any]) -> list[MemoryNeed]:
+        """The same on a CPU run: N x N is ``cpu_size``, the dtypes those that run on CPU."""
+        dtypes = [d for d in params["dtypes"] if d in CPU_DTYPES]
+        return gemm_needs(dtypes, int(params["cpu_size"]), int(params["buffers"]), "cpu_size")
 
     def run(self, ctx: CheckContext) -> Outcome:
         devices = torch_devices_or_skip(ctx)

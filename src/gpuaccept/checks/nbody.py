@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from gpuaccept.checks.base import (
     Check,
     CheckContext,
+    MemoryNeed,
     Outcome,
     Param,
     RequiredMetric,
@@ -47,6 +48,7 @@ CHECK_STEPS = 4
 SAMPLE_BODIES = 64  # bodies of the timed case whose accelerations are checked
 # Largest allowed max|a - a_ref| / rms(a_ref) (accelerations) and max|x - x_ref| / rms(x_ref) (positions).
 NBODY_TOLERANCE = {"fp32": 1e-4, "fp64": 1e-10}
+SEED_BYTES = 11 * 8  # per body: directions, radii, positions, velocities and masses, seeded in fp64 on the host
 # Bytes of (rows x N) temporaries per chunk: 4 live tensors of the chunk's size.
 _CHUNK_BUDGET = {"cuda": 1 << 30, "cpu": 1 << 25}
 
@@ -271,6 +273,14 @@ class NBodyCheck(Check):
     def required_metrics(cls, params: dict[str, Any], devices: list[str]) -> list[RequiredMetric]:
         """The simulation rate on every device asked for."""
         return per_device(devices, "nbody_gflops")
+
+    @classmethod
+    def host_needs(cls, params: dict[str, Any]) -> list[MemoryNeed]:
+        """The fp64 seeds of ``bodies`` and of ``cpu_bodies`` (MiB, rounded up): every system is seeded on the
+        host, on any device (its state, the reference's copies and the row chunks are not counted)."""
+        return [MemoryNeed((name,), -(-int(params[name]) * SEED_BYTES // (1 << 20)),
+                           f"{int(params[name])} bodies seeded in fp64, {SEED_BYTES} bytes each")
+                for name in ("bodies", "cpu_bodies")]
 
     def run(self, ctx: CheckContext) -> Outcome:
         devices = torch_devices_or_skip(ctx)
