@@ -73,9 +73,9 @@ class Param:
         if self.choices is not None and value not in self.choices:
             raise ConfigError(source, key, f"{_show(value)} is not one of {', '.join(map(str, self.choices))}")
         if self.minimum is not None and value < self.minimum:
-            raise ConfigError(source, key, f"{_show(value)} is below the minimum {self.minimum:g}")
+            raise ConfigError(source, key, f"{_show(value)} is below the minimum {format_bound(self.minimum)}")
         if self.maximum is not None and value > self.maximum:
-            raise ConfigError(source, key, f"{_show(value)} is above the maximum {self.maximum:g}")
+            raise ConfigError(source, key, f"{_show(value)} is above the maximum {format_bound(self.maximum)}")
         if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) > MAX_NUMBER:
             raise ConfigError(source, key, f"{_show(value)} is out of range (at most {MAX_NUMBER:.0e} in size)")
         if isinstance(value, str) and len(value) > 4096:
@@ -109,6 +109,11 @@ def host_memory_mib() -> int | None:
         return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // (1024 * 1024))
     except (ValueError, OSError, AttributeError):
         return None
+
+
+def format_bound(value: float) -> str:
+    """A declared bound as written in a config: 4194304, not 4.1943e+06; 0.01 as 0.01."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 def _show(value: Any) -> str:

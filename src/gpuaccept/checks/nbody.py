@@ -253,10 +253,11 @@ class NBodyCheck(Check):
     summary = "all-pairs gravitational n-body GFLOP/s per device (like 'nbody -benchmark'), verified in fp64"
     key_metric = "nbody_gflops"
     params = (
-        Param("bodies", "int", 65536, "number of bodies on GPU", minimum=2),
-        Param("cpu_bodies", "int", 2048, "number of bodies on CPU", minimum=2),
-        Param("steps", "int", 10, "timed steps", minimum=1),
-        Param("warmup", "int", 2, "untimed steps before timing", minimum=0),
+        Param("bodies", "int", 65536, "number of bodies on GPU", minimum=2, maximum=1 << 22),
+        Param("cpu_bodies", "int", 2048, "number of bodies on CPU (each step is N^2 interactions)", minimum=2,
+              maximum=1 << 20),
+        Param("steps", "int", 10, "timed steps", minimum=1, maximum=100_000),
+        Param("warmup", "int", 2, "untimed steps before timing", minimum=0, maximum=10_000),
         Param("dtype", "str", "fp32", "floating-point type of the bodies", choices=("fp32", "fp64")),
         Param("kernel", "str", "auto", "force kernel: 'compiled' (fused, torch.compile), 'eager' (memory-bound "
               "torch ops), 'auto' (compiled where a compiler is found, else eager)", choices=KERNELS),
