@@ -7,6 +7,7 @@ parameter without a maximum fails this file, not a node.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -94,3 +95,12 @@ def test_run_refuses_an_absurd_value_with_one_line(tmp_path: Path, check: str, p
         assert f"checks.{check}.params.{param}: {words}" in line, line
     assert not (tmp_path / "reports").exists()
 
+
+def test_checks_lists_the_bounds() -> None:
+    r = run_main("checks", "--json")
+    rows = {row["name"]: {p["name"]: p for p in row["params"]} for row in json.loads(r.out)}
+    assert (rows["compute"]["size"]["minimum"], rows["compute"]["size"]["maximum"]) == (16, 65536)
+    assert rows["compute"]["dtypes"]["maximum"] is None
+    text = run_main("checks").out
+    assert "    size (int, 16 to 65536) = 8192: matrix dimension N on GPU, elements" in text
+    assert "    cpu_mib (int, 1 to 16777216) = 256: CPU: MiB of host memory to test" in text
