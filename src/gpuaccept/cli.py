@@ -101,6 +101,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _bounds(minimum: float | None, maximum: float | None) -> str:
+    """", 16 to 65536", ", at least 1", ", at most 10" or nothing: a parameter's bounds in ``checks``."""
+    from gpuaccept.checks.base import format_bound
+
+    if minimum is not None and maximum is not None:
+        return f", {format_bound(minimum)} to {format_bound(maximum)}"
+    if minimum is not None:
+        return f", at least {format_bound(minimum)}"
+    return f", at most {format_bound(maximum)}" if maximum is not None else ""
+
+
 def _cmd_checks(args: argparse.Namespace) -> int:
     from gpuaccept.checks import registry
 
@@ -113,7 +124,8 @@ def _cmd_checks(args: argparse.Namespace) -> int:
             "in_profile": args.profile in cls.profiles,
             "timeout_s": cls.timeout_s.get(args.profile),
             "params": [{"name": p.name, "kind": p.kind if p.kind != "list" else f"list[{p.item}]",
-                        "value": cls.defaults(args.profile)[p.name], "help": p.help} for p in cls.params],
+                        "value": cls.defaults(args.profile)[p.name], "help": p.help,
+                        "minimum": p.minimum, "maximum": p.maximum} for p in cls.params],
             "thresholds": [r.describe() for r in cls.thresholds],
         })
     if args.json:
@@ -124,7 +136,7 @@ def _cmd_checks(args: argparse.Namespace) -> int:
         print(f"{row['name']} [{row['tag']}]{mark}: {row['summary']}")
         print(f"    timeout: {row['timeout_s']} s ({args.profile})")
         for p in row["params"]:
-            print(f"    {p['name']} ({p['kind']}) = {p['value']!r}: {p['help']}")
+            print(f"    {p['name']} ({p['kind']}{_bounds(p['minimum'], p['maximum'])}) = {p['value']!r}: {p['help']}")
         for t in row["thresholds"]:
             print(f"    threshold: {t}")
     return EXIT_OK
@@ -165,11 +177,12 @@ def _merge_options(args: argparse.Namespace) -> tuple[Any, Any, str]:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from gpuaccept.checks import registry
+    from gpuaccept.checks.base import host_memory_mib
     from gpuaccept.hw.devices import resolve_device
     from gpuaccept.report.console import PlainConsole, RichConsole
     from gpuaccept.results.autosave import save
     from gpuaccept.runner import Interrupted, RunEvents, Runner, is_distributed
-    from gpuaccept.suite import check_gpu_fit, plan_suite, preflight
+    from gpuaccept.suite import check_gpu_fit, check_host_fit, plan_suite, preflight
 
     opts, cfg, report_dir = _merge_options(args)
     baseline = _load_baseline(args)
@@ -183,6 +196,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     plan = plan_suite(opts, cfg, reg, device)
     preflight(plan, cfg, reg)
     _check_expect_gpus(plan)
+    check_host_fit(plan, cfg, reg, host_memory_mib())
     check_gpu_fit(plan, cfg, reg, _selected_gpu_memory(plan))
     nproc = 1
     if info is None and any(is_distributed(c) for c in plan.checks):

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuaccept.checks.base import PROFILES, Check, ThresholdRule, host_memory_mib
+from gpuaccept.checks.base import PROFILES, Check, ThresholdRule
 from gpuaccept.errors import ConfigError
 from gpuaccept.inputs import BadInput, load_yaml_file, one_line
 
@@ -158,7 +158,6 @@ def _parse_check(cls: type[Check], raw: Any, source: str, key: str) -> CheckSett
             known = ", ".join(p.name for p in cls.params) or "none"
             raise ConfigError(source, f"{key}.params.{shown}", f"unknown parameter; known: {known}")
         settings.params[decl.name] = decl.coerce(value, source, f"{key}.params.{shown}")
-        decl.check_memory(settings.params[decl.name], host_memory_mib(), source, f"{key}.params.{shown}")
     rules = raw.get("thresholds") or []
     _want(rules, list, source, f"{key}.thresholds", "a list of threshold rules")
     settings.thresholds = [ThresholdRule.parse(r, source, f"{key}.thresholds[{i}]") for i, r in enumerate(rules)]

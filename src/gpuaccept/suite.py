@@ -6,12 +6,12 @@ returns data that ``gpuaccept run --plan`` prints and the runner executes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpuaccept.checks import check_path
-from gpuaccept.checks.base import PROFILES, Check, ThresholdRule
+from gpuaccept.checks.base import PROFILES, Check, MemoryNeed, ThresholdRule
 from gpuaccept.config import Config
 from gpuaccept.errors import ConfigError, UsageError
 
@@ -129,6 +129,22 @@ def preflight(plan: SuitePlan, config: Config, registry: dict[str, type[Check]])
         registry[check.name].preflight(check.params, source, f"checks.{check.name}.params")
 
 
+def check_host_fit(plan: SuitePlan, config: Config, registry: dict[str, type[Check]], host_mib: int | None) -> None:
+    """ConfigError when a host memory size the configuration sets for a planned check exceeds ``host_mib``.
+
+    Pure. ``host_mib`` is this machine's physical memory in MiB
+    (:func:`gpuaccept.checks.base.host_memory_mib`; None: unknown, nothing is checked). Each check's
+    :meth:`~gpuaccept.checks.base.Check.host_needs` counts, whichever device the run uses, and, as for GPU
+    sizes, only needs set by values the configuration sets.
+    """
+    if host_mib is None:
+        return
+    unfit = _first_unfit(plan, config, lambda name, params: registry[name].host_needs(params), host_mib, "host")
+    if unfit is not None:
+        key, what = unfit
+        raise ConfigError(config.source, key, f"{what}, more than this machine's memory ({host_mib} MiB)")
+
+
 def check_gpu_fit(plan: SuitePlan, config: Config, registry: dict[str, type[Check]],
                   gpus: Sequence[GpuMemory]) -> None:
     """ConfigError when a GPU size the configuration sets for a planned check exceeds the smallest of ``gpus``.
@@ -141,14 +157,24 @@ def check_gpu_fit(plan: SuitePlan, config: Config, registry: dict[str, type[Chec
     if plan.device != "cuda" or not known:
         return
     limit, smallest = min(known, key=lambda t: t[0])
+    unfit = _first_unfit(plan, config, lambda name, params: registry[name].gpu_needs(params), limit, "GPU")
+    if unfit is not None:
+        key, what = unfit
+        raise ConfigError(config.source, key, f"{what}, more than {smallest.device} ({smallest.name}, "
+                                              f"the smallest selected GPU) has: {limit} MiB")
+
+
+def _first_unfit(plan: SuitePlan, config: Config, needs: Callable[[str, dict[str, Any]], list[MemoryNeed]],
+                 limit_mib: int, kind: str) -> tuple[str, str] | None:
+    """The config key and the words ("size 9 needs 10 MiB of GPU memory (how)") of the first need, among
+    those of values the configuration sets for a planned check, above ``limit_mib``; None when all fit."""
     for check in plan.checks:
         settings = config.checks.get(check.name)
         given = settings.params if settings is not None else {}
-        for need in registry[check.name].gpu_needs(check.params):
+        for need in needs(check.name, check.params):
             named = [p for p in need.params if p in given]
-            if named and need.mib > limit:
+            if named and need.mib > limit_mib:
                 shown = ", ".join(f"{p} {given[p]}" for p in named)
-                raise ConfigError(config.source, f"checks.{check.name}.params.{named[0]}",
-                                  f"{shown} need{'s' if len(named) == 1 else ''} {need.mib} MiB of GPU memory "
-                                  f"({need.how}), more than {smallest.device} ({smallest.name}, the smallest "
-                                  f"selected GPU) has: {limit} MiB")
+                return (f"checks.{check.name}.params.{named[0]}",
+                        f"{shown} need{'s' if len(named) == 1 else ''} {need.mib} MiB of {kind} memory ({need.how})")
+    return None

@@ -33,9 +33,10 @@ class Param:
 
     ``kind`` is ``int``, ``float``, ``str``, ``bool`` or ``list`` (of ``item``);
     ``choices`` restricts values (each list item for lists); ``minimum`` and
-    ``maximum`` bound numbers (each list item for lists); ``memory_mib`` marks
-    a size in MiB that :meth:`check_memory` compares with what the machine
-    has; ``gpu_memory_mib`` marks a size in MiB of which the check holds
+    ``maximum`` bound numbers (each list item for lists; every number declares
+    a ``maximum``); ``memory_mib`` marks a size in MiB of which the check holds
+    ``host_buffers`` buffers in host memory at once (see :meth:`Check.host_needs`);
+    ``gpu_memory_mib`` marks a size in MiB of which the check holds
     ``gpu_buffers`` buffers on each selected GPU at once (see :meth:`Check.gpu_needs`).
     """
 
@@ -48,6 +49,7 @@ class Param:
     minimum: float | None = None
     maximum: float | None = None
     memory_mib: bool = False
+    host_buffers: int = 1
     gpu_memory_mib: bool = False
     gpu_buffers: int = 1
     max_items: int = 64
@@ -75,31 +77,23 @@ class Param:
         if self.choices is not None and value not in self.choices:
             raise ConfigError(source, key, f"{_show(value)} is not one of {', '.join(map(str, self.choices))}")
         if self.minimum is not None and value < self.minimum:
-            raise ConfigError(source, key, f"{_show(value)} is below the minimum {self.minimum:g}")
+            raise ConfigError(source, key, f"{_show(value)} is below the minimum {format_bound(self.minimum)}")
         if self.maximum is not None and value > self.maximum:
-            raise ConfigError(source, key, f"{_show(value)} is above the maximum {self.maximum:g}")
+            raise ConfigError(source, key, f"{_show(value)} is above the maximum {format_bound(self.maximum)}")
         if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) > MAX_NUMBER:
             raise ConfigError(source, key, f"{_show(value)} is out of range (at most {MAX_NUMBER:.0e} in size)")
         if isinstance(value, str) and len(value) > 4096:
             raise ConfigError(source, key, f"a string of {len(value)} characters; at most 4096")
         return value
 
-    def check_memory(self, value: Any, available_mib: int | None, source: str, key: str) -> None:
-        """ConfigError when this memory size (MiB) exceeds ``available_mib``, the memory this machine has."""
-        if not self.memory_mib or available_mib is None:
-            return
-        for v in value if isinstance(value, list) else [value]:
-            if isinstance(v, int) and v > available_mib:
-                raise ConfigError(source, key, f"{v} MiB is more than this machine's memory ({available_mib} MiB)")
-
 
 @dataclass(frozen=True)
-class GpuNeed:
-    """GPU memory a check needs on each selected GPU, at least, for its parameter values.
+class MemoryNeed:
+    """Memory a check needs, at least, for its parameter values: host memory, or GPU memory on each selected GPU.
 
-    ``params`` are the parameters that set the size (the first one a user set
-    is named in errors), ``mib`` the MiB needed on one GPU, ``how`` a few words
-    on how it follows from the values ("2 buffers of 1024 MiB").
+    ``params`` are the parameters that set the size (the ones a user set are
+    named in errors), ``mib`` the MiB needed (on one GPU for GPU memory),
+    ``how`` a few words on how it follows from the values ("2 buffers of 1024 MiB").
     """
 
     params: tuple[str, ...]
@@ -119,6 +113,11 @@ def host_memory_mib() -> int | None:
         return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // (1024 * 1024))
     except (ValueError, OSError, AttributeError):
         return None
+
+
+def format_bound(value: float) -> str:
+    """A declared bound as written in a config: 4194304, not 4.1943e+06; 0.01 as 0.01."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 def _show(value: Any) -> str:
@@ -355,23 +354,36 @@ class Check(abc.ABC):
         return []
 
     @classmethod
-    def gpu_needs(cls, params: dict[str, Any]) -> list[GpuNeed]:
+    def gpu_needs(cls, params: dict[str, Any]) -> list[MemoryNeed]:
         """The GPU memory these parameter values need on each selected GPU (at least). Default: one need per
         ``gpu_memory_mib`` parameter, ``gpu_buffers`` times its value in MiB (the largest item of a list)."""
-        needs = []
-        for p in cls.params:
-            value = params.get(p.name)
-            sizes = [v for v in (value if isinstance(value, list) else [value])
-                     if isinstance(v, int) and not isinstance(v, bool)]
-            if p.gpu_memory_mib and sizes:
-                size = max(sizes)
-                how = f"{p.gpu_buffers} buffers of {size} MiB" if p.gpu_buffers != 1 else f"a buffer of {size} MiB"
-                needs.append(GpuNeed((p.name,), p.gpu_buffers * size, how))
-        return needs
+        return [_buffer_need(p, p.gpu_buffers, params.get(p.name)) for p in cls.params
+                if p.gpu_memory_mib and _sizes(params.get(p.name))]
+
+    @classmethod
+    def host_needs(cls, params: dict[str, Any]) -> list[MemoryNeed]:
+        """The host memory these parameter values need (at least), whichever device the run uses. Default:
+        one need per ``memory_mib`` parameter, ``host_buffers`` times its value in MiB (the largest item of a
+        list). Checks whose host sizes follow from other parameters (matrix sizes, body counts) add theirs."""
+        return [_buffer_need(p, p.host_buffers, params.get(p.name)) for p in cls.params
+                if p.memory_mib and _sizes(params.get(p.name))]
 
     @classmethod
     def param(cls, name: str) -> Param | None:
         return next((p for p in cls.params if p.name == name), None)
+
+
+def _sizes(value: Any) -> list[int]:
+    """The integer sizes in a parameter value (one, or each item of a list)."""
+    values = value if isinstance(value, list) else [value]
+    return [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+
+
+def _buffer_need(param: Param, buffers: int, value: Any) -> MemoryNeed:
+    """``buffers`` buffers of the largest size (MiB) in ``value``, the value of ``param``."""
+    size = max(_sizes(value))
+    how = f"{buffers} buffers of {size} MiB" if buffers != 1 else f"a buffer of {size} MiB"
+    return MemoryNeed((param.name,), buffers * size, how)
 
 
 def device_labels(ctx: CheckContext) -> list[str]:

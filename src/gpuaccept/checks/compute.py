@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from gpuaccept.checks.base import (
     Check,
     CheckContext,
-    GpuNeed,
+    MemoryNeed,
     Outcome,
     Param,
     RequiredMetric,
@@ -350,6 +350,18 @@ def _fmt_flops(tflops: float) -> str:
                                                           else f"{tflops * 1e3:.1f} GFLOP/s")
 
 
+def gemm_needs(dtypes: Sequence[str], n: int, pairs: int, size_param: str) -> list[MemoryNeed]:
+    """Memory of ``pairs`` A/B pairs and C of ``n`` x ``n`` in the widest of ``dtypes`` (MiB, rounded up; the
+    fp32 temporaries that seed them are not counted); none without a dtype. ``size_param`` names ``n``."""
+    known = [d for d in dtypes if d in GEMM_BYTES]
+    if not known:
+        return []
+    widest = max(known, key=lambda d: GEMM_BYTES[d])
+    ab, c = GEMM_BYTES[widest]
+    mib = -(-(2 * pairs * ab + c) * n * n // (1 << 20))
+    return [MemoryNeed((size_param, "buffers"), mib, f"{pairs} A/B pairs and C of {n} x {n} {widest}")]
+
+
 class ComputeCheck(Check):
     """GEMM throughput (TFLOP/s) per dtype, against the SKU's dense spec peak."""
 
@@ -360,20 +372,21 @@ class ComputeCheck(Check):
     params = (
         Param("dtypes", "list", ["fp32", "tf32", "fp16", "bf16", "fp8"], "GEMM dtypes to measure",
               item="str", choices=GEMM_DTYPES),
-        Param("size", "int", 8192, "matrix dimension N on GPU (N x N x N GEMM)", minimum=16),
-        Param("cpu_size", "int", 384, "matrix dimension N on CPU", minimum=16),
-        Param("warmup", "int", 5, "untimed GEMMs before timing, at least", minimum=0),
+        Param("size", "int", 8192, "matrix dimension N on GPU, elements (N x N x N GEMM)", minimum=16,
+              maximum=65536),
+        Param("cpu_size", "int", 384, "matrix dimension N on CPU, elements", minimum=16, maximum=32768),
+        Param("warmup", "int", 5, "untimed GEMMs before timing, at least", minimum=0, maximum=100_000),
         Param("warmup_s", "float", 5.0, "untimed GEMM load per dtype before timing, in seconds (clocks settle)",
-              minimum=0),
+              minimum=0, maximum=3600.0),
         Param("warmup_max_s", "float", 8.0, "longest warm-up per dtype while waiting for a stable rate, seconds",
-              minimum=0),
+              minimum=0, maximum=3600.0),
         Param("stable_within", "float", 0.1, "warm-up ends once two chunks' rates agree within this fraction "
               "(0: after warmup_s, whatever the rate)", minimum=0, maximum=1),
-        Param("iters", "int", 20, "GEMMs per timed window, at least", minimum=1),
+        Param("iters", "int", 20, "GEMMs per timed window, at least", minimum=1, maximum=100_000),
         Param("min_window_s", "float", 0.5, "shortest timed window in seconds (GEMMs per window from a timed probe)",
-              minimum=0),
-        Param("trials", "int", 5, "timed windows; the median window is reported", minimum=1),
-        Param("buffers", "int", 4, "A/B pairs cycled so caches do not flatter", minimum=1),
+              minimum=0, maximum=600.0),
+        Param("trials", "int", 5, "timed windows; the median window is reported", minimum=1, maximum=1000),
+        Param("buffers", "int", 4, "A/B pairs cycled so caches do not flatter", minimum=1, maximum=1024),
         Param("per_gpu", "bool", True, "measure each GPU alone"),
         Param("concurrent", "bool", True, "measure all GPUs at once (when there are several)"),
     )
@@ -394,17 +407,15 @@ class ComputeCheck(Check):
         return per_device(devices, "gemm_*_tflops*")
 
     @classmethod
-    def gpu_needs(cls, params: dict[str, Any]) -> list[GpuNeed]:
-        """``buffers`` A/B pairs and C of N x N in the widest dtype asked for, on each GPU (MiB, rounded up;
-        the fp32 temporaries that seed them are not counted)."""
-        dtypes = [d for d in params["dtypes"] if d in GEMM_BYTES]
-        if not dtypes:
-            return []
-        n, pairs = int(params["size"]), int(params["buffers"])
-        widest = max(dtypes, key=lambda d: GEMM_BYTES[d])
-        ab, c = GEMM_BYTES[widest]
-        mib = -(-(2 * pairs * ab + c) * n * n // (1 << 20))
-        return [GpuNeed(("size", "buffers"), mib, f"{pairs} A/B pairs and C of {n} x {n} {widest}")]
+    def gpu_needs(cls, params: dict[str, Any]) -> list[MemoryNeed]:
+        """``buffers`` A/B pairs and C of N x N (``size``) in the widest dtype asked for, on each GPU."""
+        return gemm_needs(params["dtypes"], int(params["size"]), int(params["buffers"]), "size")
+
+    @classmethod
+    def host_needs(cls, params: dict[str, Any]) -> list[MemoryNeed]:
+        """The same on a CPU run: N x N is ``cpu_size``, the dtypes those that run on CPU."""
+        dtypes = [d for d in params["dtypes"] if d in CPU_DTYPES]
+        return gemm_needs(dtypes, int(params["cpu_size"]), int(params["buffers"]), "cpu_size")
 
     def run(self, ctx: CheckContext) -> Outcome:
         devices = torch_devices_or_skip(ctx)

@@ -62,13 +62,14 @@ class DdpTrainCheck(DistributedCheck):
     summary = "DistributedDataParallel on seeded synthetic data: loss must fall, parameters bit-identical on all ranks"
     key_metric = "ddp_samples_per_s"
     params = (
-        Param("steps", "int", 60, "optimizer steps", minimum=2),
-        Param("window", "int", 10, "steps averaged at the start and at the end to judge the loss drop", minimum=1),
+        Param("steps", "int", 60, "optimizer steps", minimum=2, maximum=100_000),
+        Param("window", "int", 10, "steps averaged at the start and at the end to judge the loss drop", minimum=1,
+              maximum=50_000),
         Param("min_loss_drop", "float", 0.3, "required fractional fall of the global loss", minimum=0.0, maximum=1.0),
-        Param("batch", "int", 64, "samples per rank and step", minimum=1),
-        Param("hidden", "int", 128, "hidden width of the student MLP", minimum=1),
-        Param("lr", "float", 0.05, "SGD learning rate (momentum 0.9)", minimum=0.0),
-        Param("seed", "int", 0, "seed of weights and data"),
+        Param("batch", "int", 64, "samples per rank and step", minimum=1, maximum=1 << 16),
+        Param("hidden", "int", 128, "hidden width of the student MLP, units", minimum=1, maximum=1 << 14),
+        Param("lr", "float", 0.05, "SGD learning rate (momentum 0.9)", minimum=0.0, maximum=10.0),
+        Param("seed", "int", 0, "seed of weights and data", minimum=0, maximum=(1 << 32) - 1),
     )
     profile_params: ClassVar[dict[str, dict[str, Any]]] = {
         "quick": {"steps": 40, "window": 8, "batch": 32, "hidden": 64},

@@ -235,14 +235,15 @@ class FabricCheck(Check):
     summary = "RDMA ports (state, rate, link layer), error counters, nvidia_peermem, GPU/NIC NUMA, NCCL env"
     params: ClassVar[tuple[Param, ...]] = (
         Param("root", "str", "/", "filesystem root under which sys/ is read (a recorded tree in tests)"),
-        Param("expect_ports", "int", 0, "RDMA ports that must be up (0: not checked)", minimum=0),
+        Param("expect_ports", "int", 0, "RDMA ports that must be up (0: not checked)", minimum=0, maximum=1024),
         Param("expect_rate_gbps", "float", 0.0,
-              "expected port rate in Gb/s (0: the most common rate of this node's active ports)", minimum=0),
+              "expected port rate in Gb/s (0: the most common rate of this node's active ports)", minimum=0,
+              maximum=10000.0),
         Param("link_layer", "str", "any", "required link layer of every port",
               choices=("any", "infiniband", "ethernet")),
         Param("ignore", "list", [], "RDMA devices or ports to leave out (globs: mlx5_8, mlx5_*:2)"),
         Param("sample_s", "float", 5.0, "seconds between the two counter reads (0: one read, no deltas)",
-              minimum=0),
+              minimum=0, maximum=3600.0),
         Param("require_peermem", "bool", True,
               "warn when GPUs and RDMA devices exist but nvidia_peermem is not loaded"),
     )

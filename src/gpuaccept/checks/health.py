@@ -456,12 +456,13 @@ class HealthCheck(Check):
         Param("pcie_strict", "bool", False,
               "fail (not warn) when a PCIe link runs below its max generation, even while idle"),
         Param("temp_margin_c", "float", 5.0, "warn when a GPU is within this many C of its slowdown temperature",
-              minimum=0.0),
+              minimum=0.0, maximum=100.0),
         Param("require_ecc", "bool", True, "warn when a GPU supports ECC but has it disabled"),
         Param("nvlink", "bool", True, "check NVLink link states"),
         Param("sample_s", "float", 1.0, "seconds to sample clock event reasons (HW slowdown must persist)",
-              minimum=0.0),
-        Param("sample_interval_s", "float", 0.1, "seconds between clock event reason samples", minimum=0.01),
+              minimum=0.0, maximum=3600.0),
+        Param("sample_interval_s", "float", 0.1, "seconds between clock event reason samples", minimum=0.01,
+              maximum=60.0),
         Param("kernel_log", "bool", True, "read XIDs from the kernel log (/dev/kmsg or dmesg) where permitted"),
     )
     # A snapshot costs the same in every profile.

@@ -251,10 +251,10 @@ class MemtestCheck(Check):
               choices=PATTERNS),
         Param("passes", "int", 1, "passes over all patterns; each pass shifts the walking bit, reseeds random "
               "and complements address on odd passes", minimum=1, maximum=1000),
-        Param("seed", "int", 1, "seed of the random pattern"),
+        Param("seed", "int", 1, "seed of the random pattern", minimum=0, maximum=(1 << 32) - 1),
         Param("max_seconds", "float", 60.0, "time budget; stops between patterns when spent", minimum=0.0,
               maximum=7 * 24 * 3600.0),
-        Param("max_report", "int", 10, "bad words reported in details per device", minimum=0),
+        Param("max_report", "int", 10, "bad words reported in details per device", minimum=0, maximum=10_000),
     )
     profile_params: ClassVar[dict[str, dict[str, Any]]] = {
         "quick": {"cpu_mib": 64, "chunk_mib": 64, "passes": 1, "max_seconds": 10.0},

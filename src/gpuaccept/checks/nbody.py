@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from gpuaccept.checks.base import (
     Check,
     CheckContext,
+    MemoryNeed,
     Outcome,
     Param,
     RequiredMetric,
@@ -47,6 +48,7 @@ CHECK_STEPS = 4
 SAMPLE_BODIES = 64  # bodies of the timed case whose accelerations are checked
 # Largest allowed max|a - a_ref| / rms(a_ref) (accelerations) and max|x - x_ref| / rms(x_ref) (positions).
 NBODY_TOLERANCE = {"fp32": 1e-4, "fp64": 1e-10}
+SEED_BYTES = 11 * 8  # per body: directions, radii, positions, velocities and masses, seeded in fp64 on the host
 # Bytes of (rows x N) temporaries per chunk: 4 live tensors of the chunk's size.
 _CHUNK_BUDGET = {"cuda": 1 << 30, "cpu": 1 << 25}
 
@@ -251,10 +253,11 @@ class NBodyCheck(Check):
     summary = "all-pairs gravitational n-body GFLOP/s per device (like 'nbody -benchmark'), verified in fp64"
     key_metric = "nbody_gflops"
     params = (
-        Param("bodies", "int", 65536, "number of bodies on GPU", minimum=2),
-        Param("cpu_bodies", "int", 2048, "number of bodies on CPU", minimum=2),
-        Param("steps", "int", 10, "timed steps", minimum=1),
-        Param("warmup", "int", 2, "untimed steps before timing", minimum=0),
+        Param("bodies", "int", 65536, "number of bodies on GPU", minimum=2, maximum=1 << 22),
+        Param("cpu_bodies", "int", 2048, "number of bodies on CPU (each step is N^2 interactions)", minimum=2,
+              maximum=1 << 20),
+        Param("steps", "int", 10, "timed steps", minimum=1, maximum=100_000),
+        Param("warmup", "int", 2, "untimed steps before timing", minimum=0, maximum=10_000),
         Param("dtype", "str", "fp32", "floating-point type of the bodies", choices=("fp32", "fp64")),
         Param("kernel", "str", "auto", "force kernel: 'compiled' (fused, torch.compile), 'eager' (memory-bound "
               "torch ops), 'auto' (compiled where a compiler is found, else eager)", choices=KERNELS),
@@ -271,6 +274,14 @@ class NBodyCheck(Check):
     def required_metrics(cls, params: dict[str, Any], devices: list[str]) -> list[RequiredMetric]:
         """The simulation rate on every device asked for."""
         return per_device(devices, "nbody_gflops")
+
+    @classmethod
+    def host_needs(cls, params: dict[str, Any]) -> list[MemoryNeed]:
+        """The fp64 seeds of ``bodies`` and of ``cpu_bodies`` (MiB, rounded up): every system is seeded on the
+        host, on any device (its state, the reference's copies and the row chunks are not counted)."""
+        return [MemoryNeed((name,), -(-int(params[name]) * SEED_BYTES // (1 << 20)),
+                           f"{int(params[name])} bodies seeded in fp64, {SEED_BYTES} bytes each")
+                for name in ("bodies", "cpu_bodies")]
 
     def run(self, ctx: CheckContext) -> Outcome:
         devices = torch_devices_or_skip(ctx)

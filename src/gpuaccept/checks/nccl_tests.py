@@ -65,9 +65,9 @@ class NcclTestsCheck(Check):
         Param("args", "list", ["-b", "8M", "-e", "1G", "-f", "2"],
               "arguments for every binary (-g is added: one per GPU unless given)"),
         Param("min_busbw_gbs", "float", 0.0, "fail when busbw (GB/s) at the judged sizes is lower (0: not judged)",
-              minimum=0),
+              minimum=0, maximum=10000.0),
         Param("judge_min_bytes", "int", 0, "judge busbw at sizes >= this (bytes; 0: only the largest size)",
-              minimum=0),
+              minimum=0, maximum=1 << 40),
         FABRIC_ROOT,
     )
     thresholds = DELTA_RULES

@@ -130,18 +130,19 @@ class TrainCheck(Check):
     summary = "Train a small MLP on a seeded teacher task: loss must fall by min_loss_drop, step time reported"
     key_metric = "train_loss_drop"
     params = (
-        Param("steps", "int", 200, "optimizer steps (one fresh batch each)", minimum=2),
-        Param("window", "int", 20, "steps averaged at the start and at the end to judge the loss drop", minimum=1),
+        Param("steps", "int", 200, "optimizer steps (one fresh batch each)", minimum=2, maximum=100_000),
+        Param("window", "int", 20, "steps averaged at the start and at the end to judge the loss drop", minimum=1,
+              maximum=50_000),
         Param("min_loss_drop", "float", 0.3, "required fractional loss fall, first window to last window",
               minimum=0.0, maximum=1.0),
-        Param("batch", "int", 512, "batch size", minimum=1),
-        Param("hidden", "int", 512, "hidden width of the student MLP", minimum=1),
-        Param("lr", "float", 1e-3, "Adam learning rate", minimum=0.0),
-        Param("seed", "int", 0, "seed of weights and data"),
+        Param("batch", "int", 512, "batch size, samples per step", minimum=1, maximum=1 << 16),
+        Param("hidden", "int", 512, "hidden width of the student MLP, units", minimum=1, maximum=1 << 14),
+        Param("lr", "float", 1e-3, "Adam learning rate", minimum=0.0, maximum=10.0),
+        Param("seed", "int", 0, "seed of weights and data", minimum=0, maximum=(1 << 32) - 1),
         Param("bf16", "bool", False, "run the student forward pass under bfloat16 autocast"),
         Param("all_gpus", "bool", True, "train on every selected GPU (else only the first)"),
         Param("cpu_threads", "int", 1, "CPU only: torch threads while training (tiny GEMMs gain nothing from more "
-              "and oversubscribed cores make step times erratic); 0 keeps torch's default", minimum=0),
+              "and oversubscribed cores make step times erratic); 0 keeps torch's default", minimum=0, maximum=4096),
     )
     profile_params: ClassVar[dict[str, dict[str, Any]]] = {
         "quick": {"steps": 60, "window": 10, "batch": 256, "hidden": 256},
