@@ -152,7 +152,7 @@ class AgreementCheck(Check):
               minimum=2, maximum=100),
         Param("ref_sample", "int", 64, "rows and columns of the first product checked against fp64", minimum=1,
               maximum=1024),
-        Param("seed", "int", 1234, "seed of X and W"),
+        Param("seed", "int", 1234, "seed of X and W", minimum=0, maximum=(1 << 32) - 1),
     )
     profile_params: ClassVar[dict[str, dict[str, Any]]] = {
         "full": {},

@@ -235,7 +235,7 @@ class StressCheck(Check):
         Param("sample_s", "float", 1.0, "seconds between NVML samples", minimum=0.05, maximum=60.0),
         Param("ref_sample", "int", 64, "rows and columns of the first result checked against fp64", minimum=1,
               maximum=1024),
-        Param("seed", "int", 0, "seed of A and B"),
+        Param("seed", "int", 0, "seed of A and B", minimum=0, maximum=(1 << 32) - 1),
         Param("cpu_threads", "int", 0, "CPU only: torch threads for the GEMMs (0: torch's default, every core)",
               minimum=0, maximum=4096),
     )

@@ -195,7 +195,7 @@ class ThroughputCheck(Check):
         Param("tf_seq", "int", 256, "sequence length on GPU", minimum=8, maximum=32768),
         Param("cpu_scale", "int", 8, "CPU: batch, widths and image side divided by this (reduced size)",
               minimum=1, maximum=64),
-        Param("seed", "int", 0, "seed of weights and data"),
+        Param("seed", "int", 0, "seed of weights and data", minimum=0, maximum=(1 << 32) - 1),
     )
     profile_params: ClassVar[dict[str, dict[str, Any]]] = {
         "full": {"measure_s": 10.0},
