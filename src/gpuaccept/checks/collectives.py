@@ -491,9 +491,11 @@ class CollectivesCheck(DistributedCheck):
                         f"least free memory (this rank could hold {fmt_bytes(mine)})")
             details["max_bytes"] = max_bytes
             sizes = sweep_sizes(min(int(p["min_bytes"]), max_bytes), max_bytes, int(p["step_factor"]))
-            fabric, why = rank_busbw_expectation(rc, ctx.device, max(sizes), pg.device, p["ops"],
-                                                 str(p.get("fabric_root", "/")))
+            fabric, why, sku = rank_busbw_expectation(rc, ctx.device, max(sizes), pg.device, p["ops"],
+                                                      str(p.get("fabric_root", "/")))
             details["busbw_expectation"] = why
+            if sku is not None:  # the SKU a baseline is looked up under
+                details["sku"] = {rc.device_label: sku}
             where = ["setting up"]
             watch = FabricWatch.start(str(p.get("fabric_root", "/"))) if rc.local_rank == 0 else None  # once a node
             started = time.monotonic()

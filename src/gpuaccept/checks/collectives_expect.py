@@ -119,12 +119,13 @@ def nvml_uuid(props: Any) -> str:
 
 
 def rank_busbw_expectation(rc: RankContext, device: str, max_bytes: int, torch_device: Any, ops: Sequence[str],
-                           fabric_root: str = "/") -> tuple[dict[str, Expectation], str]:
-    """:func:`busbw_expectation` for this rank's run. Every rank reads its GPU's links from NVML and,
-    across nodes, its node's RDMA ports from sysfs under ``fabric_root``, then all-gathers them (a
-    collective: every rank calls this); on one node the NVLink P2P matrix comes from NVML too."""
+                           fabric_root: str = "/") -> tuple[dict[str, Expectation], str, str | None]:
+    """:func:`busbw_expectation` for this rank's run, and the SKU id of its GPU (None: unknown). Every
+    rank reads its GPU's links from NVML and, across nodes, its node's RDMA ports from sysfs under
+    ``fabric_root``, then all-gathers them (a collective: every rank calls this); on one node the
+    NVLink P2P matrix comes from NVML too."""
     if device != "cuda" or rc.device_index is None:
-        return {}, "not on GPUs: no bandwidth expectation"
+        return {}, "not on GPUs: no bandwidth expectation", None
     import torch
 
     from gpuaccept.hw.rdma import read_inventory
@@ -147,4 +148,4 @@ def rank_busbw_expectation(rc: RankContext, device: str, max_bytes: int, torch_d
     inputs = gathered_inputs(texts, rc.hosts, sku, rc.num_nodes, rc.local_world_size, matrix)
     major, minor = torch.cuda.get_device_capability(rc.device_index)
     inputs = replace(inputs, compute_capability=(int(major), int(minor)))
-    return busbw_expectation(ops, inputs, max_bytes)
+    return (*busbw_expectation(ops, inputs, max_bytes), sku.id if sku is not None else None)
