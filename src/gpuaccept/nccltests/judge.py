@@ -166,7 +166,8 @@ def judge(result: NcclTestsResult, test: str, *, min_busbw_gbs: float | None = N
     if ref.expected is not None or ref.threshold is not None:
         what += f"; {describe(ref)}"
     if returncode == EXIT_DATA_OR_BW and not problems:
-        problems.append("nccl-tests exited 7: out-of-bounds values or average bus bandwidth below NCCL_TESTS_MIN_BW")
+        problems.append("nccl-tests exited 7: a data or bandwidth failure (wrong elements, or average bus bandwidth "
+                        "below NCCL_TESTS_MIN_BW)")
     if problems:
         return Judgement(Status.FAIL, f"{what}; " + "; ".join(problems), metrics)
     if returncode not in (0, EXIT_DATA_OR_BW):
