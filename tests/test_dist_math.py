@@ -171,13 +171,17 @@ def test_busbw_is_judged_at_the_largest_size_only() -> None:
     assert next(x for x in wide.metrics if x.name == "allreduce_busbw_large_gbs").tags["size_bytes"] == 4096
 
 
-def test_sku_expectation_applies_to_the_reducing_and_gathering_ops() -> None:
+def test_fabric_expectation_applies_to_the_modelled_ops() -> None:
+    from gpuaccept.hw.fabric_expect import Expectation
+
+    nvl = Expectation(450.0, 0.75, "nvlink", "fabric: NVLink4 18 links x 25 GB/s per GPU")
     rows = [_row("allreduce", 256 << 20, 2000.0, n=8), _row("sendrecv", 256 << 20, 2000.0, n=8)]
-    out = rows_to_outcome(rows, _rc(0, 8, device_index=0), sku_busbw=("h100_sxm", 450.0, 0.6))
+    out = rows_to_outcome(rows, _rc(0, 8, device_index=0), fabric={"allreduce": nvl})
     ar = next(x for x in out.metrics if x.name == "allreduce_busbw_large_gbs")
     sr = next(x for x in out.metrics if x.name == "sendrecv_busbw_large_gbs")
-    assert ar.expected == 450.0 and ar.threshold is not None and ar.threshold.value == pytest.approx(270.0)
-    assert ar.threshold.source == "sku:h100_sxm" and ar.device == "cuda:0"
+    assert ar.expected == 337.5 and ar.expected_source == nvl.source
+    assert ar.threshold is not None and ar.threshold.value == pytest.approx(270.0)
+    assert ar.threshold.source == "fabric:nvlink x 0.8" and ar.device == "cuda:0"
     assert sr.threshold is None and sr.expected is None
     assert judge(out, CollectivesCheck.thresholds).status is Status.FAIL  # 234.9 GB/s < 270
 

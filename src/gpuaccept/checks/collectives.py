@@ -21,11 +21,11 @@ largest; nccl-tests' "Avg bus bandwidth" over all sizes is not used because
 small sizes drag it down). Equivalent reference: ``all_reduce_perf -b 4K -e 256M
 -f 16 -w 2 -n 5 -c 1`` and its siblings from nccl-tests.
 
-The busbw at large sizes is judged against ``min_busbw_gbs`` when set, else
-against the SKU's NVLink figure where NVLink joins every pair of ranks (see
-:mod:`gpuaccept.checks.collectives_expect` for the rule and why PCIe-joined
-GPUs get none). Off GPU there is no expectation: the check passes when every
-element is right. Rank 0's details hold every rank's time per row, so a slow
+The busbw at large sizes is judged like the nccl_tests check's
+(:mod:`gpuaccept.nccltests.busbw`): a baseline, else ``min_busbw_gbs``, else the
+expectation derived from the fabric the ranks report (:mod:`gpuaccept.hw.fabric_expect`),
+which is shown as the metric's expected value. Off GPU there is no expectation: the
+check passes when every element is right. Rank 0's details hold every rank's time per row, so a slow
 rank is visible. Local rank 0 reads the RDMA counters before and after the sweep
 (``fabric_root``; :mod:`gpuaccept.checks.fabric_watch`): errors that rose under the
 sweep's load are reported per port, judged by the fabric check's rules.
@@ -48,13 +48,12 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from gpuaccept.checks.base import CheckContext, Outcome, Param, RequiredMetric, ThresholdRule, require
 from gpuaccept.checks.collectives_expect import (
-    SKU_JUDGED_OPS,
     free_bytes,
     injected_fault,
     local_max_bytes,
@@ -69,7 +68,9 @@ from gpuaccept.distributed.group import (
     first_line,
     process_group,
 )
-from gpuaccept.model import Metric, Status, Threshold
+from gpuaccept.hw.fabric_expect import Expectation
+from gpuaccept.model import Metric, Status
+from gpuaccept.nccltests.busbw import Reference, busbw_reference
 
 if TYPE_CHECKING:
     import torch
@@ -328,16 +329,16 @@ def planned_rows(ops: Sequence[str], dtypes: Sequence[str], placements: Sequence
 
 
 def _summary_metrics(rows: list[Row], rc: RankContext, judge_min_bytes: int, tags: dict[str, str | int | float],
-                     threshold: Callable[[str], Threshold | None], expected: Callable[[str], float | None]
-                     ) -> list[Metric]:
+                     reference: Callable[[str], Reference]) -> list[Metric]:
     out: list[Metric] = []
     for op in dict.fromkeys(r.op for r in rows):
         mine = [r for r in rows if r.op == op]
         floor = judge_min_bytes or max(r.size_bytes for r in mine)
         large = [r for r in mine if r.size_bytes >= floor] or [max(mine, key=lambda r: r.size_bytes)]
         low = min(large, key=lambda r: r.busbw_gbs)
+        ref = reference(op)
         out.append(Metric(f"{op}_busbw_large_gbs", low.busbw_gbs, "GB/s", device=rc.device_label,
-                          expected=expected(op), threshold=threshold(op),
+                          expected=ref.expected, threshold=ref.threshold, expected_source=ref.expected_source,
                           tags={**tags, "op": op, "size_bytes": low.size_bytes, "dtype": low.dtype,
                                 "inplace": int(low.inplace)}))
         checked = [r.wrong for r in mine if r.wrong is not None]
@@ -348,15 +349,16 @@ def _summary_metrics(rows: list[Row], rc: RankContext, judge_min_bytes: int, tag
 
 
 def rows_to_outcome(rows: list[Row], rc: RankContext, *, judge_min_bytes: int = 0, min_busbw_gbs: float = 0.0,
-                    sku_busbw: tuple[str, float, float] | None = None, backend: str = "gloo",
+                    fabric: Mapping[str, Expectation] | None = None, backend: str = "gloo",
                     failure: str | None = None, details: dict[str, Any] | None = None,
                     planned: Sequence[tuple[str, str, bool, int]] = ()) -> Outcome:
     """Metrics, status and reason of one rank's sweep (pure).
 
-    ``sku_busbw`` is ``(sku id, expected busbw GB/s, pass fraction)`` when a SKU
-    expectation applies; ``failure`` is the error that cut the sweep short.
-    A passing sweep lacking the busbw of a ``planned`` row (:func:`planned_rows`)
-    is an ERROR naming the row.
+    ``fabric`` maps an op to its fabric-derived busbw expectation
+    (:func:`gpuaccept.checks.collectives_expect.busbw_expectation`); the bound of each
+    ``<op>_busbw_large_gbs`` comes from :func:`gpuaccept.nccltests.busbw.busbw_reference`, as in
+    the nccl_tests check. ``failure`` is the error that cut the sweep short. A passing sweep
+    lacking the busbw of a ``planned`` row (:func:`planned_rows`) is an ERROR naming the row.
     """
     tags: dict[str, str | int | float] = {"rank": rc.rank}
     metrics: list[Metric] = []
@@ -366,20 +368,13 @@ def rows_to_outcome(rows: list[Row], rc: RankContext, *, judge_min_bytes: int = 
         metrics += [Metric(f"{r.op}_time_us", r.time_us, "us", device=rc.device_label, tags=dict(t)),
                     Metric(f"{r.op}_algbw_gbs", r.algbw_gbs, "GB/s", device=rc.device_label, tags=dict(t)),
                     Metric(f"{r.op}_busbw_gbs", r.busbw_gbs, "GB/s", device=rc.device_label, tags=dict(t))]
+    fabric = fabric or {}
 
-    def threshold(op: str) -> Threshold | None:
-        if min_busbw_gbs > 0:
-            return Threshold(">=", min_busbw_gbs, Status.FAIL, "param:min_busbw_gbs")
-        if sku_busbw is not None and op in SKU_JUDGED_OPS:
-            sku_id, exp, frac = sku_busbw
-            return Threshold(">=", round(exp * frac, 3), Status.FAIL, f"sku:{sku_id}")
-        return None
-
-    def expected(op: str) -> float | None:
-        return sku_busbw[1] if sku_busbw is not None and op in SKU_JUDGED_OPS else None
+    def reference(op: str) -> Reference:
+        return busbw_reference(fabric.get(op), min_busbw_gbs=min_busbw_gbs or None)
 
     if rows:
-        metrics += _summary_metrics(rows, rc, judge_min_bytes, tags, threshold, expected)
+        metrics += _summary_metrics(rows, rc, judge_min_bytes, tags, reference)
     info = dict(details or {})
     info["rows"] = [r.compact() for r in rows]
     info["row_columns"] = ["op", "dtype", "placement", "size_bytes", "time_us", "algbw_gbs", "busbw_gbs", "wrong"]
@@ -404,8 +399,11 @@ def rows_to_outcome(rows: list[Row], rc: RankContext, *, judge_min_bytes: int = 
     reason = (f"{rc.world_size} ranks ({backend}): {len(ops)} ops x {len(sizes)} sizes "
               f"{fmt_bytes(sizes[0])}-{fmt_bytes(sizes[-1])}, {checked}; {first} busbw "
               f"{best.busbw_gbs:.3g} GB/s at {fmt_bytes(top)}")
-    if sku_busbw is None and min_busbw_gbs <= 0:
+    ref = reference(first)
+    if ref.threshold is None:
         reason += " (no bandwidth expectation here: not judged)"
+    elif ref.expected is not None:
+        reason += f" (expected {ref.expected:.4g}, {ref.expected_source})"
     required = [RequiredMetric(f"{op}_busbw_gbs", rc.device_label,
                                (("dtype", dt), ("inplace", int(inp)), ("size_bytes", size)))
                 for op, dt, inp, size in planned]
@@ -496,8 +494,11 @@ class CollectivesCheck(DistributedCheck):
                         f"least free memory (this rank could hold {fmt_bytes(mine)})")
             details["max_bytes"] = max_bytes
             sizes = sweep_sizes(min(int(p["min_bytes"]), max_bytes), max_bytes, int(p["step_factor"]))
-            sku, why = rank_busbw_expectation(rc, ctx.device, max(sizes), pg.device)
+            fabric, why, sku = rank_busbw_expectation(rc, ctx.device, max(sizes), pg.device, p["ops"],
+                                                      str(p.get("fabric_root", "/")))
             details["busbw_expectation"] = why
+            if sku is not None:  # the SKU a baseline is looked up under
+                details["sku"] = {rc.device_label: sku}
             where = ["setting up"]
             watch = FabricWatch.start(str(p.get("fabric_root", "/"))) if rc.local_rank == 0 else None  # once a node
             started = time.monotonic()
@@ -516,7 +517,7 @@ class CollectivesCheck(DistributedCheck):
                 except Exception as exc:
                     failure = f"gathering per-rank timings failed: {first_line(exc)}"
             outcome = rows_to_outcome(rows, rc, judge_min_bytes=int(p["judge_min_bytes"]),
-                                      min_busbw_gbs=float(p["min_busbw_gbs"]), sku_busbw=sku,
+                                      min_busbw_gbs=float(p["min_busbw_gbs"]), fabric=fabric,
                                       backend=pg.backend, failure=failure, details=details,
                                       planned=planned_rows(p["ops"], p["dtypes"], p["placements"], sizes,
                                                            rc.world_size))

@@ -4,37 +4,34 @@ Largest message: a quarter of the device's free memory at most (two buffer
 pools plus verification slices and the backend's buffers); the ranks then
 agree on the smallest cap (:func:`gpuaccept.distributed.group.agree_min`).
 
-Bus bandwidth (allreduce, allgather, reducescatter at the largest size of at
-least 64 MiB, on one node): ``nvlink_gbs / 2`` (one direction) times the SKU's
-``nvlink`` pass fraction, only where NVLink joins every pair of ranks: the SKU
-has ``nvlink_all_pairs`` (SXM on HGX: NVSwitch or a full mesh), or NVML reports
-NVLink P2P between every pair of the ranks' GPUs (``nvidia-smi topo -p2p n``
-all OK; bridged PCIe/NVL cards whose bridge spans every rank). Otherwise no
-expectation: the ring crosses PCIe, where busbw depends on PCIe switches,
-sockets and P2P settings more than on the cards' PCIe generation and width
-(the host link itself is judged by the memory check's host copies), so a
-SKU-derived bound would fail healthy servers; set ``min_busbw_gbs`` for such
-fleets. Across nodes the network sets the bandwidth: no SKU expectation.
+Bus bandwidth (allreduce, allgather, reducescatter, alltoall at the largest size of at least
+64 MiB): the fabric model of :mod:`gpuaccept.hw.fabric_expect` fed with what the ranks report:
+each rank's GPU links from NVML (active NVLink links, PCIe generation and width), the NVLink P2P
+matrix on one node (``nvidia-smi topo -p2p n``), and across nodes each node's RDMA ports from
+sysfs (the ``fabric`` check's reader). The bound is set by :mod:`gpuaccept.nccltests.busbw`, the
+path the ``nccl_tests`` check shares.
 """
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from gpuaccept.distributed.group import RankContext, all_gather_text
-from gpuaccept.hw.p2p import Matrix, joins_every_pair, nvlink_matrix
+from gpuaccept.errors import GpuacceptError
+from gpuaccept.hw.fabric_expect import Expectation, FabricInputs, GpuLinks, NodeNics, expect_all, node_nics
+from gpuaccept.hw.p2p import Matrix, joins_every_pair, nvlink_matrix, read_gpu_links
 
 if TYPE_CHECKING:
     from gpuaccept.hw.sku import Sku
 
-LARGE_ENOUGH_BYTES = 64 << 20  # below this, busbw says little about the links: no SKU expectation
-SKU_JUDGED_OPS = ("allreduce", "allgather", "reducescatter")
+LARGE_ENOUGH_BYTES = 64 << 20  # below this, busbw says little about the links: no fabric expectation
 FREE_BYTES_ENV = "GPUACCEPT_TEST_FREE_BYTES"
 FAULT_HOST_ENV = "GPUACCEPT_TEST_FAULT_HOST"
-
-Expectation = tuple[str, float, float]  # (source such as "sku:h100_sxm", expected busbw GB/s, pass fraction)
+GATHER_WIDTH = 192  # bytes per rank of the gathered fabric facts (UUID, links, NICs as JSON)
 
 
 def free_bytes_override(env: Mapping[str, str], rank: int) -> int | None:
@@ -71,31 +68,47 @@ def local_max_bytes(max_bytes: int, free: int | None) -> int:
     return max(1, free // 4)
 
 
-def busbw_expectation(sku: Sku | None, num_nodes: int, max_bytes: int, nvlink: Matrix | None
-                      ) -> tuple[Expectation | None, str]:
-    """The busbw expectation and why (see the module doc). ``nvlink`` is the NVLink P2P matrix of the
-    ranks' GPUs (:func:`gpuaccept.hw.p2p.nvlink_matrix`), None when unknown."""
-    if num_nodes != 1:
-        return None, f"ranks on {num_nodes} nodes: the network sets the bandwidth, no SKU expectation"
+def busbw_expectation(ops: Sequence[str], inputs: FabricInputs, max_bytes: int
+                      ) -> tuple[dict[str, Expectation], str]:
+    """The fabric expectation of each judged op (:func:`gpuaccept.hw.fabric_expect.expect_busbw`) and why;
+    none when the largest size is below :data:`LARGE_ENOUGH_BYTES`."""
     if max_bytes < LARGE_ENOUGH_BYTES:
-        return None, f"largest size below {LARGE_ENOUGH_BYTES >> 20} MiB: no SKU expectation"
-    if sku is None:
-        return None, "GPU model not in the SKU table: no expectation"
-    if not sku.nvlink_gbs:
-        return None, f"{sku.id} has no NVLink: GPUs meet over PCIe, no SKU expectation"
-    if sku.nvlink_all_pairs:
-        why = f"{sku.id}: NVLink joins every GPU pair (NVSwitch or full mesh)"
-    elif joins_every_pair(nvlink):
-        why = f"{sku.id}: NVML reports NVLink P2P between every pair of ranks"
-    else:
-        seen = "unknown (NVML unavailable)" if nvlink is None else "not between every pair of ranks"
-        return None, (f"{sku.id}: NVLink {seen} (bridges join pairs or quads): traffic crosses PCIe, "
-                      "no SKU expectation")
-    try:
-        frac = sku.pass_fraction("nvlink")
-    except KeyError:
-        return None, f"{why}, but no nvlink pass fraction"
-    return (f"sku:{sku.id}", sku.nvlink_gbs / 2, frac), why
+        return {}, f"largest size below {LARGE_ENOUGH_BYTES >> 20} MiB: no fabric expectation"
+    found, why = expect_all(ops, inputs)
+    by_reason: dict[str, list[str]] = {}
+    for op, text in why.items():
+        by_reason.setdefault(text, []).append(op)
+    return found, "; ".join(f"{', '.join(names)}: {text}" for text, names in by_reason.items())
+
+
+def _pack(uuid: str, links: GpuLinks | None, nics: NodeNics | None) -> str:
+    """This rank's fabric facts as one short JSON line for :func:`all_gather_text`."""
+    doc: dict[str, Any] = {"u": uuid}
+    if links is not None:
+        doc["l"] = [links.nvlink_links, links.pcie_gen, links.pcie_width]
+    if nics is not None:
+        doc["n"] = [nics.ports, nics.rate_gbps, nics.speed, nics.layer or "", nics.excluded]
+    return json.dumps(doc, separators=(",", ":"))
+
+
+def gathered_inputs(texts: Sequence[str], hosts: Sequence[str], sku: Sku | None, num_nodes: int,
+                    gpus_per_node: int, matrix: Matrix | None = None) -> FabricInputs:
+    """:class:`FabricInputs` from every rank's :func:`_pack` line (rank order) and host (pure)."""
+    docs = []
+    for t in texts:
+        try:
+            docs.append(json.loads(t))
+        except ValueError:  # cut at the width: this rank's facts are unknown
+            docs.append({})
+    gpus = [GpuLinks(*d["l"]) for d in docs if "l" in d]
+    nics: dict[str, NodeNics] = {}
+    for d, host in zip(docs, hosts, strict=False):
+        if "n" in d and host not in nics:
+            ports, rate, speed, layer, excluded = d["n"]
+            nics[host] = NodeNics(host, int(ports), float(rate), speed, layer or None, int(excluded))
+    return FabricInputs(sku, num_nodes, gpus_per_node, gpus if len(gpus) == len(docs) else None,
+                        joins_every_pair(matrix) if matrix is not None else None,
+                        list(nics.values()) if num_nodes > 1 else None)
 
 
 def nvml_uuid(props: Any) -> str:
@@ -105,22 +118,34 @@ def nvml_uuid(props: Any) -> str:
     return uuid if not uuid or uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
 
 
-def rank_busbw_expectation(rc: RankContext, device: str, max_bytes: int, torch_device: Any
-                           ) -> tuple[Expectation | None, str]:
-    """:func:`busbw_expectation` for this rank. On one CUDA node every rank all-gathers its GPU's UUID
-    (a collective: every rank calls this) and reads the NVLink P2P matrix from NVML."""
+def rank_busbw_expectation(rc: RankContext, device: str, max_bytes: int, torch_device: Any, ops: Sequence[str],
+                           fabric_root: str = "/") -> tuple[dict[str, Expectation], str, str | None]:
+    """:func:`busbw_expectation` for this rank's run, and the SKU id of its GPU (None: unknown). Every
+    rank reads its GPU's links from NVML and, across nodes, its node's RDMA ports from sysfs under
+    ``fabric_root``, then all-gathers them (a collective: every rank calls this); on one node the
+    NVLink P2P matrix comes from NVML too."""
     if device != "cuda" or rc.device_index is None:
-        return None, "not on GPUs: no bandwidth expectation"
+        return {}, "not on GPUs: no bandwidth expectation", None
     import torch
 
+    from gpuaccept.hw.rdma import read_inventory
     from gpuaccept.hw.sku import match_sku
 
+    uuid = nvml_uuid(torch.cuda.get_device_properties(rc.device_index))
+    sku = match_sku(torch.cuda.get_device_name(rc.device_index))
+    links = read_gpu_links(uuid) if uuid else None
+    nics = None
+    if rc.num_nodes > 1:
+        try:
+            nics = node_nics(read_inventory(fabric_root).ports, rc.host_of(rc.rank))
+        except GpuacceptError:
+            nics = None
+    texts = all_gather_text(_pack(uuid, links, nics), torch_device, width=GATHER_WIDTH)
     matrix = None
-    if rc.num_nodes == 1:
-        uuids = all_gather_text(nvml_uuid(torch.cuda.get_device_properties(rc.device_index)), torch_device)
-        sku = match_sku(torch.cuda.get_device_name(rc.device_index))
-        if all(uuids) and sku is not None and sku.nvlink_gbs and not sku.nvlink_all_pairs:
-            matrix = nvlink_matrix(uuids)
-    else:
-        sku = match_sku(torch.cuda.get_device_name(rc.device_index))
-    return busbw_expectation(sku, rc.num_nodes, max_bytes, matrix)
+    if rc.num_nodes == 1 and sku is not None and sku.nvlink_gbs and not sku.nvlink_all_pairs:
+        uuids = [json.loads(t).get("u", "") if t.startswith("{") else "" for t in texts]
+        matrix = nvlink_matrix(uuids) if all(uuids) else None
+    inputs = gathered_inputs(texts, rc.hosts, sku, rc.num_nodes, rc.local_world_size, matrix)
+    major, minor = torch.cuda.get_device_capability(rc.device_index)
+    inputs = replace(inputs, compute_capability=(int(major), int(minor)))
+    return (*busbw_expectation(ops, inputs, max_bytes), sku.id if sku is not None else None)

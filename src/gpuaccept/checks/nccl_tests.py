@@ -3,9 +3,11 @@
 For each test of ``tests`` it runs ``<test>_perf <args> -g <GPUs>`` (the binary from ``$PATH``,
 ``$NCCL_TESTS_DIR`` or /workspace/nccl-tests/build), parses the table
 (:mod:`gpuaccept.nccltests.parse`) and judges it (:mod:`gpuaccept.nccltests.judge`): ``#wrong``
-must be 0, the footer must say OK, and with ``min_busbw_gbs`` set the lowest busbw (GB/s) at the
-judged sizes (>= ``judge_min_bytes``, default the largest) must reach it. Equivalent command:
-``all_reduce_perf -b 8M -e 1G -f 2 -g 8``.
+must be 0, the footer must say OK, exit code 7 is a data or bandwidth failure, and the lowest busbw
+(GB/s) at the judged sizes (>= ``judge_min_bytes``, default the largest) must reach the bound of
+:func:`gpuaccept.nccltests.busbw.busbw_reference`, the collectives check's path: a baseline, else
+``min_busbw_gbs``, else the expectation derived from this node's NVLink or PCIe links (NVML) x 0.8.
+Equivalent command: ``all_reduce_perf -b 8M -e 1G -f 2 -g 8``.
 
 It is in the standard and full profiles (and runs by name with ``--checks nccl_tests``); where no
 binary is found it is a SKIP that names the places looked, so the plan never depends on the file system.
@@ -23,6 +25,7 @@ from gpuaccept.checks.base import Check, CheckContext, Outcome, Param, RequiredM
 from gpuaccept.checks.fabric_watch import DELTA_RULES, FABRIC_ROOT, FabricWatch
 from gpuaccept.errors import InputError
 from gpuaccept.model import Metric, Status, worst
+from gpuaccept.nccltests.busbw import FabricFacts, live_facts, result_fabric
 from gpuaccept.nccltests.judge import (
     OP_NAMES,
     TESTS,
@@ -59,7 +62,7 @@ def gpu_args(args: list[str], gpus: list[int] | None, env: dict[str, str]) -> tu
 class NcclTestsCheck(Check):
     name = "nccl_tests"
     tag = "nccl-tests"
-    summary = "run nccl-tests (all_reduce_perf ...) on this node: #wrong = 0 and busbw at the large sizes"
+    summary = "run nccl-tests (all_reduce_perf ...) on this node: #wrong = 0, busbw at the large sizes vs the fabric"
     params = (
         Param("tests", "list", ["all_reduce"], "nccl-tests to run, each as <test>_perf", choices=TESTS),
         Param("args", "list", ["-b", "8M", "-e", "1G", "-f", "2"],
@@ -100,6 +103,7 @@ class NcclTestsCheck(Check):
         details: dict[str, Any] = {}
         per_test = ctx.timeout_s * 0.95 / len(found)
         watch = FabricWatch.start(str(p.get("fabric_root", "/")))
+        facts: FabricFacts | None = None  # NVML read once, after the first binary ran
         for test, path in found.items():
             assert path is not None
             ctx.log(f"running {path} {' '.join(args)}")
@@ -113,12 +117,15 @@ class NcclTestsCheck(Check):
                 reasons.append(f"{test}_perf ({code}): {exc}; stderr: {tail[0]}")
                 details[test] = {"argv": out.argv, "returncode": out.returncode, "stderr_tail": out.stderr[-2000:]}
                 continue
+            if facts is None:
+                facts = live_facts(env.get("CUDA_VISIBLE_DEVICES"), None)
+            fabric, why = result_fabric(result, OP_NAMES.get(test, test), facts)
             j = judge(result, test, min_busbw_gbs=p["min_busbw_gbs"] or None,
-                      judge_min_bytes=p["judge_min_bytes"], returncode=out.returncode)
+                      judge_min_bytes=p["judge_min_bytes"], returncode=out.returncode, fabric=fabric)
             statuses.append(j.status)
             reasons.append(j.reason)
             metrics += j.metrics
-            details[test] = result_details(result, out)
+            details[test] = {**result_details(result, out), "busbw_expectation": why}
         outcome = Outcome(worst(*statuses), "; ".join(reasons), metrics, details)
         return watch.finish(outcome) if watch is not None else outcome
 

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gpuaccept.hw.fabric_expect import GpuLinks
+from gpuaccept.hw.nvml import NVLINK_LINKS
+
 Matrix = list[list[bool]]
 
 
@@ -40,3 +43,35 @@ def joins_every_pair(matrix: Matrix | None) -> bool:
     if not matrix or len(matrix) < 2:
         return False
     return all(matrix[i][j] for i in range(len(matrix)) for j in range(len(matrix)) if i != j)
+
+
+def read_gpu_links(uuid: str) -> GpuLinks | None:
+    """Active NVLink links and the PCIe link's maximum generation and width of the GPU ``uuid``
+    (``nvidia-smi nvlink -s``, ``nvidia-smi -q -d PCIE``); None when NVML cannot tell."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no library, no driver
+        return None
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
+        links: int | None = 0
+        for link in range(NVLINK_LINKS):
+            try:
+                on = pynvml.nvmlDeviceGetNvLinkState(handle, link) == pynvml.NVML_FEATURE_ENABLED
+            except Exception:  # past the last link, or no NVLink at all
+                links = links if link else None
+                break
+            links = (links or 0) + int(on)
+        gen = width = None
+        try:
+            gen = int(pynvml.nvmlDeviceGetMaxPcieLinkGeneration(handle))
+            width = int(pynvml.nvmlDeviceGetMaxPcieLinkWidth(handle))
+        except Exception:  # not reported on this GPU or driver
+            pass
+        return GpuLinks(links, gen, width)
+    except Exception:  # NVML error on a query: unknown
+        return None
+    finally:
+        pynvml.nvmlShutdown()

@@ -37,6 +37,13 @@ _ID_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _CC_RE = re.compile(r"^\d+\.\d+$")
 
 
+def pcie_gbs(gen: int, width: int) -> float:
+    """Theoretical PCIe bandwidth per direction in GB/s of a gen ``gen`` x``width`` link (gen5 x16: 63.0):
+    GT/s per lane x line-code efficiency x lanes / 8. KeyError for a generation outside 1..6."""
+    rate, efficiency = _PCIE_GTS[gen]
+    return rate * efficiency * width / 8
+
+
 def _words(text: str) -> frozenset[str]:
     """Upper-case words of a GPU name; '-' and '_' separate words like spaces."""
     return frozenset(re.sub(r"[-_\s]+", " ", text).upper().split())
@@ -82,8 +89,7 @@ class Sku:
 
     def pcie_bandwidth_gbs(self) -> float:
         """Theoretical PCIe bandwidth per direction in GB/s (gen5 x16: 63.0)."""
-        rate, efficiency = _PCIE_GTS[self.pcie_gen]
-        return rate * efficiency * self.pcie_width / 8
+        return pcie_gbs(self.pcie_gen, self.pcie_width)
 
     def match_rank(self, gpu_name: str) -> int:
         """Number of words of the most specific matching pattern, 0 for no match."""

@@ -5,7 +5,11 @@
 /workspace/nccl-tests/build with the extra args (``-g`` added: one per GPU), prints the table and
 the verdict. ``gpuaccept nccl-tests parse LOG|JSON|- [--test NAME] [--min-busbw X] [--json]`` does
 the same for saved output (``-``: stdin), e.g. ``mpirun -np 16 all_reduce_perf -b 8M -e 8G -f 2 -g 1
-| gpuaccept nccl-tests parse -``. Exit 0 pass, 1 a failed judgement or run, 2 bad usage or input.
+| gpuaccept nccl-tests parse -``. Without ``--min-busbw`` busbw is judged against the expectation
+derived from the fabric (:mod:`gpuaccept.hw.fabric_expect`): when run here, this node's NVML; for a
+saved log, the GPU model its ``# Rank`` lines name, or ``--nvml-snapshot`` (a node's NVML dump), and
+across nodes ``--sysfs-root`` (a node's RDMA ports; ``/`` for this node). Exit 0 pass (or a WARN),
+1 a failed judgement or run, 2 bad usage or input.
 """
 
 from __future__ import annotations
@@ -28,6 +32,12 @@ def _options(p: argparse.ArgumentParser) -> None:
                    help="fail when busbw at the judged sizes is below this (GB/s)")
     p.add_argument("--judge-min-bytes", type=nonneg_int, default=0, metavar="N",
                    help="judge busbw at every size >= N bytes (default 0: only the largest size)")
+    p.add_argument("--nvml-snapshot", default=None, metavar="JSON",
+                   help="derive the busbw expectation from this NVML dump of a node (python -m gpuaccept.hw.nvml "
+                        "--dump); run: this node's NVML")
+    p.add_argument("--sysfs-root", default=None, metavar="DIR",
+                   help="across nodes, derive the network expectation from the RDMA ports under DIR/sys "
+                        "('/': this node; taken to stand for every node)")
     p.add_argument("--timeout", type=positive_float, default=1800.0, metavar="S", help="per binary (default 1800)")
     p.add_argument("--json", action="store_true", help="print the parsed run and verdict as JSON")
 
@@ -44,8 +54,10 @@ def register(subparsers: Any) -> None:
         "nccl-tests", help="run nccl-tests (all_reduce_perf ...) here, or parse a saved nccl-tests log or -J file",
         description="Run nccl-tests binaries on this node (TEST: all_reduce, all_gather, reduce_scatter, alltoall, "
                     "broadcast, reduce, sendrecv, gather, scatter, hypercube; extra nccl-tests arguments after '--'), "
-                    "or 'parse LOG|JSON|-' a saved output. Judged: #wrong = 0, the footer OK, and busbw at the "
-                    "largest size (or sizes >= --judge-min-bytes) >= --min-busbw.")
+                    "or 'parse LOG|JSON|-' a saved output. Judged: #wrong = 0, the footer OK, exit code 7 a data or "
+                    "bandwidth failure, and busbw at the largest size (or sizes >= --judge-min-bytes) against "
+                    "--min-busbw, else the expectation derived from the fabric (NVLink/PCIe from NVML or the GPU "
+                    "model, RDMA ports from sysfs) x 0.8.")
     _options(p)
     p.add_argument("items", nargs=argparse.REMAINDER, metavar="TEST ... [-- ARGS] | parse FILE",
                    help="tests to run (default all_reduce), then '-- <nccl-tests args>'; or 'parse FILE'")
@@ -63,7 +75,7 @@ def _split(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     _options(mini)
     mini.add_argument("rest", nargs="*")
     given = mini.parse_args(items)
-    for key in ("test", "min_busbw", "timeout"):
+    for key in ("test", "min_busbw", "timeout", "nvml_snapshot", "sysfs_root"):
         if getattr(given, key) is not None and getattr(given, key) != mini.get_default(key):
             setattr(args, key, getattr(given, key))
     args.judge_min_bytes = given.judge_min_bytes or args.judge_min_bytes
@@ -115,6 +127,26 @@ def _report(result: Any, judgement: Any, args: argparse.Namespace, run: Any = No
     return 0 if judgement.status in (Status.PASS, Status.WARN, Status.SKIP) else 1
 
 
+def _recorded_facts(args: argparse.Namespace) -> Any:
+    """:class:`~gpuaccept.nccltests.busbw.FabricFacts` from ``--nvml-snapshot`` and ``--sysfs-root``."""
+    from gpuaccept.hw.fabric_expect import node_nics
+    from gpuaccept.hw.nvml import snapshot_from_dict
+    from gpuaccept.nccltests.busbw import FabricFacts
+
+    snap = None
+    if args.nvml_snapshot:
+        try:
+            snap = snapshot_from_dict(json.loads(_read(args.nvml_snapshot)))
+        except ValueError as exc:
+            raise InputError(f"--nvml-snapshot {args.nvml_snapshot}: not an NVML dump ({exc})") from exc
+    nics = None
+    if args.sysfs_root:
+        from gpuaccept.hw.rdma import read_inventory
+
+        nics = node_nics(read_inventory(args.sysfs_root).ports)
+    return FabricFacts(snap, nics)
+
+
 def _guess_test(result: Any) -> str:
     from gpuaccept.nccltests.judge import canonical_test
 
@@ -127,7 +159,8 @@ def _guess_test(result: Any) -> str:
 
 
 def cmd_nccl_tests(args: argparse.Namespace) -> int:
-    from gpuaccept.nccltests.judge import canonical_test, find_binary, judge, places_looked, run_binary
+    from gpuaccept.nccltests.busbw import live_facts, result_fabric
+    from gpuaccept.nccltests.judge import OP_NAMES, canonical_test, find_binary, judge, places_looked, run_binary
     from gpuaccept.nccltests.parse import parse_any, parse_text
 
     items, extra = _split(args)
@@ -136,8 +169,10 @@ def cmd_nccl_tests(args: argparse.Namespace) -> int:
             raise UsageError("usage: gpuaccept nccl-tests parse LOG|JSON|- (one file)")
         result = parse_any(_read(items[1]))
         test = canonical_test(args.test) if args.test else _guess_test(result)
+        facts = _recorded_facts(args)
+        fabric, _why = result_fabric(result, OP_NAMES.get(test, test), facts)
         j = judge(result, test, min_busbw_gbs=args.min_busbw, judge_min_bytes=args.judge_min_bytes,
-                  source="--min-busbw")
+                  source="--min-busbw", fabric=fabric)
         return _report(result, j, args)
     if args.test is not None:
         raise UsageError("--test is for 'parse'; name the tests to run as arguments")
@@ -152,6 +187,7 @@ def cmd_nccl_tests(args: argparse.Namespace) -> int:
         return 2
     argv, env = gpu_args(extra, None, env)
     code = 0
+    facts = None
     for test, path in paths.items():
         assert path is not None
         run = run_binary(path, argv, args.timeout, env)
@@ -162,7 +198,11 @@ def cmd_nccl_tests(args: argparse.Namespace) -> int:
             print(f"gpuaccept: {test}_perf exited {run.returncode}: {exc}; stderr: {tail[0]}", file=sys.stderr)
             code = 1
             continue
+        if facts is None:
+            facts = _recorded_facts(args) if args.nvml_snapshot else live_facts(env.get("CUDA_VISIBLE_DEVICES"),
+                                                                                  args.sysfs_root)
+        fabric, _why = result_fabric(result, OP_NAMES.get(test, test), facts)
         j = judge(result, test, min_busbw_gbs=args.min_busbw, judge_min_bytes=args.judge_min_bytes,
-                  returncode=run.returncode, source="--min-busbw")
+                  returncode=run.returncode, source="--min-busbw", fabric=fabric)
         code = max(code, _report(result, j, args, run))
     return code

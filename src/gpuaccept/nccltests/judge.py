@@ -3,8 +3,12 @@
 Judgement (:func:`judge`): the run fails when any row has ``#wrong`` > 0, when the footer
 says ``Out of bounds values : N FAILED`` or ``Avg bus bandwidth ... FAILED``
 (``NCCL_TESTS_MIN_BW``), when the lowest busbw at the judged sizes is below the expectation,
-or when nccl-tests exited 7 (its ``testNumResults`` code for those same failures: data or
-bandwidth). Another non-zero exit, or output that ends before the footer, is an error.
+or when nccl-tests exited 7: a data or bandwidth failure. (nccl-tests 2.17's ``src/common.h``
+has ``testNumResults = 7``, and ``main`` in ``src/common.cu`` returns it when ``errors[0]`` (wrong
+elements) is non-zero or the average busbw is below 0.9 x ``NCCL_TESTS_MIN_BW``; builds before
+``testNotImplemented``/``testInvalidUsage`` were added return 5 for the same, which is judged by the
+footer alone.) Another non-zero exit, or output that ends before the footer, is an error. The busbw
+expectation and bound come from :mod:`gpuaccept.nccltests.busbw`, shared with the collectives check.
 
 The judged sizes are those >= ``judge_min_bytes`` (default 0: only the largest size), both
 placements; nccl-tests' "Avg bus bandwidth" averages all sizes, so small ones drag it down and it
@@ -24,7 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from gpuaccept.errors import UsageError
-from gpuaccept.model import Metric, Status, Threshold
+from gpuaccept.hw.fabric_expect import Expectation
+from gpuaccept.model import Metric, Status
+from gpuaccept.nccltests.busbw import Reference, busbw_reference, busbw_verdict, describe
 from gpuaccept.nccltests.parse import NcclTestsResult, Row
 
 TESTS = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce", "sendrecv", "gather",
@@ -113,11 +119,13 @@ def _size(n: int) -> str:
 
 
 def judge(result: NcclTestsResult, test: str, *, min_busbw_gbs: float | None = None, judge_min_bytes: int = 0,
-          returncode: int | None = 0, source: str = "param:min_busbw_gbs") -> Judgement:
+          returncode: int | None = 0, source: str = "param:min_busbw_gbs", fabric: Expectation | None = None,
+          baseline: Reference | None = None) -> Judgement:
     """Status, reason and metrics of one parsed run (pure; see the module docstring).
 
     Metrics: ``<op>_busbw_large_gbs`` (GB/s, the lowest busbw of both placements at the judged sizes,
-    with the threshold when ``min_busbw_gbs`` is set), ``<op>_wrong`` (sum of ``#wrong``),
+    with the expectation and bound of :func:`gpuaccept.nccltests.busbw.busbw_reference`: ``baseline``,
+    else ``min_busbw_gbs``, else the ``fabric`` expectation), ``<op>_wrong`` (sum of ``#wrong``),
     ``<op>_avg_busbw_gbs`` and ``<op>_out_of_bounds`` from the footer.
     """
     op = OP_NAMES.get(test, test)
@@ -126,9 +134,11 @@ def judge(result: NcclTestsResult, test: str, *, min_busbw_gbs: float | None = N
     large = [r for r in rows if r.size_bytes >= floor] or [max(rows, key=lambda r: r.size_bytes)]
     low = min(large, key=_low)
     tags: dict[str, str | int | float] = {"op": op, "size_bytes": low.size_bytes, "type": low.type}
-    threshold = Threshold(">=", min_busbw_gbs, Status.FAIL, source) if min_busbw_gbs else None
-    metrics = [Metric(f"{op}_busbw_large_gbs", _low(low), "GB/s", threshold=threshold, tags=tags)]
+    ref = busbw_reference(fabric, min_busbw_gbs=min_busbw_gbs, min_source=source, baseline=baseline)
+    metrics = [Metric(f"{op}_busbw_large_gbs", _low(low), "GB/s", expected=ref.expected, threshold=ref.threshold,
+                      tags=tags, expected_source=ref.expected_source)]
     problems: list[str] = []
+    warnings: list[str] = []
     wrong = _wrong_total(rows) if result.check_column == "#wrong" else None
     if wrong is not None:
         metrics.append(Metric(f"{op}_wrong", wrong, "count", tags={"op": op}))
@@ -144,14 +154,20 @@ def judge(result: NcclTestsResult, test: str, *, min_busbw_gbs: float | None = N
             problems.append(f"Out of bounds values: {f.out_of_bounds} FAILED")
         if f.avg_busbw_ok is False:
             problems.append(f"Avg bus bandwidth {f.avg_busbw_gbs:g} GB/s FAILED (below 0.9 x NCCL_TESTS_MIN_BW)")
-    if min_busbw_gbs and _low(low) < min_busbw_gbs:
-        problems.append(f"busbw {_low(low):.4g} GB/s at {_size(low.size_bytes)} is below {min_busbw_gbs:g} GB/s")
+    verdict = busbw_verdict(_low(low), ref)
+    if verdict is not Status.PASS and ref.threshold is not None:
+        miss = (f"busbw {_low(low):.4g} GB/s at {_size(low.size_bytes)} is below {ref.threshold.value:g} GB/s "
+                f"({ref.threshold.source})")
+        (problems if verdict is Status.FAIL else warnings).append(miss)
     hosts = result.hosts
     where = f"{len(result.devices)} ranks on {len(hosts)} hosts" if result.devices else "ranks unknown"
     what = (f"{test}_perf, {where}: busbw {_low(low):.4g} GB/s at {_size(low.size_bytes)} "
             f"({'sizes >= ' + _size(floor) if judge_min_bytes else 'largest size'}, lowest placement)")
+    if ref.expected is not None or ref.threshold is not None:
+        what += f"; {describe(ref)}"
     if returncode == EXIT_DATA_OR_BW and not problems:
-        problems.append("nccl-tests exited 7: out-of-bounds values or average bus bandwidth below NCCL_TESTS_MIN_BW")
+        problems.append("nccl-tests exited 7: a data or bandwidth failure (wrong elements, or average bus bandwidth "
+                        "below NCCL_TESTS_MIN_BW)")
     if problems:
         return Judgement(Status.FAIL, f"{what}; " + "; ".join(problems), metrics)
     if returncode not in (0, EXIT_DATA_OR_BW):
@@ -160,7 +176,9 @@ def judge(result: NcclTestsResult, test: str, *, min_busbw_gbs: float | None = N
         return Judgement(Status.ERROR, f"{what}; nccl-tests {code} ({said})", metrics)
     if f is None:
         return Judgement(Status.ERROR, f"{what}; the output ends before the footer (crashed or cut off)", metrics)
-    tail = "" if min_busbw_gbs else " (no busbw expectation: not judged)"
+    if warnings:
+        return Judgement(Status.WARN, f"{what}; " + "; ".join(warnings), metrics)
+    tail = "" if ref.threshold is not None else " (no busbw expectation: not judged)"
     return Judgement(Status.PASS, what + tail, metrics)
 
 

@@ -317,6 +317,8 @@ def _metrics_table(check: CheckResult, host: str, idx: OutlierIndex) -> str:
         pct_text = f"{pct:.0%}" if pct is not None else ""
         factor, unit = display_unit(m.value, m.unit)  # value, expected and threshold in one shown unit
         expected_td = _num_td(m.expected, "" if m.expected is None else fmt_number(m.expected * factor))
+        if m.expected is not None and m.expected_source:  # how it was derived, on hover
+            expected_td = expected_td.replace("<td ", f'<td title="{e(m.expected_source)}" ', 1)
         thr = f"{m.threshold.op} {fmt_number(m.threshold.value * factor)}" if m.threshold else ""
         if m.threshold is not None and m.threshold.clamped:
             thr += " (clamped: spread too wide to bound)"

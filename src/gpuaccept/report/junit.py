@@ -27,6 +27,7 @@ from gpuaccept.report.views import (
     metric_status,
     node_views,
     outliers,
+    reference_note,
     reference_text,
 )
 
@@ -59,13 +60,25 @@ def _judged_lines(check: CheckResult) -> list[str]:
     return out
 
 
+def _fabric_lines(check: CheckResult) -> list[str]:
+    """One line per metric whose expectation was derived from the fabric: measured next to derived."""
+    out = []
+    for m in check.metrics:
+        if not reference_note(m):
+            continue
+        where = f" on {m.device}" if m.device else ""
+        bound = f", threshold {bound_text(m)} ({m.threshold.source})" if m.threshold is not None else ""
+        out.append(f"EXPECTED: {m.name}{where} = {fmt_value(m.value, m.unit)}, {reference_text(m)}{bound}")
+    return out
+
+
 def _testcase(suite: ET.Element, node: NodeView, check: CheckResult, outlier_lines: list[str]) -> None:
     host = check_host(check, node)
     name = check.name + (f" rank {check.rank}" if check.rank is not None else "")
     case = ET.SubElement(suite, "testcase", classname=xml_text(host), name=xml_text(name),
                          time=_seconds(check.duration_s))
     reason = xml_text(check.reason)
-    body = "\n".join([reason, *_judged_lines(check), *outlier_lines]).strip()
+    body = "\n".join([reason, *_judged_lines(check), *_fabric_lines(check), *outlier_lines]).strip()
     if check.status is Status.FAIL:
         ET.SubElement(case, "failure", message=reason, type="fail").text = xml_text(body)
     elif check.status is Status.ERROR:
@@ -74,7 +87,7 @@ def _testcase(suite: ET.Element, node: NodeView, check: CheckResult, outlier_lin
         ET.SubElement(case, "skipped", message=reason)
     else:
         lines = ([f"WARN: {reason}"] if check.status is Status.WARN else [reason]) + _judged_lines(check) + \
-            outlier_lines
+            _fabric_lines(check) + outlier_lines
         ET.SubElement(case, "system-out").text = xml_text("\n".join(lines))
 
 

@@ -229,15 +229,29 @@ def threshold_met(m: Metric) -> bool | None:
 
 
 def reference_label(m: Metric, default: str = "expected") -> str:
-    """What ``m.expected`` is called where it is shown: ``baseline`` when a fleet baseline set it, else ``default``."""
-    return "baseline" if (m.expected_source or "").startswith("baseline") else default
+    """What ``m.expected`` is called where it is shown: ``baseline`` when a fleet baseline set it, ``fabric``
+    when it was derived from the fabric (:mod:`gpuaccept.hw.fabric_expect`), else ``default``."""
+    source = m.expected_source or ""
+    if source.startswith("baseline"):
+        return "baseline"
+    return "fabric" if source.startswith("fabric") else default
+
+
+def reference_note(m: Metric) -> str:
+    """How a fabric-derived expectation was derived (``8x NDR 400 Gb/s per node = 400 GB/s, efficiency
+    0.85``); empty for other references."""
+    source = m.expected_source or ""
+    return source.partition(":")[2].strip() if m.expected is not None and source.startswith("fabric") else ""
 
 
 def reference_text(m: Metric, default: str = "expected") -> str:
-    """``baseline 26.33 GB/s`` / ``spec 989.4 TFLOP/s``; empty without a reference."""
+    """``baseline 26.33 GB/s`` / ``spec 989.4 TFLOP/s`` / ``fabric 340 GB/s (8x NDR 400 Gb/s per node =
+    400 GB/s, efficiency 0.85)``; empty without a reference."""
     if m.expected is None:
         return ""
-    return f"{reference_label(m, default)} {fmt_value(m.expected, m.unit, like=m.value)}"
+    note = reference_note(m)
+    return (f"{reference_label(m, default)} {fmt_value(m.expected, m.unit, like=m.value)}"
+            + (f" ({note})" if note else ""))
 
 
 def bound_text(m: Metric) -> str:
