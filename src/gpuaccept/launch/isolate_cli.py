@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -143,26 +142,24 @@ def table(verdicts: Any) -> list[str]:
     return lines
 
 
-def _drain(args: argparse.Namespace, verdicts: Any) -> int:
-    from gpuaccept.results.isolate import drain_argv, drain_reason
+def _drain(args: argparse.Namespace, verdicts: Any, data: dict[str, Any], out: Any) -> int:
+    """Print (and with --apply run) the drain commands; the number of nodes that could not be drained."""
+    from gpuaccept.launch.isolate_drain import apply_drain
+    from gpuaccept.results.isolate import drain_commands
 
-    failed = 0
-    for v in verdicts.nodes:
-        if v.state != "bad":
-            continue
-        argv = drain_argv(v.node, drain_reason(v))
-        print(shlex.join(argv))
-        if args.apply:
-            try:
-                done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                print(f"[ISOLATE] cannot drain {v.node}: {exc}", file=sys.stderr)
-                failed += 1
-                continue
-            if done.returncode != 0:
-                print(f"[ISOLATE] cannot drain {v.node}: {(done.stderr or done.stdout).strip()}", file=sys.stderr)
-                failed += 1
-    return failed
+    commands = drain_commands(verdicts)
+    for argv in commands:
+        print(shlex.join(argv), file=out)
+    if not args.apply:
+        return 0
+    done = apply_drain(commands)
+    data["drained"] = [d.to_dict() for d in done]
+    for d in done:
+        if d.ok:
+            print(f"[ISOLATE] drained {d.node} (State={d.state})", file=out)
+        else:
+            print(f"[ISOLATE] cannot drain {d.node}: {d.error}", file=sys.stderr)
+    return sum(not d.ok for d in done)
 
 
 def _cmd_isolate(args: argparse.Namespace) -> int:
@@ -205,6 +202,6 @@ def _cmd_isolate(args: argparse.Namespace) -> int:
         print(f"[ISOLATE] note: {note}", file=out)
     print(f"[RESULT] {len(step.named('good'))} good, {len(data['suspect'])} suspect, {len(data['bad'])} bad "
           f"after {step.rounds} round(s)" + (f": bad {', '.join(data['bad'])}" if data["bad"] else ""), file=out)
+    drain_failed = _drain(args, step, data, out) if args.drain else 0
     _emit_json(args, data)
-    drain_failed = _drain(args, step) if args.drain else 0
     return EXIT_OK if step.all_good and not drain_failed else EXIT_FAILED
