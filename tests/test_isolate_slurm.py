@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -101,3 +102,30 @@ def test_isolation_drains_the_broken_node_it_found_and_no_other(cluster: LocalSl
     assert reason(cluster, "node3").startswith("gpuaccept: isolated: failed with ")
     for node in ("node1", "node2", "node4"):
         assert not is_draining(node_state(show_node(cluster, node)))
+
+
+def test_the_broken_node_is_found_by_pair_tests_run_as_slurm_jobs(cluster: LocalSlurm, tmp_path: Path) -> None:
+    """Every pair test is ``gpuaccept launch slurm --nodes 2 --nodelist A,B --checks collectives``: an sbatch job
+    whose two srun tasks meet over torchrun's rendezvous; node2's ranks fail the check (the test-only hook)."""
+    env = launch_env(SLURM_CONF=str(cluster.conf), GPUACCEPT_TEST_FAULT_HOST="node2")
+    r = gpuaccept("isolate", "--backend", "slurm", "--nodes", "node[1-4]", "--device", "cpu", "--results-dir",
+                  str(tmp_path / "runs"), "--json", str(tmp_path / "v.json"), f"--launch-arg=--python={sys.executable}",
+                  "--test-timeout", "240", env=env, timeout=900)
+    assert r.returncode == 1, r.stdout + r.stderr + cluster.log_tail()
+    data = json.loads((tmp_path / "v.json").read_text())
+    assert data["bad"] == ["node2"] and sorted(data["good"]) == ["node1", "node3", "node4"], r.stdout
+    bad = next(n for n in data["nodes"] if n["node"] == "node2")
+    assert len(bad["strikes"]) >= 2
+    assert all(not e["passed"] and "injected fault on node2" in e["reason"] for e in bad["evidence"])
+    assert len(data["cluster_reports"]) == len(data["tests_run"])
+    ran = []
+    for path in data["cluster_reports"].values():  # each test ran as its own Slurm job on exactly its two nodes
+        report = json.loads(Path(path).read_text())
+        hosts = sorted(n["host"] for n in report["nodes"])
+        assert report["backend"] == "slurm" and cluster.wait_job(report["job_id"]) in ("COMPLETED", "FAILED")
+        script = (Path(path).parent / "launch" / "job.sbatch").read_text()
+        assert f"#SBATCH --nodelist={','.join(hosts)}\n" in script or \
+            f"#SBATCH --nodelist={','.join(reversed(hosts))}\n" in script
+        ran.append(hosts)
+    assert sorted(ran) == sorted(sorted(t["nodes"]) for t in data["tests_run"])
+    assert re.search(r"\[ISOLATE\] node\d, node\d: slurm job \d+", r.stdout)
