@@ -45,7 +45,19 @@ def register(subparsers: Any) -> None:
     p.add_argument("--json", default=None, metavar="PATH", help="also write the verdicts as JSON ('-': stdout)")
     p.add_argument("--drain", action="store_true", help="print the scontrol commands that drain the bad nodes")
     p.add_argument("--apply", action="store_true", help="with --drain: run them")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the first round's tests as 'gpuaccept launch' commands and run nothing")
     r = p.add_argument_group("pair tests")
+    r.add_argument("--pair-test", choices=("collectives", "nccl-tests"), default="collectives",
+                   help="collectives: our check (default); nccl-tests: all_reduce_perf (slurm and mpi only)")
+    r.add_argument("--gpus-per-node", type=positive_int, default=8, metavar="G",
+                   help="nccl-tests: GPUs per node (default: 8)")
+    r.add_argument("--nccl-arg", action="append", default=None, metavar="ARG",
+                   help="nccl-tests: an all_reduce_perf argument (repeatable; default -b 8M -e 1G -f 2; -g is "
+                        "set by the plan), e.g. --nccl-arg=-e --nccl-arg=8G")
+    r.add_argument("--nccl-tests-bin", default=None, metavar="PATH",
+                   help="nccl-tests: all_reduce_perf on the nodes (default: as found here on $PATH, "
+                        "$NCCL_TESTS_DIR or /workspace/nccl-tests/build, else all_reduce_perf)")
     r.add_argument("--device", choices=("auto", "cuda", "cpu"), default=None, help="passed to each launch")
     r.add_argument("--profile", choices=("quick", "standard", "full"), default="quick",
                    help="profile of the collectives check (default: quick)")
@@ -162,6 +174,34 @@ def _drain(args: argparse.Namespace, verdicts: Any, data: dict[str, Any], out: A
     return sum(not d.ok for d in done)
 
 
+def _pair_test(args: argparse.Namespace) -> Any:
+    from gpuaccept.launch.isolate_nccl import BINARY, DEFAULT_ARGS, command
+    from gpuaccept.launch.isolate_run import PairTest
+
+    if args.pair_test == "collectives":
+        for flag, given in (("--nccl-arg", args.nccl_arg), ("--nccl-tests-bin", args.nccl_tests_bin)):
+            if given:
+                raise UsageError(f"{flag} is for --pair-test nccl-tests")
+        return PairTest()
+    binary = args.nccl_tests_bin
+    if binary is None:
+        from gpuaccept.nccltests.judge import find_binary
+
+        binary = find_binary("all_reduce") or BINARY
+    pair = PairTest("nccl-tests", args.gpus_per_node, tuple(args.nccl_arg or DEFAULT_ARGS), binary, args.min_busbw)
+    command(args.backend, pair.gpus, pair.args, pair.binary)  # UsageError for what cannot run
+    return pair
+
+
+def _dry_run(args: argparse.Namespace, runner: Any, first: Any, tag: str) -> int:
+    """Round 1 as the 'gpuaccept launch' command of each test (pure output: the plan; nothing runs)."""
+    print(f"# gpuaccept isolate: round 1 of {args.mode} mode, {len(first.tests)} test(s) in parallel, each run "
+          f"{first.repeat} time(s); later rounds depend on the results")
+    for i, test in enumerate(first.tests):
+        print(shlex.join(["gpuaccept", *runner.argv(test, f"{tag}-r1-t{i}-0")]))
+    return EXIT_OK
+
+
 def _cmd_isolate(args: argparse.Namespace) -> int:
     from gpuaccept.launch.isolate_run import PairRunner
     from gpuaccept.results.isolate import Result, Round, next_step, validate
@@ -176,14 +216,17 @@ def _cmd_isolate(args: argparse.Namespace) -> int:
     racks = parse_racks(args.racks)
     settings = _settings(args)
     validate(nodes, settings, racks)
-    extra = ["--profile", args.profile, *(["--device", args.device] if args.device else []),
-             *(args.launch_arg or [])]
+    pair = _pair_test(args)
+    extra = [*(["--profile", args.profile, *(["--device", args.device] if args.device else [])]
+               if pair.kind == "collectives" else []), *(args.launch_arg or [])]
     from gpuaccept.launch.cli import new_run_id
 
-    tag = new_run_id("isolate")
+    tag = "dry-run" if args.dry_run else new_run_id("isolate")
     out = sys.stderr if args.json == "-" else sys.stdout
     runner = PairRunner(args.backend, Path(args.results_dir).resolve(), extra, args.test_timeout, name="isolate",
-                        log=out)
+                        log=out, pair=pair)
+    if args.dry_run:
+        return _dry_run(args, runner, next_step(nodes, [], settings, racks), tag)
     results: list[Result] = []
     while True:
         step = next_step(nodes, results, settings, racks)
