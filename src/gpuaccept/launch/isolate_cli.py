@@ -1,4 +1,4 @@
-"""``gpuaccept isolate``: which node is bad. Pairwise or bisection rounds of the collectives check.
+"""``gpuaccept isolate``: which node is bad. Pairwise or bisection rounds of the collectives check (or nccl-tests).
 
 Exit codes: 0 every node good, 1 a node is bad or still suspect (or ``--apply``
 could not drain one), 2 bad usage or input (fewer than 2 nodes, a threshold
@@ -22,7 +22,8 @@ from gpuaccept.errors import InputError, UsageError
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "isolate", help="find the bad node(s): pair tests in rounds, re-tests with good partners, bisection",
-        description="Run the collectives check on disjoint pairs of nodes in parallel rounds (or on halves of the "
+        description="Run the collectives check (or nccl-tests' all_reduce_perf, --pair-test nccl-tests) on disjoint "
+                    "pairs of nodes in parallel rounds (or on halves of the "
                     "node set, with --mode bisect), re-test each suspect with nodes that passed, and name the bad "
                     "nodes with the evidence (partners, busbw). Exit 0 all good, 1 bad or suspect nodes, 2 bad "
                     "input. --simulate drives the same planner with a fake pair test.")
