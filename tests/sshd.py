@@ -3,7 +3,7 @@
 :func:`start_sshd` generates a host key and a user key in a temporary
 directory, writes an ``sshd_config`` (127.0.0.1 only, public-key login for
 the current user, root included since CI runs as root) and an ``ssh_config``
-whose aliases ``node-a`` and ``node-b`` both reach that server, then runs
+whose aliases (``node-a`` and ``node-b`` unless told others) all reach that server, then runs
 ``/usr/sbin/sshd -D -e -f CONFIG`` until the fixture ends.
 
 :func:`need_binary` is the rule for system binaries: missing means skip with
@@ -18,7 +18,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,8 +92,9 @@ def _wait_listening(port: int, proc: subprocess.Popen[bytes], log: Path, deadlin
     raise RuntimeError(f"sshd did not listen on 127.0.0.1:{port} within {deadline_s} s")
 
 
-def start_sshd(directory: Path) -> Iterator[Sshd]:
-    """Generator for a fixture: yields a running :class:`Sshd`, stops it afterwards."""
+def start_sshd(directory: Path, aliases: Sequence[str] = ("node-a", "node-b")) -> Iterator[Sshd]:
+    """Generator for a fixture: yields a running :class:`Sshd`, stops it afterwards. Every name of ``aliases``
+    is a ``Host`` of the generated ssh config that reaches this server."""
     sshd = need_binary(SSHD, "the ssh launcher tests run a real sshd; apt-get install openssh-server")
     need_binary("ssh", "apt-get install openssh-client")
     need_binary("scp", "apt-get install openssh-client")
@@ -137,7 +138,7 @@ def start_sshd(directory: Path) -> Iterator[Sshd]:
     common = ["    HostName 127.0.0.1", f"    Port {port}", f"    User {user}", f"    IdentityFile {user_key}",
               "    IdentitiesOnly yes", "    StrictHostKeyChecking no", "    UserKnownHostsFile /dev/null",
               "    LogLevel ERROR"]
-    ssh_config.write_text("\n".join(["Host node-a", *common, "", "Host node-b", *common, ""]))
+    ssh_config.write_text("\n".join(line for alias in aliases for line in (f"Host {alias}", *common, "")))
     log = directory / "sshd.log"
     with open(log, "wb") as log_fh:
         proc = subprocess.Popen([sshd, "-D", "-e", "-f", str(config)], stdin=subprocess.DEVNULL,

@@ -1,4 +1,4 @@
-"""``gpuaccept isolate``: which node is bad. Pairwise or bisection rounds of the collectives check.
+"""``gpuaccept isolate``: which node is bad. Pairwise or bisection rounds of the collectives check (or nccl-tests).
 
 Exit codes: 0 every node good, 1 a node is bad or still suspect (or ``--apply``
 could not drain one), 2 bad usage or input (fewer than 2 nodes, a threshold
@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,8 @@ from gpuaccept.errors import InputError, UsageError
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "isolate", help="find the bad node(s): pair tests in rounds, re-tests with good partners, bisection",
-        description="Run the collectives check on disjoint pairs of nodes in parallel rounds (or on halves of the "
+        description="Run the collectives check (or nccl-tests' all_reduce_perf, --pair-test nccl-tests) on disjoint "
+                    "pairs of nodes in parallel rounds (or on halves of the "
                     "node set, with --mode bisect), re-test each suspect with nodes that passed, and name the bad "
                     "nodes with the evidence (partners, busbw). Exit 0 all good, 1 bad or suspect nodes, 2 bad "
                     "input. --simulate drives the same planner with a fake pair test.")
@@ -46,7 +46,19 @@ def register(subparsers: Any) -> None:
     p.add_argument("--json", default=None, metavar="PATH", help="also write the verdicts as JSON ('-': stdout)")
     p.add_argument("--drain", action="store_true", help="print the scontrol commands that drain the bad nodes")
     p.add_argument("--apply", action="store_true", help="with --drain: run them")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the first round's tests as 'gpuaccept launch' commands and run nothing")
     r = p.add_argument_group("pair tests")
+    r.add_argument("--pair-test", choices=("collectives", "nccl-tests"), default="collectives",
+                   help="collectives: our check (default); nccl-tests: all_reduce_perf (slurm and mpi only)")
+    r.add_argument("--gpus-per-node", type=positive_int, default=8, metavar="G",
+                   help="nccl-tests: GPUs per node (default: 8)")
+    r.add_argument("--nccl-arg", action="append", default=None, metavar="ARG",
+                   help="nccl-tests: an all_reduce_perf argument (repeatable; default -b 8M -e 1G -f 2; -g is "
+                        "set by the plan), e.g. --nccl-arg=-e --nccl-arg=8G")
+    r.add_argument("--nccl-tests-bin", default=None, metavar="PATH",
+                   help="nccl-tests: all_reduce_perf on the nodes (default: as found here on $PATH, "
+                        "$NCCL_TESTS_DIR or /workspace/nccl-tests/build, else all_reduce_perf)")
     r.add_argument("--device", choices=("auto", "cuda", "cpu"), default=None, help="passed to each launch")
     r.add_argument("--profile", choices=("quick", "standard", "full"), default="quick",
                    help="profile of the collectives check (default: quick)")
@@ -143,26 +155,52 @@ def table(verdicts: Any) -> list[str]:
     return lines
 
 
-def _drain(args: argparse.Namespace, verdicts: Any) -> int:
-    from gpuaccept.results.isolate import drain_argv, drain_reason
+def _drain(args: argparse.Namespace, verdicts: Any, data: dict[str, Any], out: Any) -> int:
+    """Print (and with --apply run) the drain commands; the number of nodes that could not be drained."""
+    from gpuaccept.launch.isolate_drain import apply_drain
+    from gpuaccept.results.isolate import drain_commands
 
-    failed = 0
-    for v in verdicts.nodes:
-        if v.state != "bad":
-            continue
-        argv = drain_argv(v.node, drain_reason(v))
-        print(shlex.join(argv))
-        if args.apply:
-            try:
-                done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                print(f"[ISOLATE] cannot drain {v.node}: {exc}", file=sys.stderr)
-                failed += 1
-                continue
-            if done.returncode != 0:
-                print(f"[ISOLATE] cannot drain {v.node}: {(done.stderr or done.stdout).strip()}", file=sys.stderr)
-                failed += 1
-    return failed
+    commands = drain_commands(verdicts)
+    for argv in commands:
+        print(shlex.join(argv), file=out)
+    if not args.apply:
+        return 0
+    done = apply_drain(commands)
+    data["drained"] = [d.to_dict() for d in done]
+    for d in done:
+        if d.ok:
+            print(f"[ISOLATE] drained {d.node} (State={d.state})", file=out)
+        else:
+            print(f"[ISOLATE] cannot drain {d.node}: {d.error}", file=sys.stderr)
+    return sum(not d.ok for d in done)
+
+
+def _pair_test(args: argparse.Namespace) -> Any:
+    from gpuaccept.launch.isolate_nccl import BINARY, DEFAULT_ARGS, command
+    from gpuaccept.launch.isolate_run import PairTest
+
+    if args.pair_test == "collectives":
+        for flag, given in (("--nccl-arg", args.nccl_arg), ("--nccl-tests-bin", args.nccl_tests_bin)):
+            if given:
+                raise UsageError(f"{flag} is for --pair-test nccl-tests")
+        return PairTest()
+    binary = args.nccl_tests_bin
+    if binary is None:
+        from gpuaccept.nccltests.judge import find_binary
+
+        binary = find_binary("all_reduce") or BINARY
+    pair = PairTest("nccl-tests", args.gpus_per_node, tuple(args.nccl_arg or DEFAULT_ARGS), binary, args.min_busbw)
+    command(args.backend, pair.gpus, pair.args, pair.binary)  # UsageError for what cannot run
+    return pair
+
+
+def _dry_run(args: argparse.Namespace, runner: Any, first: Any, tag: str) -> int:
+    """Round 1 as the 'gpuaccept launch' command of each test (pure output: the plan; nothing runs)."""
+    print(f"# gpuaccept isolate: round 1 of {args.mode} mode, {len(first.tests)} test(s) in parallel, each run "
+          f"{first.repeat} time(s); later rounds depend on the results")
+    for i, test in enumerate(first.tests):
+        print(shlex.join(["gpuaccept", *runner.argv(test, f"{tag}-r1-t{i}-0")]))
+    return EXIT_OK
 
 
 def _cmd_isolate(args: argparse.Namespace) -> int:
@@ -179,14 +217,17 @@ def _cmd_isolate(args: argparse.Namespace) -> int:
     racks = parse_racks(args.racks)
     settings = _settings(args)
     validate(nodes, settings, racks)
-    extra = ["--profile", args.profile, *(["--device", args.device] if args.device else []),
-             *(args.launch_arg or [])]
+    pair = _pair_test(args)
+    extra = [*(["--profile", args.profile, *(["--device", args.device] if args.device else [])]
+               if pair.kind == "collectives" else []), *(args.launch_arg or [])]
     from gpuaccept.launch.cli import new_run_id
 
-    tag = new_run_id("isolate")
+    tag = "dry-run" if args.dry_run else new_run_id("isolate")
     out = sys.stderr if args.json == "-" else sys.stdout
     runner = PairRunner(args.backend, Path(args.results_dir).resolve(), extra, args.test_timeout, name="isolate",
-                        log=out)
+                        log=out, pair=pair)
+    if args.dry_run:
+        return _dry_run(args, runner, next_step(nodes, [], settings, racks), tag)
     results: list[Result] = []
     while True:
         step = next_step(nodes, results, settings, racks)
@@ -205,6 +246,6 @@ def _cmd_isolate(args: argparse.Namespace) -> int:
         print(f"[ISOLATE] note: {note}", file=out)
     print(f"[RESULT] {len(step.named('good'))} good, {len(data['suspect'])} suspect, {len(data['bad'])} bad "
           f"after {step.rounds} round(s)" + (f": bad {', '.join(data['bad'])}" if data["bad"] else ""), file=out)
+    drain_failed = _drain(args, step, data, out) if args.drain else 0
     _emit_json(args, data)
-    drain_failed = _drain(args, step) if args.drain else 0
     return EXIT_OK if step.all_good and not drain_failed else EXIT_FAILED

@@ -81,6 +81,32 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
+@dataclass(frozen=True)
+class PairTest:
+    """What each pair test runs: ``collectives`` (our check, the default) or ``nccl-tests`` (all_reduce_perf
+    with ``gpus`` GPUs per node, ``args`` and ``binary``; see :mod:`gpuaccept.launch.isolate_nccl`)."""
+
+    kind: str = "collectives"
+    gpus: int = 8
+    args: tuple[str, ...] = ()
+    binary: str = "all_reduce_perf"
+    min_busbw: float | None = None
+
+
+def launch_argv(backend: str, nodes: Sequence[str], run_id: str, results_dir: str, name: str,
+                pair: PairTest, launch_args: Sequence[str] = (), port: int | None = None) -> list[str]:
+    """The ``gpuaccept launch`` argv (without ``gpuaccept``) of one test on ``nodes`` (pure)."""
+    head = ["launch", backend, *node_flags(backend, nodes), "--results-dir", results_dir, "--run-id", run_id,
+            "--name", name, *(["--master-port", str(port)] if port else []), *launch_args]
+    if pair.kind == "collectives":
+        return [*head, "--checks", "collectives"]
+    if pair.kind == "nccl-tests":
+        from gpuaccept.launch.isolate_nccl import launch_flags
+
+        return [*head, *launch_flags(backend, pair.gpus, pair.args, pair.binary)]
+    raise UsageError(f"--pair-test is collectives or nccl-tests, not {pair.kind!r}")
+
+
 @dataclass
 class _Job:
     test: Test
@@ -91,6 +117,7 @@ class _Job:
     submission: Any = None
     started: float = 0.0
     result: Run | None = None
+    state: Any = None
 
 
 @dataclass
@@ -104,16 +131,18 @@ class PairRunner:
     poll_s: float = 1.0
     name: str = "isolate"
     log: IO[str] | None = None
-    cluster_reports: dict[str, str] = field(default_factory=dict)  # run id -> path of its cluster report
+    pair: PairTest = field(default_factory=PairTest)
+    cluster_reports: dict[str, str] = field(default_factory=dict)  # run id -> path of its cluster report or log
+
+    def argv(self, test: Test, run_id: str, port: int | None = None) -> list[str]:
+        return launch_argv(self.backend, test.nodes, run_id, str(self.results_dir), self.name, self.pair,
+                           self.launch_args, port)
 
     def _prepare(self, test: Test, run_id: str, port: int | None) -> _Job:
         from gpuaccept.cli import build_parser
         from gpuaccept.launch.cli import build_spec
 
-        argv = ["launch", self.backend, *node_flags(self.backend, test.nodes), "--checks", "collectives",
-                "--results-dir", str(self.results_dir), "--run-id", run_id, "--name", self.name,
-                *(["--master-port", str(port)] if port else []), *self.launch_args]
-        args = build_parser().parse_args(argv)
+        args = build_parser().parse_args(self.argv(test, run_id, port))
         cls = args.launch_parser.load()
         spec = build_spec(args, cls)
         backend = cls()
@@ -165,6 +194,7 @@ class PairRunner:
                 late = self.timeout_s is not None and time.monotonic() - job.started >= self.timeout_s
                 if late and not state.done:
                     job.backend.cancel(job.submission)
+                job.state = state
                 if state.done or late:
                     job.result = self._collect(job, timed_out=late and not state.done)
                     pending.remove(job)
@@ -172,6 +202,26 @@ class PairRunner:
                 time.sleep(self.poll_s)
 
     def _collect(self, job: _Job, timed_out: bool) -> Run:
+        run = self._nccl_run(job) if self.pair.kind == "nccl-tests" else self._cluster_run(job)
+        if timed_out:
+            run = Run(False, run.busbw, f"timed out after {self.timeout_s:g} s")
+        bw = f"{run.busbw:.3g} GB/s" if run.busbw is not None else "no busbw"
+        self._say(f"[ISOLATE] {', '.join(job.test.nodes)}: {'pass' if run.ok else 'FAIL'} ({bw})"
+                  + (f": {run.reason}" if run.reason else ""))
+        return run
+
+    def _nccl_run(self, job: _Job) -> Run:
+        from gpuaccept.launch.isolate_nccl import job_output, run_from_output
+        from gpuaccept.launch.jobargv import launch_dir
+
+        where = Path(launch_dir(job.spec))
+        text = job_output(self.backend, where, job.submission.job_id)
+        self.cluster_reports[job.run_id] = str(where)
+        state = job.state
+        return run_from_output(text, len(job.test.nodes), self.pair.gpus, job_ok=bool(state and state.ok),
+                               job_state=getattr(state, "state", ""), min_busbw=self.pair.min_busbw)
+
+    def _cluster_run(self, job: _Job) -> Run:
         from gpuaccept.launch.collect import backend_reports, write_cluster
         from gpuaccept.launch.gather import merge_reports
 
@@ -181,10 +231,4 @@ class PairRunner:
                                 expected_hosts=job.submission.hosts or job.plan.expected_hosts,
                                 expected_nodes=len(job.test.nodes), job_id=job.submission.job_id)
         self.cluster_reports[job.run_id] = str(write_cluster(cluster, run_dir, None))
-        run = run_from_cluster(cluster.to_dict())
-        if timed_out:
-            run = Run(False, run.busbw, f"timed out after {self.timeout_s:g} s")
-        bw = f"{run.busbw:.3g} GB/s" if run.busbw is not None else "no busbw"
-        self._say(f"[ISOLATE] {', '.join(job.test.nodes)}: {'pass' if run.ok else 'FAIL'} ({bw})"
-                  + (f": {run.reason}" if run.reason else ""))
-        return run
+        return run_from_cluster(cluster.to_dict())

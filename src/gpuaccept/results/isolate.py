@@ -347,3 +347,8 @@ def drain_reason(v: NodeVerdict) -> str:
             bw = f" ({e['busbw']:.3g} GB/s)" if e["busbw"] is not None else ""
             bits.append(f"{','.join(e['partners'])}{bw}")
     return "isolated: failed with " + "; ".join(bits[:4]) if bits else "isolated as bad"
+
+
+def drain_commands(verdicts: Verdicts) -> list[list[str]]:
+    """The ``scontrol update`` argv of every bad node, in node order (pure; ``--drain`` prints them)."""
+    return [drain_argv(v.node, drain_reason(v)) for v in verdicts.nodes if v.state == "bad"]
