@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO
@@ -63,8 +64,11 @@ def _free_ports(count: int, consecutive: bool = False) -> list[int]:
 class LocalSlurm:
     """Start with :meth:`start` (or as a context manager); :meth:`stop` ends every daemon it started."""
 
-    def __init__(self, base: Path | None = None) -> None:
+    def __init__(self, base: Path | None = None, extra_conf: Sequence[str] = ()) -> None:
+        """``extra_conf``: more ``slurm.conf`` lines (``HealthCheckProgram=...``), written after the defaults
+        and before the node and partition lines; ``{base}`` in them becomes the cluster's directory."""
         self.owns_base = base is None
+        self.extra_conf = list(extra_conf)
         self.base = Path(base or tempfile.mkdtemp(prefix="gpuaccept-slurm-"))
         self.base.chmod(0o755)
         self.conf = self.base / "slurm.conf"
@@ -120,6 +124,7 @@ class LocalSlurm:
             "InactiveLimit=0",
             "KillWait=5",
             "MinJobAge=300",
+            *(line.replace("{base}", str(b)) for line in self.extra_conf),
             f"NodeName=node[1-{len(NODES)}] NodeHostname={host} NodeAddr=127.0.0.1 "
             f"Port=[{node_ports[0]}-{node_ports[-1]}] CPUs={cpus} State=UNKNOWN",
             f"PartitionName=debug Nodes=node[1-{len(NODES)}] Default=YES MaxTime=INFINITE State=UP",
