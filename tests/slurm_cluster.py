@@ -296,7 +296,40 @@ def record(out: Path) -> None:
         save("scontrol_hostnames.txt", c.run("scontrol", "show", "hostnames", "node[1-2]").stdout)
 
 
+def record_nodes(out: Path) -> None:
+    """Record what ``scontrol show node`` prints in the states healthcheck reads (``scontrol_node_*.txt``)."""
+    out.mkdir(parents=True, exist_ok=True)
+    with LocalSlurm() as c:
+        def save(name: str, text: str) -> None:
+            (out / name).write_text(text)
+            print(f"recorded {name}")
+
+        save("scontrol_node_idle.txt", c.run("scontrol", "show", "node", "-o", "node1").stdout)
+        c.run("scontrol", "update", "NodeName=node1", "State=DRAIN", "Reason=gpuaccept: compute: injected fault")
+        save("scontrol_node_drained_ours.txt", c.run("scontrol", "show", "node", "-o", "node1").stdout)
+        save("scontrol_node_drained_multiline.txt", c.run("scontrol", "show", "node", "node1").stdout)
+        c.run("scontrol", "update", "NodeName=node2", "State=DRAIN", "Reason=bad DIMM, ticket 4711")
+        save("scontrol_node_drained_admin.txt", c.run("scontrol", "show", "node", "-o", "node2").stdout)
+        c.run("scontrol", "update", "NodeName=node2", "State=RESUME")
+        job = c.run("sbatch", "--parsable", "-w", "node2", "-n1", "--wrap", "sleep 60").stdout.strip()
+        deadline = time.monotonic() + 30
+        while "RUNNING" not in c.run("squeue", "-h", "-j", job, "-o", "%T").stdout and time.monotonic() < deadline:
+            time.sleep(0.3)
+        c.run("scontrol", "update", "NodeName=node2", "State=DRAIN", "Reason=gpuaccept: health: XID 79 on GPU 3")
+        save("scontrol_node_draining_job.txt", c.run("scontrol", "show", "node", "-o", "node2").stdout)
+        c.run("scancel", job)
+        save("scontrol_node_unknown.txt", c.run("scontrol", "show", "node", "-o", "nosuch").stdout)
+        save("scontrol_update_unknown.stderr.txt",
+             c.run("scontrol", "update", "NodeName=nosuch", "State=RESUME").stderr)
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
+    r = subprocess.run(["scontrol", "show", "node", "-o", "node1"], capture_output=True, text=True, env=env,
+                       check=False, cwd="/")
+    save_plain = out / "scontrol_no_cluster.stderr.txt"
+    save_plain.write_text(r.stderr)
+    print(f"recorded {save_plain.name} (exit {r.returncode})")
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] != "record":
-        sys.exit("usage: python -m tests.slurm_cluster record DIR")
-    record(Path(sys.argv[2]))
+    if len(sys.argv) != 3 or sys.argv[1] not in ("record", "record-nodes"):
+        sys.exit("usage: python -m tests.slurm_cluster record|record-nodes DIR")
+    (record if sys.argv[1] == "record" else record_nodes)(Path(sys.argv[2]))
