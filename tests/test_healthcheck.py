@@ -5,7 +5,6 @@ tested on the real local cluster in ``tests/test_healthcheck_slurm.py``."""
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -37,7 +36,7 @@ from gpuaccept.health.slurm import (
     this_node,
 )
 from gpuaccept.model import Status, Verdict
-from tests.helpers import gpuaccept
+from tests.helpers import gpuaccept, validate_report
 from tests.launch_support import SLURM_DATA, one_error_line
 
 
@@ -246,7 +245,7 @@ def test_healthy_cpu_run_prints_one_summary_line(tmp_path: Path) -> None:
     assert "health SKIP, disk PASS, compute PASS" in lines[0]
     assert time.monotonic() - started < 40
     run_dir = Path(lines[0].rsplit("report: ", 1)[1]).parent
-    report = json.loads((run_dir / "report.json").read_text())
+    report = validate_report(run_dir / "report.json")
     assert report["profile"] == "health" and report["verdict"] == "success" and run_dir.name.startswith("hc-")
 
 
