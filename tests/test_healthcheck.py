@@ -6,6 +6,8 @@ tested on the real local cluster in ``tests/test_healthcheck_slurm.py``."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -36,7 +38,7 @@ from gpuaccept.health.slurm import (
     this_node,
 )
 from gpuaccept.model import Status, Verdict
-from tests.helpers import gpuaccept, validate_report
+from tests.helpers import cli_env, gpuaccept, validate_report
 from tests.launch_support import SLURM_DATA, one_error_line
 
 
@@ -191,6 +193,8 @@ def test_budget_outside_its_bounds_is_refused(budget: float) -> None:
     ("prolog", Ending(Verdict.FAILURE, slurm_failed=True), 1),
     ("prolog", Ending(Verdict.SUCCESS, slurm_failed=True), 0),
     ("prolog", Ending(None, report_write_failed=True), 0),
+    ("prolog", Ending(Verdict.RUNNING, report_write_failed=True), 0),
+    ("check", Ending(Verdict.RUNNING, report_write_failed=True), 4),
     ("prolog", Ending(Verdict.INTERRUPTED, interrupted=True), 0),
     ("prolog", Ending(None, usage_error=True), 2),
     ("epilog", Ending(Verdict.NOTHING_MEASURED), 1),
@@ -288,14 +292,17 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], words
 
 
 def test_slurm_drain_outside_a_slurm_node_is_refused_before_anything_runs(tmp_path: Path) -> None:
-    """No cluster here: scontrol (if installed) finds no configuration; without scontrol, PATH has none."""
-    env = {k: v for k, v in os.environ.items() if k.startswith(("SLURM_", "SLURMD_"))}
-    assert not env or "SLURM_CONF" not in env
-    r = gpuaccept("healthcheck", "--device", "cpu", "--slurm", "drain", "--report-dir", str(tmp_path / "rep"),
+    """No cluster here: SLURM_CONF naming no file, scontrol finding no configuration, or no scontrol."""
+    rep = tmp_path / "rep"
+    r = gpuaccept("healthcheck", "--device", "cpu", "--slurm", "drain", "--report-dir", str(rep),
                   SLURM_CONF=str(tmp_path / "no-such-slurm.conf"))
     line = one_error_line(r)
-    assert line.startswith("gpuaccept: error: --slurm drain: ") and "nothing was run or drained" in line
-    assert not (tmp_path / "rep").exists()
-    r = gpuaccept("healthcheck", "--device", "cpu", "--slurm", "drain", "--report-dir", str(tmp_path / "rep"),
-                  PATH=str(tmp_path))
-    assert "nothing was run or drained" in one_error_line(r)
+    assert line.startswith("gpuaccept: error: --slurm drain: SLURM_CONF=") and "nothing was run or drained" in line
+    env = {k: v for k, v in cli_env().items() if not k.startswith("SLURM")}
+    for path in (os.environ.get("PATH", ""), str(tmp_path)):  # the real scontrol if installed; then none on PATH
+        r = subprocess.run([sys.executable, "-m", "gpuaccept", "healthcheck", "--device", "cpu", "--slurm", "drain",
+                            "--report-dir", str(rep)], capture_output=True, text=True, timeout=60, check=False,
+                           env={**env, "PATH": path})
+        line = one_error_line(r)
+        assert line.startswith("gpuaccept: error: --slurm drain: ") and "nothing was run or drained" in line
+    assert not rep.exists()

@@ -70,13 +70,21 @@ def find_scontrol() -> str | None:
         (str(p) for p in (Path("/usr/bin/scontrol"), Path("/usr/local/bin/scontrol")) if p.exists()), None)
 
 
+class NoAnswer(InputError):
+    """scontrol gave no answer in time (slurmctld busy or unreachable): not a sign of a wrong command line."""
+
+
 def _scontrol(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
     """Run one scontrol command; InputError carrying its first error line when it fails."""
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
                               stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        raise InputError(f"{' '.join(argv[1:3])}: no answer in {timeout:g} s") from None
+    except subprocess.TimeoutExpired as exc:
+        said = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+        errors = [ln.strip() for ln in said.splitlines() if "error:" in ln]
+        if errors:  # scontrol retrying a configuration it cannot read: a wrong set-up, not a busy slurmctld
+            raise InputError(f"{' '.join(argv[1:3])}: {errors[0]}") from None
+        raise NoAnswer(f"{' '.join(argv[1:3])}: no answer in {timeout:.3g} s") from None
     except OSError as exc:
         raise InputError(f"{argv[0]}: {exc.strerror or exc}") from None
     if done.returncode != 0:
@@ -155,17 +163,23 @@ def cmd_healthcheck(args: argparse.Namespace) -> int:
     if args.slurm:
         node, source = this_node(args.node, os.environ, socket.gethostname())
         scontrol = find_scontrol()
+        conf = os.environ.get("SLURM_CONF")
+        if conf and not Path(conf).is_file():
+            raise UsageError(f"--slurm {args.slurm}: SLURM_CONF={conf} is not a file: not a Slurm node; "
+                             "nothing was run or drained")
         if scontrol is None:
             raise UsageError(f"--slurm {args.slurm}: scontrol is not installed here: not a Slurm node; "
                              "nothing was run or drained")
         try:
             read_node(scontrol, node, min(SCONTROL_TIMEOUT_S, budget / 4))
+        except NoAnswer as exc:  # the checks still run; the Slurm step tries again at the end
+            print(f"gpuaccept: warning: {exc}", file=sys.stderr)
         except InputError as exc:
             raise UsageError(f"--slurm {args.slurm}: node {node} (from {source}) is not a node of a reachable "
                              f"Slurm cluster ({exc}); nothing was run or drained") from None
     deadline = started + budget - (SLURM_RESERVE_S if args.slurm else 0.5)
     report, report_path, run_end = _run(args, cfg, gpus, skip, deadline)
-    verdict = report.verdict if report is not None else None
+    verdict = report.verdict if report is not None and not run_end else None
     line, slurm_failed = _slurm_step(args, scontrol, node, report, started + budget)
     end = Ending(verdict, report_write_failed=run_end == "write", interrupted=run_end == "interrupted",
                  slurm_failed=slurm_failed)
@@ -257,8 +271,8 @@ def _summary(report: Any, elapsed: float, slurm_line: str, report_path: Path | N
 
     if report is None:
         head = "NOT RUN"
-    elif report.verdict is Verdict.INTERRUPTED:
-        head = "INTERRUPTED"
+    elif report.verdict in (Verdict.INTERRUPTED, Verdict.RUNNING):
+        head = "NOT FINISHED" if report.verdict is Verdict.RUNNING else "INTERRUPTED"
     elif faulty(report.verdict):
         check, why = first_problem(report.checks)
         head = f"FAULT {check}: {why}" if check else "FAULT: nothing measured (every check skipped)"

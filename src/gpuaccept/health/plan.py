@@ -95,7 +95,7 @@ def faulty(verdict: Verdict) -> bool:
 class Ending:
     """How a healthcheck ended, before the exit code is chosen."""
 
-    verdict: Verdict | None  # None: nothing ran (bad input, report directory, interrupted before)
+    verdict: Verdict | None  # None: nothing ran; RUNNING/INTERRUPTED: the run was cut short (no verdict on the node)
     usage_error: bool = False
     report_write_failed: bool = False
     interrupted: bool = False
@@ -114,7 +114,7 @@ def exit_code(mode: str, end: Ending) -> int:
     """
     if end.usage_error:
         return EXIT_USAGE
-    fault = end.verdict is not None and end.verdict is not Verdict.INTERRUPTED and faulty(end.verdict)
+    fault = end.verdict in (Verdict.FAILURE, Verdict.NOTHING_MEASURED)  # not RUNNING: a run cut short
     if mode != "check":
         return EXIT_FAULT if fault else EXIT_OK
     if end.interrupted:
