@@ -246,7 +246,7 @@ def _slurm_step(args: argparse.Namespace, scontrol: str | None, node: str | None
     if not healthy and not check:
         check, why = "", "nothing measured (every check skipped)"
     reason = reason_text(check, why)
-    timeout = max(2.0, min(SCONTROL_TIMEOUT_S, (end_by - time.monotonic()) / 2))
+    timeout = max(1.0, min(SCONTROL_TIMEOUT_S, (end_by - time.monotonic()) / 2))  # show, then update
     try:
         action = decide(read_node(scontrol, node, timeout), healthy, reason, scontrol)
     except InputError as exc:

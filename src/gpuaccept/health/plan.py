@@ -22,7 +22,7 @@ CHECKS = ("env", "health", "compute", "disk")
 MIN_BUDGET_S = 5.0
 MAX_BUDGET_S = 3600.0
 DEFAULT_BUDGET_S = 45.0
-SLURM_RESERVE_S = 3.0
+SLURM_RESERVE_S = 5.0
 """Seconds of the budget kept for ``scontrol`` (show, then drain or resume) after the checks."""
 
 #: parameters over the quick profile's; a config file's win over these
