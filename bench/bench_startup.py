@@ -1,9 +1,12 @@
-"""Start-up time of `gpuaccept --help` and wall time of `gpuaccept run --profile quick`.
+"""Start-up time of `gpuaccept --help`, wall time of `gpuaccept run --profile quick` and of
+`gpuaccept healthcheck`.
 
 Goals: `--help` <= 0.5 s (best of N, fresh interpreter each time; compared with a bare
-`python -c pass` in the same run), the quick profile <= 30 s on a 2-core CPU machine.
+`python -c pass` in the same run), the quick profile <= 30 s on a 2-core CPU machine, the
+healthcheck < 10 s on a healthy 8-GPU node (best and median of `--hc-runs`; Slurm kills
+HealthCheckProgram after 60 s).
 
-    python bench/bench_startup.py [--runs 5] [--skip-suite]
+    python bench/bench_startup.py [--runs 5] [--skip-suite] [--skip-healthcheck] [--hc-runs 3]
 """
 
 from __future__ import annotations
@@ -25,10 +28,34 @@ def best_of(argv: list[str], runs: int) -> float:
     return best
 
 
+def healthcheck(device: str, runs: int) -> dict[str, float]:
+    """Wall time of `gpuaccept healthcheck --device DEVICE` (all four checks), best and median of ``runs``."""
+    times: list[float] = []
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory() as tmp:
+            t0 = time.perf_counter()
+            r = subprocess.run([sys.executable, "-m", "gpuaccept", "healthcheck", "--device", device,
+                                "--report-dir", tmp, "--verbose"], capture_output=True, text=True)
+            times.append(time.perf_counter() - t0)
+        if r.returncode != 0:
+            print(r.stdout[-2000:], r.stderr[-2000:], file=sys.stderr)
+    times.sort()
+    median = times[len(times) // 2]
+    last = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else "(no output)"
+    print(f"gpuaccept healthcheck --device {device}: best {times[0]:.1f} s, median {median:.1f} s wall of {runs} "
+          f"(goal < 10 s on a GPU node), last exit {r.returncode}: {last}")
+    for line in r.stdout.splitlines()[:-1]:
+        if ": PASS " in line or ": SKIP " in line or ": FAIL " in line:
+            print(f"    {line}")
+    return {"healthcheck_best_s": round(times[0], 1), "healthcheck_median_s": round(median, 1)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--skip-suite", action="store_true")
+    ap.add_argument("--skip-healthcheck", action="store_true")
+    ap.add_argument("--hc-runs", type=int, default=3)
     ap.add_argument("--device", default="auto")
     args = ap.parse_args()
 
@@ -47,6 +74,8 @@ def main() -> int:
         if r.returncode not in (0, 1):
             print(r.stdout[-2000:], r.stderr[-2000:], file=sys.stderr)
         summary["quick_suite_s"] = round(quick, 1)
+    if not args.skip_healthcheck:
+        summary.update(healthcheck(args.device, args.hc_runs))
     print("SUMMARY " + json.dumps(summary))
     return 0
 

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO
@@ -63,11 +64,15 @@ def _free_ports(count: int, consecutive: bool = False) -> list[int]:
 class LocalSlurm:
     """Start with :meth:`start` (or as a context manager); :meth:`stop` ends every daemon it started."""
 
-    def __init__(self, base: Path | None = None, nodes: int = len(NODES)) -> None:
+    def __init__(self, base: Path | None = None, nodes: int = len(NODES), extra_conf: Sequence[str] = ()) -> None:
+        """``nodes``: how many slurmd (node1..nodeN). ``extra_conf``: more ``slurm.conf`` lines
+        (``HealthCheckProgram=...``), written after the defaults and before the node and partition lines;
+        ``{base}`` in them becomes the cluster's directory."""
         if nodes < 1:
             raise ValueError(f"a cluster needs at least one node, not {nodes}")
         self.nodes = tuple(f"node{i}" for i in range(1, nodes + 1))
         self.owns_base = base is None
+        self.extra_conf = list(extra_conf)
         self.base = Path(base or tempfile.mkdtemp(prefix="gpuaccept-slurm-"))
         self.base.chmod(0o755)
         self.conf = self.base / "slurm.conf"
@@ -123,6 +128,7 @@ class LocalSlurm:
             "InactiveLimit=0",
             "KillWait=5",
             "MinJobAge=300",
+            *(line.replace("{base}", str(b)) for line in self.extra_conf),
             f"NodeName=node[1-{len(self.nodes)}] NodeHostname={host} NodeAddr=127.0.0.1 "
             f"Port=[{node_ports[0]}-{node_ports[-1]}] CPUs={cpus} State=UNKNOWN",
             f"PartitionName=debug Nodes=node[1-{len(self.nodes)}] Default=YES MaxTime=INFINITE State=UP",
@@ -294,7 +300,40 @@ def record(out: Path) -> None:
         save("scontrol_hostnames.txt", c.run("scontrol", "show", "hostnames", "node[1-2]").stdout)
 
 
+def record_nodes(out: Path) -> None:
+    """Record what ``scontrol show node`` prints in the states healthcheck reads (``scontrol_node_*.txt``)."""
+    out.mkdir(parents=True, exist_ok=True)
+    with LocalSlurm() as c:
+        def save(name: str, text: str) -> None:
+            (out / name).write_text(text)
+            print(f"recorded {name}")
+
+        save("scontrol_node_idle.txt", c.run("scontrol", "show", "node", "-o", "node1").stdout)
+        c.run("scontrol", "update", "NodeName=node1", "State=DRAIN", "Reason=gpuaccept: compute: injected fault")
+        save("scontrol_node_drained_ours.txt", c.run("scontrol", "show", "node", "-o", "node1").stdout)
+        save("scontrol_node_drained_multiline.txt", c.run("scontrol", "show", "node", "node1").stdout)
+        c.run("scontrol", "update", "NodeName=node2", "State=DRAIN", "Reason=bad DIMM, ticket 4711")
+        save("scontrol_node_drained_admin.txt", c.run("scontrol", "show", "node", "-o", "node2").stdout)
+        c.run("scontrol", "update", "NodeName=node2", "State=RESUME")
+        job = c.run("sbatch", "--parsable", "-w", "node2", "-n1", "--wrap", "sleep 60").stdout.strip()
+        deadline = time.monotonic() + 30
+        while "RUNNING" not in c.run("squeue", "-h", "-j", job, "-o", "%T").stdout and time.monotonic() < deadline:
+            time.sleep(0.3)
+        c.run("scontrol", "update", "NodeName=node2", "State=DRAIN", "Reason=gpuaccept: health: XID 79 on GPU 3")
+        save("scontrol_node_draining_job.txt", c.run("scontrol", "show", "node", "-o", "node2").stdout)
+        c.run("scancel", job)
+        save("scontrol_node_unknown.txt", c.run("scontrol", "show", "node", "-o", "nosuch").stdout)
+        save("scontrol_update_unknown.stderr.txt",
+             c.run("scontrol", "update", "NodeName=nosuch", "State=RESUME").stderr)
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
+    r = subprocess.run(["scontrol", "show", "node", "-o", "node1"], capture_output=True, text=True, env=env,
+                       check=False, cwd="/")
+    save_plain = out / "scontrol_no_cluster.stderr.txt"
+    save_plain.write_text(r.stderr)
+    print(f"recorded {save_plain.name} (exit {r.returncode})")
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] != "record":
-        sys.exit("usage: python -m tests.slurm_cluster record DIR")
-    record(Path(sys.argv[2]))
+    if len(sys.argv) != 3 or sys.argv[1] not in ("record", "record-nodes"):
+        sys.exit("usage: python -m tests.slurm_cluster record|record-nodes DIR")
+    (record if sys.argv[1] == "record" else record_nodes)(Path(sys.argv[2]))

@@ -35,6 +35,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "launch": frozenset({"errors", "model", "argtypes", "results", "cli", "distributed.hostlist", "containers.sshd"}),
     "containers": frozenset({"errors", "model", "argtypes", "cli"}),
     "report": frozenset({"errors", "model", "argtypes", "inputs", "results", "runner", "suite", "__init__"}),
+    "health": frozenset({"errors", "model", "argtypes", "inputs", "checks", "config", "suite", "runner"}),
 }
 
 

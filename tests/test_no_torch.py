@@ -1,4 +1,5 @@
-"""No hidden slowness: ``--help`` of every command and a dry run of every launch backend never import torch.
+"""No hidden slowness: ``--help`` of every command, a dry run of every launch backend and the healthcheck
+process never import torch.
 
 Each case runs in a fresh interpreter and looks at ``sys.modules`` after ``main``; a case that
 fails to produce its plan fails too, so a broken command cannot pass by doing nothing.
@@ -84,3 +85,9 @@ def _commands() -> list[list[str]]:
 def test_help_of_every_command_does_not_import_torch(words: list[str]) -> None:
     out = _run_main([*words, "--help"], 0)
     assert "usage:" in out
+
+
+def test_healthcheck_leaves_torch_to_its_check_processes(tmp_path: Path) -> None:
+    """The compute check imports torch in its child process; the healthcheck process itself never does."""
+    out = _run_main(["healthcheck", "--device", "cpu", "--skip", "env", "--report-dir", str(tmp_path)], 0)
+    assert out.startswith("[HEALTHCHECK] HEALTHY") and "compute PASS" in out, out

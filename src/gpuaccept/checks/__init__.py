@@ -20,6 +20,7 @@ from gpuaccept.errors import UsageError
 BUILTIN_MODULES = (
     "gpuaccept.checks.env",
     "gpuaccept.checks.health",
+    "gpuaccept.checks.disk_space",
     "gpuaccept.checks.fabric",
     "gpuaccept.checks.compute",
     "gpuaccept.checks.memory",

@@ -1,0 +1,288 @@
+"""Subcommand ``healthcheck`` (see :mod:`gpuaccept.health` for the semantics and exit codes).
+
+The I/O edge: reads the node through ``scontrol``, runs the plan, drains or resumes, prints one line.
+Nothing heavy is imported at module level (``gpuaccept --help`` stays free of torch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from gpuaccept.argtypes import nonneg_int, positive_float
+from gpuaccept.errors import InputError, ReportWriteError, UsageError
+
+TAG = "[HEALTHCHECK]"
+RUN_PREFIX = "hc-"
+SCONTROL_TIMEOUT_S = 10.0
+
+
+def register(subparsers: Any) -> None:
+    from gpuaccept.health.plan import DEFAULT_BUDGET_S, MIN_BUDGET_S, MODES
+
+    p = subparsers.add_parser(
+        "healthcheck", help="fast node health check for Slurm (HealthCheckProgram, Prolog, Epilog)",
+        description="env and GPU count, NVML health, a short verified GEMM and free disk space within a budget; "
+                    "one summary line. With --slurm drain: drain this node on a fault, resume it when healthy "
+                    "if the drain was gpuaccept's (never an admin's).")
+    p.add_argument("--budget", type=positive_float, default=DEFAULT_BUDGET_S, metavar="SECONDS",
+                   help=f"the whole run ends within this (at least {MIN_BUDGET_S:g}; default {DEFAULT_BUDGET_S:g}; "
+                        "Slurm kills HealthCheckProgram after 60 s)")
+    p.add_argument("--slurm", choices=("drain", "print"), default=None,
+                   help="drain: drain this node on a fault and resume gpuaccept's own drain when healthy; "
+                        "print: say which scontrol command that would run, run none")
+    p.add_argument("--node", default=None, metavar="NAME",
+                   help="this node's Slurm name (default: $SLURMD_NODENAME, else the short host name)")
+    p.add_argument("--mode", choices=MODES, default="check",
+                   help="exit codes for: check (HealthCheckProgram, by hand), prolog, epilog (non-zero only for "
+                        "a node fault or bad input: Slurm drains on non-zero)")
+    p.add_argument("--device", choices=("cuda", "cpu", "auto"), default="cuda",
+                   help="cuda (default: no usable GPU is a fault), cpu, or auto")
+    p.add_argument("--gpus", default=None, metavar="0,1", help="torch CUDA ordinals to test (default: all)")
+    p.add_argument("--expect-gpus", type=nonneg_int, default=None, metavar="N", help="a fault unless N GPUs are seen")
+    p.add_argument("--skip", default=None, metavar="C,D", help="leave out these of env, health, compute, disk_space")
+    p.add_argument("--config", default=None, metavar="YAML",
+                   help="parameters, thresholds and timeouts of the four checks (as for gpuaccept run)")
+    p.add_argument("--report-dir", default=None, metavar="DIR",
+                   help="where each run's report goes (default: $GPUACCEPT_REPORT_DIR, else "
+                        "<tmp>/gpuaccept-healthcheck)")
+    p.add_argument("--keep", type=nonneg_int, default=20, metavar="N",
+                   help="keep the newest N healthcheck runs in the report directory (default 20; 0: keep all)")
+    p.add_argument("--db", default=None, metavar="URL", help="also store the run in this history database")
+    p.add_argument("--verbose", "-v", action="store_true", help="a line per check as well")
+    p.set_defaults(handler=cmd_healthcheck)
+
+
+# ------------------------------------------------------------------ scontrol (I/O)
+
+def find_scontrol() -> str | None:
+    """scontrol on PATH, else in /usr/bin or /usr/local/bin (slurmd runs HealthCheckProgram with no PATH)."""
+    return shutil.which("scontrol") or next(
+        (str(p) for p in (Path("/usr/bin/scontrol"), Path("/usr/local/bin/scontrol")) if p.exists()), None)
+
+
+class NoAnswer(InputError):
+    """scontrol gave no answer in time (slurmctld busy or unreachable): not a sign of a wrong command line."""
+
+
+def _scontrol(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run one scontrol command; InputError carrying its first error line when it fails."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as exc:
+        said = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+        errors = [ln.strip() for ln in said.splitlines() if "error:" in ln]
+        if errors:  # scontrol retrying a configuration it cannot read: a wrong set-up, not a busy slurmctld
+            raise InputError(f"{' '.join(argv[1:3])}: {errors[0]}") from None
+        raise NoAnswer(f"{' '.join(argv[1:3])}: no answer in {timeout:.3g} s") from None
+    except OSError as exc:
+        raise InputError(f"{argv[0]}: {exc.strerror or exc}") from None
+    if done.returncode != 0:
+        lines = [ln.strip() for ln in (done.stderr or done.stdout).splitlines() if ln.strip()]
+        last = next((ln for ln in lines if "fatal" in ln), lines[-1] if lines else f"exit {done.returncode}")
+        raise InputError(f"{' '.join(argv[1:3])} failed: {last}")
+    return done
+
+
+def read_node(scontrol: str, node: str, timeout: float) -> Any:
+    from gpuaccept.health.slurm import parse_scontrol_node, show_argv
+
+    return parse_scontrol_node(_scontrol(show_argv(node, scontrol), timeout).stdout, node)
+
+
+# ------------------------------------------------------------------ report directory
+
+def _report_dir(args: argparse.Namespace) -> Path:
+    if args.report_dir:
+        return Path(args.report_dir)
+    if os.environ.get("GPUACCEPT_REPORT_DIR"):
+        return Path(os.environ["GPUACCEPT_REPORT_DIR"])
+    return Path(tempfile.gettempdir()) / "gpuaccept-healthcheck"
+
+
+_RUN_DIR = re.compile(r"^hc-\d{8}T\d{6}Z-")
+
+
+def prune_runs(report_dir: Path, keep: int) -> None:
+    """Remove all but the newest ``keep`` healthcheck run directories (``hc-<stamp>-...``); never raises."""
+    if keep <= 0:
+        return
+    try:
+        runs = sorted(p for p in report_dir.iterdir() if p.is_dir() and _RUN_DIR.match(p.name))
+    except OSError:
+        return
+    for old in runs[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+# ------------------------------------------------------------------ the command
+
+def _usage(args: argparse.Namespace) -> tuple[float, Any, list[int] | None, list[str]]:
+    """Everything decided from the flags alone (UsageError/ConfigError before anything runs)."""
+    from gpuaccept.config import parse_gpus
+    from gpuaccept.health.plan import CHECKS, check_budget
+
+    budget = check_budget(args.budget)
+    gpus = parse_gpus(args.gpus, "--gpus", "") if args.gpus is not None else None
+    skip = [s.strip() for s in (args.skip or "").split(",") if s.strip()]
+    bad = [s for s in skip if s not in CHECKS]
+    if bad:
+        raise UsageError(f"--skip: {bad[0]!r} is not one of {', '.join(CHECKS)}")
+    if len(skip) == len(CHECKS):
+        raise UsageError("--skip leaves no check to run")
+    if args.expect_gpus is not None and "env" in skip:
+        raise UsageError("--expect-gpus is enforced by the env check, which --skip leaves out")
+    from gpuaccept.config import Config, load_config
+
+    if args.config:
+        from gpuaccept.checks import registry
+
+        cfg = load_config(args.config, registry())
+    else:
+        cfg = Config()
+    return budget, cfg, gpus, skip
+
+
+def cmd_healthcheck(args: argparse.Namespace) -> int:
+    from gpuaccept.health.plan import SLURM_RESERVE_S, Ending, exit_code
+    from gpuaccept.health.slurm import this_node
+
+    started = time.monotonic()
+    budget, cfg, gpus, skip = _usage(args)
+    node = scontrol = None
+    if args.slurm:
+        node, source = this_node(args.node, os.environ, socket.gethostname())
+        scontrol = find_scontrol()
+        conf = os.environ.get("SLURM_CONF")
+        if conf and not Path(conf).is_file():
+            raise UsageError(f"--slurm {args.slurm}: SLURM_CONF={conf} is not a file: not a Slurm node; "
+                             "nothing was run or drained")
+        if scontrol is None:
+            raise UsageError(f"--slurm {args.slurm}: scontrol is not installed here: not a Slurm node; "
+                             "nothing was run or drained")
+        try:
+            read_node(scontrol, node, min(SCONTROL_TIMEOUT_S, budget / 4))
+        except NoAnswer as exc:  # the checks still run; the Slurm step tries again at the end
+            print(f"gpuaccept: warning: {exc}", file=sys.stderr)
+        except InputError as exc:
+            raise UsageError(f"--slurm {args.slurm}: node {node} (from {source}) is not a node of a reachable "
+                             f"Slurm cluster ({exc}); nothing was run or drained") from None
+    deadline = started + budget - (SLURM_RESERVE_S if args.slurm else 0.5)
+    report, report_path, run_end = _run(args, cfg, gpus, skip, deadline)
+    verdict = report.verdict if report is not None and not run_end else None
+    line, slurm_failed = _slurm_step(args, scontrol, node, report, started + budget)
+    end = Ending(verdict, report_write_failed=run_end == "write", interrupted=run_end == "interrupted",
+                 slurm_failed=slurm_failed)
+    code = exit_code(args.mode, end)
+    elapsed = time.monotonic() - started
+    print(_summary(report, elapsed, line, report_path), flush=True)
+    if code == 0 and args.mode != "check" and (end.report_write_failed or slurm_failed or end.interrupted):
+        print(f"gpuaccept: warning: {args.mode} mode exits 0: the problem above is not the node's", file=sys.stderr)
+    return code
+
+
+def _run(args: argparse.Namespace, cfg: Any, gpus: list[int] | None, skip: list[str],
+         deadline: float) -> tuple[Any, Path | None, str]:
+    """Run the plan; (report or None, report path, "" | "interrupted" | "write")."""
+    from gpuaccept.checks import registry
+    from gpuaccept.health.plan import plan_health
+    from gpuaccept.health.run import BudgetRunner
+    from gpuaccept.hw.devices import resolve_device
+    from gpuaccept.runner import Interrupted, new_run_id
+
+    reg = registry()
+    device = resolve_device(args.device)
+    plan = plan_health(cfg, reg, device, budget_s=max(deadline - time.monotonic(), 0.0), gpus=gpus,
+                       expect_gpus=args.expect_gpus, require_gpu=args.device == "cuda", skip=skip)
+    report_dir = _report_dir(args)
+    events = None
+    if args.verbose:
+        from gpuaccept.report.console import PlainConsole
+
+        events = PlainConsole(sys.stdout, {c.name: c.key_metric for c in plan.checks}).events()
+    host = socket.gethostname().split(".")[0]
+    runner = BudgetRunner(plan, report_dir, deadline=deadline, run_id=RUN_PREFIX + new_run_id(host),
+                          argv=["healthcheck", *sys.argv[2:]], events=events)
+    try:
+        report = runner.run()
+    except Interrupted as exc:
+        print(f"gpuaccept: interrupted; partial report in {runner.report_path}", file=sys.stderr)
+        return exc.report, runner.report_path, "interrupted"
+    except ReportWriteError as exc:
+        print(f"gpuaccept: error: a report file could not be written: {exc}; not a failure of this node",
+              file=sys.stderr)
+        return exc.report if exc.report is not None else None, None, "write"
+    if args.db:
+        from gpuaccept.results.autosave import save
+
+        save(report, args, runner.report_path)
+    prune_runs(report_dir, args.keep)
+    return report, runner.report_path, ""
+
+
+def _slurm_step(args: argparse.Namespace, scontrol: str | None, node: str | None, report: Any,
+                end_by: float) -> tuple[str, bool]:
+    """Drain, resume or leave the node; (what was done, in words; whether scontrol failed)."""
+    if not args.slurm or scontrol is None or node is None:
+        return "", False
+    from gpuaccept.health.plan import faulty, first_problem
+    from gpuaccept.health.slurm import decide, reason_text
+    from gpuaccept.model import Verdict
+
+    if report is None or report.verdict in (Verdict.INTERRUPTED, Verdict.RUNNING):
+        return f"slurm: {node} left as it was (the run did not finish)", False
+    healthy = not faulty(report.verdict)
+    check, why = first_problem(report.checks)
+    if not healthy and not check:
+        check, why = "", "nothing measured (every check skipped)"
+    reason = reason_text(check, why)
+    timeout = max(1.0, min(SCONTROL_TIMEOUT_S, (end_by - time.monotonic()) / 2))  # show, then update
+    try:
+        action = decide(read_node(scontrol, node, timeout), healthy, reason, scontrol)
+    except InputError as exc:
+        print(f"gpuaccept: error: {exc}; node {node} not updated", file=sys.stderr)
+        return f"slurm: {node} NOT updated ({exc})", True
+    if action.kind == "none" or args.slurm == "print":
+        shown = f" would run: {' '.join(action.argv)}" if action.argv and args.slurm == "print" else ""
+        return f"slurm: {node} {action.why}{shown}", False
+    try:
+        _scontrol(list(action.argv), timeout)
+    except InputError as exc:
+        print(f"gpuaccept: error: cannot {action.kind} {node}: {exc}", file=sys.stderr)
+        return f"slurm: {node} NOT {action.kind}ed ({exc})", True
+    return f"slurm: {node} {action.why}", False
+
+
+def _summary(report: Any, elapsed: float, slurm_line: str, report_path: Path | None) -> str:
+    """``[HEALTHCHECK] HEALTHY|FAULT ... in 4.2 s: env PASS, ...; slurm: ...; report: ...`` (one line)."""
+    from gpuaccept.health.plan import faulty, first_problem
+    from gpuaccept.inputs import one_line
+    from gpuaccept.model import Verdict
+
+    if report is None:
+        head = "NOT RUN"
+    elif report.verdict in (Verdict.INTERRUPTED, Verdict.RUNNING):
+        head = "NOT FINISHED" if report.verdict is Verdict.RUNNING else "INTERRUPTED"
+    elif faulty(report.verdict):
+        check, why = first_problem(report.checks)
+        head = f"FAULT {check}: {why}" if check else "FAULT: nothing measured (every check skipped)"
+    else:
+        head = "HEALTHY"
+    checks = ", ".join(f"{c.name} {c.status.value.upper()}" for c in report.checks) if report is not None else ""
+    parts = [f"{TAG} {head} in {elapsed:.1f} s" + (f" ({checks})" if checks else "")]
+    if slurm_line:
+        parts.append(slurm_line)
+    if report_path is not None:
+        parts.append(f"report: {report_path}")
+    text = one_line("; ".join(parts))
+    return text if len(text) <= 600 else text[:597] + "..."
