@@ -64,7 +64,8 @@ class DiskSpaceCheck(Check):
     summary = "free space on the node's scratch and temporary file systems (statvfs, no load)"
     params: ClassVar[tuple[Param, ...]] = (
         Param("paths", "list", ["/tmp"], "paths whose file systems must have room (each must exist)"),
-        Param("min_free_gib", "float", 1.0, "fail below this many GiB free on any path", minimum=0.0),
+        Param("min_free_gib", "float", 1.0, "fail below this many GiB free on any path", minimum=0.0,
+              maximum=1 << 20),
         Param("min_free_pct", "float", 1.0, "fail below this percentage free on any path", minimum=0.0,
               maximum=100.0),
     )
