@@ -208,3 +208,10 @@ def kubectl_equivalent(change: NodeChange) -> list[list[str]]:
     elif change.taint == "remove":
         cmds.append(["kubectl", "taint", "node", node, f"{taint}-"])
     return cmds
+
+
+def merge_patch(change: NodeChange) -> dict[str, Any]:
+    """The label and annotations as a JSON merge patch (``kubectl patch node --type merge``): the same
+    whatever the node holds. The taint is not in it (a merge patch of ``spec.taints`` replaces the whole
+    list); :func:`json_patch` handles it against the node as read."""
+    return {"metadata": {"labels": dict(change.labels), "annotations": dict(change.annotations)}}
