@@ -187,7 +187,7 @@ def json_patch(node: dict[str, Any], change: NodeChange) -> list[dict[str, Any]]
     after = new_taints(current, change.taint)
     if after != current:
         if isinstance(taints, list):
-            ops.append({"op": "test", "path": "/spec/taints", "value": taints})
+            ops.append({"op": "test", "path": "/spec/taints", "value": copy.deepcopy(taints)})
             ops.append({"op": "replace", "path": "/spec/taints", "value": after})
         else:
             ops.append({"op": "add", "path": "/spec/taints", "value": after})
