@@ -188,7 +188,7 @@ def _act(args: argparse.Namespace, verdict: Any) -> int:
         ops = _apply(args, change)
     except GpuacceptError as exc:  # the verdict is not lost: printed first, then the one-line error (exit 2)
         doc["error"] = str(exc)
-        _emit(args, doc, line + f" (not applied: {exc})")
+        _emit(args, doc, line + f" (not applied: {exc})", log=False)
         raise
     doc.update(applied=not args.server_dry_run, server_dry_run=args.server_dry_run, patch=ops)
     suffix = " (server dry run: checked, not stored)" if args.server_dry_run else " (applied)"
@@ -206,12 +206,15 @@ def _apply(args: argparse.Namespace, change: Any) -> list[dict[str, Any]]:
     return apply_change(api, change, server_dry_run=args.server_dry_run)
 
 
-def _emit(args: argparse.Namespace, doc: dict[str, Any], line: str) -> None:
+def _emit(args: argparse.Namespace, doc: dict[str, Any], line: str, log: bool = True) -> None:
+    """The JSON document (or with --summary the line) on stdout; the line also on stderr unless ``log`` is
+    False (an error follows, which must stay the one line there)."""
     if args.summary:
         print(line, flush=True)
         return
     print(json.dumps(doc, indent=2), flush=True)
-    print(f"[HEALTH] {line}", file=sys.stderr, flush=True)
+    if log:
+        print(f"[HEALTH] {line}", file=sys.stderr, flush=True)
 
 
 def _quote(arg: str) -> str:
