@@ -282,9 +282,10 @@ def test_loop_runs_node_status_every_interval_and_stops_on_sigterm(tmp_path: Pat
 
 
 def test_loop_passes_sigterm_to_a_running_check(tmp_path: Path) -> None:
+    """SIGTERM right after the check started (before the loop's next command, once a race that lost the child)."""
     marker = tmp_path / "got-term"
-    _stub(tmp_path / "bin", f'trap \'echo term > "{marker}"; exit 130\' TERM\necho started\n'
-                            'sleep 60 &\nwait $!\n')
+    _stub(tmp_path / "bin", f'trap \'echo term > "{marker}"; kill "$!"; exit 130\' TERM\necho started\n'
+                            'sleep 60 &\nwait "$!"\n')
     c = pod_spec(daemon(interval_s=600))["containers"][0]
     env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "GPUACCEPT_HEALTH_INTERVAL": "600"}
     proc = subprocess.Popen(c["command"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -309,9 +310,13 @@ def test_daemonset_cli(tmp_path: Path) -> None:
     docs = list(yaml.safe_load_all(proc.stdout))
     assert all(errors(d) == [] for d in docs)
     spec = pod_spec(docs)
-    assert spec["containers"][0]["command"][4:] == ["--profile", "quick", "--checks", "env,memory", "--taint"]
+    # unattended: a pod that sees no GPU must fail, not pass on the CPU
+    assert spec["containers"][0]["command"][4:] == ["--profile", "quick", "--checks", "env,memory", "--require-gpu",
+                                                    "--taint"]
     assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert spec["tolerations"][1] == {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    cpu = gpuaccept("node-status", "--daemonset", "--image", "i", "--profile", "quick", "--device", "cpu")
+    assert "--require-gpu" not in pod_spec(list(yaml.safe_load_all(cpu.stdout)))["containers"][0]["command"]
     bad = gpuaccept("node-status", "--daemonset", "--profile", "quick")
     assert (bad.returncode, bad.stderr.strip()) == (2, "gpuaccept: error: --daemonset needs --image (an image "
                                                        "with gpuaccept[k8s] installed)")
@@ -379,6 +384,10 @@ def test_npd_plugin_with_the_real_cli(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     cfg = json.loads((out / "gpuaccept-monitor.json").read_text())
     assert cfg["rules"][0]["args"] == ["--report", "/var/lib/gpuaccept/latest"]
+    suite = gpuaccept("node-status", "--npd-config", str(tmp_path / "npd2"), "--profile", "quick")
+    assert suite.returncode == 0, suite.stderr
+    assert json.loads((tmp_path / "npd2" / "gpuaccept-monitor.json").read_text())["rules"][0]["args"] == [
+        "--profile", "quick", "--require-gpu"]
     script = out / "gpuaccept-plugin.sh"
     assert os.access(script, os.X_OK)
     env = {**os.environ, "GPUACCEPT_BIN": str(Path(os.environ.get("VIRTUAL_ENV", ".venv")) / "bin" / "gpuaccept")}

@@ -39,11 +39,11 @@ DEFAULT_NAME = "gpuaccept-health"
 RBAC_API = "rbac.authorization.k8s.io/v1"
 LOOP_SCRIPT = """\
 # gpuaccept health loop: node-status --apply with the arguments given, then a pause, until SIGTERM.
-child=""
 stop() {
-  if [ -n "$child" ]; then
-    kill -TERM "$child" 2>/dev/null
-    wait "$child" 2>/dev/null
+  # $! (not a variable set after the fork): a signal may come before such an assignment runs
+  if [ -n "$!" ]; then
+    kill -TERM "$!" 2>/dev/null
+    wait "$!" 2>/dev/null
   fi
   exit 0
 }
@@ -51,15 +51,11 @@ trap stop TERM INT
 interval="${GPUACCEPT_HEALTH_INTERVAL:?}"
 while :; do
   gpuaccept node-status --apply "$@" &
-  child=$!
-  wait "$child"
+  wait "$!"
   rc=$?
-  child=""
   echo "[HEALTH] gpuaccept node-status exited $rc; next check in $interval s" >&2
   sleep "$interval" &
-  child=$!
-  wait "$child"
-  child=""
+  wait "$!"
 done
 """
 """``sh -c`` script of the health container; ``$@`` are node-status's options. The checks run in the

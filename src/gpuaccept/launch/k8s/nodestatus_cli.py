@@ -100,6 +100,15 @@ def _suite_args(args: argparse.Namespace) -> list[str]:
     return suite_args(args)
 
 
+def _gpu_suite_args(args: argparse.Namespace) -> list[str]:
+    """The suite options of a node that runs unattended: ``--require-gpu`` added unless ``--device cpu``, so a pod
+    that sees no GPU (a runtime that hides them) fails instead of passing on the CPU."""
+    out = _suite_args(args)
+    if not args.require_gpu and args.device != "cpu":
+        out.append("--require-gpu")
+    return out
+
+
 def _given_suite_options(args: argparse.Namespace) -> list[str]:
     from gpuaccept.launch.cli import _suite_given
 
@@ -235,7 +244,7 @@ def _daemonset(args: argparse.Namespace) -> int:
     if args.report_dir:
         raise UsageError("--report-dir does not apply to --daemonset: each run's report is kept in the pod's /tmp "
                          "only while it is judged")
-    inner = [*_suite_args(args), *(["--taint"] if args.taint else [])]
+    inner = [*_gpu_suite_args(args), *(["--taint"] if args.taint else [])]
     opts = HealthDaemonOptions(
         image=args.image, node_status_args=inner, name=args.name, namespace=args.namespace,
         interval_s=args.interval, node_selector=parse_key_values(args.node_selector, "--node-selector"),
@@ -252,7 +261,7 @@ def _npd(args: argparse.Namespace) -> int:
 
     if args.taint:
         raise UsageError("--taint does not apply to --npd-config: NPD sets a node condition, it does not patch")
-    plugin_args = ["--report", args.report] if args.report else _suite_args(args)
+    plugin_args = ["--report", args.report] if args.report else _gpu_suite_args(args)
     config = npd_config(args.npd_plugin_path, plugin_args, interval=args.npd_interval, timeout=args.npd_timeout)
     out = Path(args.npd_config)
     try:
