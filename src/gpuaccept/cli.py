@@ -366,7 +366,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = ("gpuaccept.results.cli", "gpuaccept.launc
                                       "gpuaccept.containers.image_cli", "gpuaccept.nccltests.cli",
                                       "gpuaccept.launch.isolate_cli",
                                       "gpuaccept.containers.constraints_cli",
-                                      "gpuaccept.launch.k8s.nodestatus_cli")
+                                      "gpuaccept.launch.nodestatus_cli")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

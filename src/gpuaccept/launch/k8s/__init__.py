@@ -5,6 +5,7 @@
 cancel, reports from pod logs), ``client`` (the client loader both sides share).
 ``gpuaccept node-status`` lives here too: ``nodepatch`` (the node change for a verdict, pure),
 ``healthds`` (the health DaemonSet and its RBAC, pure), ``npd`` (node-problem-detector files,
-pure), ``nodestatus`` (the verdict and the patch: I/O) and ``nodestatus_cli``. Imports the
-launch interface and spec, never torch.
+pure) and ``nodestatus`` (the verdict and the patch: I/O); its command line is
+:mod:`gpuaccept.launch.nodestatus_cli`, outside this package, so that building the parser imports
+no backend. Imports the launch interface and spec, never torch.
 """

@@ -150,7 +150,6 @@ def run(args: argparse.Namespace) -> int:
 # ---- the verdict ------------------------------------------------------------------------------------------------
 
 def _verdict(args: argparse.Namespace) -> int:
-    from gpuaccept.errors import ReportWriteError
     from gpuaccept.launch.k8s.nodepatch import NoVerdict, node_report_for, verdict_from_report
     from gpuaccept.launch.k8s.nodestatus import SuiteInterrupted, node_name, read_report, run_suite, utc_now
     from gpuaccept.model import Verdict
@@ -169,8 +168,6 @@ def _verdict(args: argparse.Namespace) -> int:
     except SuiteInterrupted as exc:
         _say(args, f"unknown: {exc}")
         return EXIT_INTERRUPTED
-    except ReportWriteError:
-        raise
     except NoVerdict as exc:
         _say(args, f"unknown: node {node}: {exc}")
         return EXIT_NOTHING_MEASURED if exc.verdict is Verdict.NOTHING_MEASURED else EXIT_USAGE
