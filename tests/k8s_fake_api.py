@@ -13,13 +13,25 @@ values returned one per GET (the last one repeats); ``pods`` and ``logs`` are
 what the pod endpoints return; ``served`` lists the resources the "cluster"
 has (a CRD that is not installed answers 404, as the real server does);
 ``reject[(method, plural)]`` forces an error status for such requests.
+
+Nodes (cluster-scoped, ``/api/v1/nodes/NAME``) answer GET and PATCH as the API server does for
+``gpuaccept node-status``: ``nodes`` holds them; a PATCH must be an RFC 6902 JSON patch
+(``application/json-patch+json``; other patch types answer 415 here, since nothing of ours sends
+them), applied op by op with ``add``/``remove``/``replace``/``test`` semantics; a failing op answers 422
+as the API server's patch handler does (``NewGenericServerResponse(StatusUnprocessableEntity)``), and
+the result is validated as the server would (label values, one taint per key and effect: 422
+Invalid). ``dryRun=All`` validates and stores nothing. ``before_patch`` callbacks run before a patch
+is applied (another controller changing the node between our read and our patch).
 """
 
 from __future__ import annotations
 
+import copy
 import json
+import re
 import threading
 import urllib.parse
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -44,6 +56,8 @@ class FakeKubeAPI:
         self.logs: dict[tuple[str, str], str] = {}  # (pod, container) -> text
         self.served = set(SERVED)
         self.reject: dict[tuple[str, str], tuple[int, str, str]] = {}
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self.before_patch: list[Callable[[dict[str, Any]], None]] = []
         self._lock = threading.Lock()
         self._uid = 0
         api = self
@@ -114,6 +128,8 @@ class FakeKubeAPI:
 
     def _route(self, method: str, path: str, query: dict[str, str], body: Any) -> tuple[int, Any]:
         parts = [p for p in path.split("/") if p]
+        if parts[:3] == ["api", "v1", "nodes"]:
+            return self._node(method, parts[3:], query, body)
         if parts[:1] == ["api"]:
             group, version, rest = "", parts[1], parts[2:]
         elif parts[:1] == ["apis"]:
@@ -157,6 +173,38 @@ class FakeKubeAPI:
                          "details": {"name": name, "kind": plural}}
         return 405, status_body(405, "MethodNotAllowed", "not supported here")
 
+    def _node(self, method: str, tail: list[str], query: dict[str, str], body: Any) -> tuple[int, Any]:
+        if len(tail) != 1:
+            return 405, status_body(405, "MethodNotAllowed", "not supported here")
+        name = tail[0]
+        if (method, "nodes") in self.reject:
+            code, reason, message = self.reject[(method, "nodes")]
+            return code, status_body(code, reason, message)
+        if name not in self.nodes:
+            return 404, status_body(404, "NotFound", f'nodes "{name}" not found')
+        if method == "GET":
+            return 200, copy.deepcopy(self.nodes[name])
+        if method != "PATCH":
+            return 405, status_body(405, "MethodNotAllowed", "not supported here")
+        if self.requests[-1]["content_type"] != "application/json-patch+json":
+            return 415, status_body(415, "UnsupportedMediaType", "only JSON patches are modelled by this fake")
+        if not isinstance(body, list):
+            return 400, status_body(400, "BadRequest", "a JSON patch is a list of operations")
+        for hook in self.before_patch:
+            hook(self.nodes[name])
+        try:
+            patched = apply_json_patch(self.nodes[name], body)
+        except JsonPatchError as exc:
+            return 422, status_body(422, "", str(exc))
+        problems = node_problems(patched)
+        if problems:
+            return 422, status_body(422, "Invalid", f'Node "{name}" is invalid: {"; ".join(problems)}')
+        if query.get("dryRun") != "All":
+            self._uid += 1
+            patched["metadata"]["resourceVersion"] = str(1000 + self._uid)
+            self.nodes[name] = patched
+        return 200, copy.deepcopy(patched)
+
     def _pods(self, ns: str, tail: list[str], query: dict[str, str]) -> tuple[int, Any]:
         if not tail:
             wanted = dict(kv.split("=", 1) for kv in query.get("labelSelector", "").split(",") if kv)
@@ -188,3 +236,103 @@ def pod(name: str, labels: dict[str, str], node: str, phase: str = "Succeeded", 
     if node:
         spec["nodeName"] = node
     return {"metadata": {"name": name, "namespace": namespace, "labels": labels}, "spec": spec, "status": status}
+
+
+def node(name: str, labels: dict[str, str] | None = None, taints: list[dict[str, Any]] | None = None,
+         annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    """A Node as the API returns it (the fields node-status reads and writes, and some it must leave)."""
+    meta: dict[str, Any] = {"name": name, "uid": f"uid-{name}", "resourceVersion": "1",
+                            "labels": {"kubernetes.io/hostname": name, **(labels or {})}}
+    if annotations is not None:
+        meta["annotations"] = dict(annotations)
+    spec: dict[str, Any] = {"podCIDR": "10.0.0.0/24"}
+    if taints is not None:
+        spec["taints"] = [dict(t) for t in taints]
+    return {"kind": "Node", "apiVersion": "v1", "metadata": meta, "spec": spec,
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+class JsonPatchError(ValueError):
+    pass
+
+
+def _tokens(pointer: str) -> list[str]:
+    if not pointer.startswith("/"):
+        raise JsonPatchError(f"invalid JSON pointer {pointer!r}")
+    return [t.replace("~1", "/").replace("~0", "~") for t in pointer[1:].split("/")]
+
+
+def _parent(doc: Any, tokens: list[str]) -> Any:
+    cur = doc
+    for t in tokens[:-1]:
+        if isinstance(cur, dict) and t in cur:
+            cur = cur[t]
+        elif isinstance(cur, list) and t.isdigit() and int(t) < len(cur):
+            cur = cur[int(t)]
+        else:
+            raise JsonPatchError(f"missing path: /{'/'.join(tokens)}")
+    return cur
+
+
+def apply_json_patch(doc: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
+    """RFC 6902 on a copy of ``doc`` (add, remove, replace, test: what node-status sends)."""
+    out = copy.deepcopy(doc)
+    for op in ops:
+        kind, tokens = op.get("op"), _tokens(op.get("path", ""))
+        parent, last = _parent(out, tokens), tokens[-1]
+        if kind == "test":
+            if isinstance(parent, dict):
+                have = parent.get(last, JsonPatchError)
+            else:
+                have = parent[int(last)] if last.isdigit() and int(last) < len(parent) else JsonPatchError
+            if have != op.get("value"):
+                raise JsonPatchError(f"testing value /{'/'.join(tokens)} failed")
+        elif kind == "add":
+            if isinstance(parent, list):
+                parent.insert(len(parent) if last == "-" else int(last), copy.deepcopy(op["value"]))
+            else:
+                parent[last] = copy.deepcopy(op["value"])
+        elif kind in ("remove", "replace"):
+            if isinstance(parent, dict):
+                if last not in parent:
+                    raise JsonPatchError(f"{kind} operation does not apply: doc is missing key: {last}")
+                if kind == "remove":
+                    del parent[last]
+                else:
+                    parent[last] = copy.deepcopy(op["value"])
+            else:
+                i = int(last)
+                if i >= len(parent):
+                    raise JsonPatchError(f"{kind} operation does not apply: index {i} out of range")
+                if kind == "remove":
+                    parent.pop(i)
+                else:
+                    parent[i] = copy.deepcopy(op["value"])
+        else:
+            raise JsonPatchError(f"unexpected kind: {kind}")
+    return out
+
+
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+def node_problems(n: dict[str, Any]) -> list[str]:
+    """What the API server's node validation refuses, for the fields node-status writes."""
+    out = []
+    for v in (n["metadata"].get("labels") or {}).values():
+        if not isinstance(v, str) or len(v) > 63 or not _LABEL_VALUE.match(v):
+            out.append(f"metadata.labels: Invalid value: {v!r}")
+    annotations = n["metadata"].get("annotations") or {}
+    if not all(isinstance(v, str) for v in annotations.values()):
+        out.append("metadata.annotations: values must be strings")
+    elif sum(len(k) + len(v) for k, v in annotations.items()) > 256 * 1024:
+        out.append("metadata.annotations: Too long: must have at most 262144 bytes")
+    seen = set()
+    for i, t in enumerate(n.get("spec", {}).get("taints") or []):
+        if t.get("effect") not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+            out.append(f"spec.taints[{i}].effect: Unsupported value: {t.get('effect')!r}")
+        key = (t.get("key"), t.get("effect"))
+        if key in seen:
+            out.append(f"spec.taints[{i}]: Duplicate value: taints must be unique by key and effect pair")
+        seen.add(key)
+    return out

@@ -380,7 +380,8 @@ SUBCOMMAND_MODULES: tuple[str, ...] = ("gpuaccept.results.cli", "gpuaccept.launc
                                       "gpuaccept.report.cli", "gpuaccept.containers.sshd_cli",
                                       "gpuaccept.containers.image_cli", "gpuaccept.nccltests.cli",
                                       "gpuaccept.launch.isolate_cli",
-                                      "gpuaccept.containers.constraints_cli", "gpuaccept.health.cli")
+                                      "gpuaccept.containers.constraints_cli", "gpuaccept.health.cli",
+                                      "gpuaccept.launch.nodestatus_cli")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

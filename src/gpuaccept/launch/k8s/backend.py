@@ -23,8 +23,9 @@ from typing import Any
 
 import yaml
 
-from gpuaccept.errors import ConfigError, GpuacceptError, InputError, UsageError
+from gpuaccept.errors import GpuacceptError, InputError, UsageError
 from gpuaccept.launch.base import Backend, JobState, Plan, Submission
+from gpuaccept.launch.k8s.client import MissingClient, kubernetes_module, new_api_client, status_message
 from gpuaccept.launch.k8s.manifests import NODE_CONTAINER, PYTORCH_CONTAINER, build_manifests, selector, to_yaml
 from gpuaccept.launch.k8s.options import (
     KINDS,
@@ -56,17 +57,11 @@ MAX_POLL_FAILURES = 5
 """Consecutive failed status reads after which watching gives up."""
 
 
-class MissingClient(UsageError):
-    """The ``kubernetes`` package is not installed."""
-
-
 def _kubernetes() -> Any:
     try:
-        import kubernetes
-    except ImportError:
-        raise MissingClient("the k8s backend submits through the kubernetes Python client, which is not installed: "
-                            "pip install 'gpuaccept[k8s]' (or use --dry-run / --output and kubectl)") from None
-    return kubernetes
+        return kubernetes_module("the k8s backend submits")
+    except MissingClient as exc:
+        raise MissingClient(f"{exc} (or use --dry-run / --output and kubectl)") from None
 
 
 @dataclass
@@ -212,17 +207,7 @@ class K8sBackend(Backend):
     def _client(self, opts: K8sOptions) -> Any:
         if self._api is not None:
             return self._api
-        k8s = _kubernetes()
-        try:
-            if opts.kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ and not (
-                    os.environ.get("KUBECONFIG") or Path("~/.kube/config").expanduser().exists()):
-                k8s.config.load_incluster_config()
-                self._api = k8s.client.ApiClient()
-            else:
-                self._api = k8s.config.new_client_from_config(config_file=opts.kubeconfig, context=opts.context)
-        except (k8s.config.ConfigException, OSError, ValueError, TypeError, yaml.YAMLError) as exc:
-            where = opts.kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
-            raise ConfigError("--kubeconfig", where, f"cannot load a Kubernetes configuration: {exc}") from None
+        self._api = new_api_client(_kubernetes(), opts.kubeconfig, opts.context)
         return self._api
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -429,12 +414,7 @@ def _write(path: Path, text: str) -> None:
 
 def _api_message(exc: Any, kind: str | None = None) -> str:
     """One line from an ApiException: the Status message when there is one."""
-    message = ""
-    try:
-        body = json.loads(exc.body) if exc.body else {}
-        message = str(body.get("message", "")) if isinstance(body, dict) else ""
-    except (ValueError, TypeError):
-        message = str(exc.body or "")[:300]
+    message = status_message(exc)
     status = getattr(exc, "status", None)
     if status == 404 and kind and kind in RESOURCES and RESOURCES[kind][0] not in ("", "batch"):
         group, version, plural = RESOURCES[kind]

@@ -1,0 +1,199 @@
+"""The health DaemonSet of ``gpuaccept node-status --daemonset``: pure functions, deterministic output.
+
+Four objects: a ServiceAccount, a ClusterRole that may only ``get`` and ``patch`` nodes (what
+``node-status --apply`` calls: it reads the node's taints, then patches its label, annotations and
+taint), a ClusterRoleBinding of the two, and a DaemonSet whose pod runs :data:`LOOP_SCRIPT`:
+``gpuaccept node-status --apply`` with the suite options, then a pause of ``interval_s``, forever.
+
+The pod learns its node from the downward API (``NODE_NAME`` and ``GPUACCEPT_HOSTNAME`` from
+``spec.nodeName``, so its reports name the node, not the pod). It always tolerates our own taint:
+a node tainted after a failure keeps its health pod, which is what clears the taint once the node
+passes again. The container runs with no privilege escalation, every capability dropped, a
+read-only root file system (``/tmp`` is an ``emptyDir``, ``HOME`` points there) and the runtime's
+default seccomp profile. GPUs: with ``gpus`` > 0 the pod requests that many from the device
+plugin (and holds them while it lives); with 0 it requests none and asks the NVIDIA container
+runtime for every GPU with ``NVIDIA_VISIBLE_DEVICES=all``, as monitoring agents such as
+dcgm-exporter do (this needs the NVIDIA runtime for the pod: ``runtime_class``, or the node's
+default runtime, and a toolkit that honours the variable for unprivileged containers; the checks
+then share the GPUs with whatever runs there).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuaccept.errors import ConfigError
+from gpuaccept.launch.k8s.nodepatch import TAINT
+from gpuaccept.launch.k8s.options import (
+    PULL_POLICIES,
+    check_dns_label,
+    check_dns_subdomain,
+    check_label_key,
+    check_quantity,
+)
+
+CONTAINER = "health"
+INTERVAL_ENV = "GPUACCEPT_HEALTH_INTERVAL"
+DEFAULT_NAME = "gpuaccept-health"
+RBAC_API = "rbac.authorization.k8s.io/v1"
+LOOP_SCRIPT = """\
+# gpuaccept health loop: node-status --apply with the arguments given, then a pause, until SIGTERM.
+stop() {
+  # $! (not a variable set after the fork): a signal may come before such an assignment runs
+  if [ -n "$!" ]; then
+    kill -TERM "$!" 2>/dev/null
+    wait "$!" 2>/dev/null
+  fi
+  exit 0
+}
+trap stop TERM INT
+interval="${GPUACCEPT_HEALTH_INTERVAL:?}"
+while :; do
+  gpuaccept node-status --apply "$@" &
+  wait "$!"
+  rc=$?
+  echo "[HEALTH] gpuaccept node-status exited $rc; next check in $interval s" >&2
+  sleep "$interval" &
+  wait "$!"
+done
+"""
+"""``sh -c`` script of the health container; ``$@`` are node-status's options. The checks run in the
+background and the shell waits for them, so SIGTERM (a rollout, a drain) stops them at once."""
+
+
+@dataclass(frozen=True)
+class HealthDaemonOptions:
+    """What ``--daemonset`` builds; :meth:`validate` refuses what the API server would."""
+
+    image: str
+    node_status_args: list[str] = field(default_factory=list)
+    name: str = DEFAULT_NAME
+    namespace: str = DEFAULT_NAME
+    interval_s: int = 600
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = field(default_factory=list)
+    gpus: int = 0
+    gpu_resource: str = "nvidia.com/gpu"
+    runtime_class: str | None = None
+    image_pull_secrets: list[str] = field(default_factory=list)
+    image_pull_policy: str | None = None
+    cpu: str | None = None
+    memory: str | None = None
+    priority_class: str | None = None
+    run_as_user: int | None = None
+    tmp_size: str = "4Gi"
+
+    def validate(self) -> None:
+        if not self.image or any(c.isspace() for c in self.image):
+            raise ConfigError("--image", self.image, "the DaemonSet needs an image with gpuaccept[k8s] in it")
+        check_dns_label(self.name, "--name")
+        check_dns_label(self.namespace, "--namespace")
+        if not 1 <= self.interval_s <= 7 * 24 * 3600:
+            raise ConfigError("--interval", str(self.interval_s), "seconds between checks: 1 to 604800")
+        if self.gpus < 0:
+            raise ConfigError("--gpus-per-node", str(self.gpus), "must be 0 or more")
+        check_label_key(self.gpu_resource, "--gpu-resource")
+        if self.runtime_class is not None:
+            check_dns_subdomain(self.runtime_class, "--runtime-class")
+        if self.priority_class is not None:
+            check_dns_subdomain(self.priority_class, "--priority-class")
+        for secret in self.image_pull_secrets:
+            check_dns_subdomain(secret, "--image-pull-secret")
+        if self.image_pull_policy is not None and self.image_pull_policy not in PULL_POLICIES:
+            raise ConfigError("--image-pull-policy", self.image_pull_policy, f"one of {', '.join(PULL_POLICIES)}")
+        for flag, qty in (("--cpus", self.cpu), ("--memory", self.memory), ("--tmp-size", self.tmp_size)):
+            if qty is not None:
+                check_quantity(qty, flag)
+        if self.run_as_user is not None and self.run_as_user < 0:
+            raise ConfigError("--run-as-user", str(self.run_as_user), "a user id is 0 or more")
+
+
+def own_toleration() -> dict[str, Any]:
+    """Tolerates our taint, whatever its value: the health pod must stay on a node it tainted."""
+    return {"key": TAINT["key"], "operator": "Exists", "effect": TAINT["effect"]}
+
+
+def cluster_role(name: str) -> dict[str, Any]:
+    """Read and patch nodes: nothing else (no list, no watch, no other resource)."""
+    return {"apiVersion": RBAC_API, "kind": "ClusterRole", "metadata": {"name": name, "labels": _labels(name)},
+            "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]}
+
+
+def _labels(name: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "gpuaccept-health", "app.kubernetes.io/instance": name}
+
+
+def _env(opts: HealthDaemonOptions) -> list[dict[str, Any]]:
+    node = {"valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+    env: list[dict[str, Any]] = [{"name": "NODE_NAME", **node}, {"name": "GPUACCEPT_HOSTNAME", **node},
+                                 {"name": INTERVAL_ENV, "value": str(opts.interval_s)},
+                                 {"name": "HOME", "value": "/tmp"}, {"name": "TMPDIR", "value": "/tmp"},
+                                 {"name": "PYTHONUNBUFFERED", "value": "1"}]
+    if opts.gpus == 0:
+        env += [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+                {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility"}]
+    return env
+
+
+def _container(opts: HealthDaemonOptions) -> dict[str, Any]:
+    c: dict[str, Any] = {"name": CONTAINER, "image": opts.image}
+    if opts.image_pull_policy:
+        c["imagePullPolicy"] = opts.image_pull_policy
+    c["command"] = ["/bin/sh", "-c", LOOP_SCRIPT, "gpuaccept-health", *opts.node_status_args]
+    c["env"] = _env(opts)
+    requests = {k: v for k, v in (("cpu", opts.cpu), ("memory", opts.memory)) if v}
+    limits: dict[str, str] = {}
+    if opts.memory:
+        limits["memory"] = opts.memory
+    if opts.gpus:
+        limits[opts.gpu_resource] = str(opts.gpus)
+    resources = {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
+    if resources:
+        c["resources"] = resources
+    c["volumeMounts"] = [{"name": "tmp", "mountPath": "/tmp"}]
+    sc: dict[str, Any] = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                          "capabilities": {"drop": ["ALL"]}}
+    if opts.run_as_user is not None:
+        sc["runAsUser"] = opts.run_as_user
+        sc["runAsNonRoot"] = opts.run_as_user != 0
+    c["securityContext"] = sc
+    return c
+
+
+def daemonset(opts: HealthDaemonOptions) -> dict[str, Any]:
+    labels = _labels(opts.name)
+    pod: dict[str, Any] = {"serviceAccountName": opts.name, "automountServiceAccountToken": True}
+    if opts.priority_class:
+        pod["priorityClassName"] = opts.priority_class
+    if opts.runtime_class:
+        pod["runtimeClassName"] = opts.runtime_class
+    if opts.node_selector:
+        pod["nodeSelector"] = dict(opts.node_selector)
+    pod["tolerations"] = [own_toleration(), *(dict(t) for t in opts.tolerations if t != own_toleration())]
+    if opts.image_pull_secrets:
+        pod["imagePullSecrets"] = [{"name": s} for s in opts.image_pull_secrets]
+    pod["securityContext"] = {"seccompProfile": {"type": "RuntimeDefault"}}
+    pod["terminationGracePeriodSeconds"] = 30
+    pod["containers"] = [_container(opts)]
+    pod["volumes"] = [{"name": "tmp", "emptyDir": {"sizeLimit": opts.tmp_size}}]
+    return {"apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": {"name": opts.name, "namespace": opts.namespace, "labels": labels},
+            "spec": {"selector": {"matchLabels": dict(labels)},
+                     "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "10%"}},
+                     "template": {"metadata": {"labels": dict(labels)}, "spec": pod}}}
+
+
+def health_manifests(opts: HealthDaemonOptions) -> list[dict[str, Any]]:
+    """ServiceAccount, ClusterRole, ClusterRoleBinding and DaemonSet, in the order to create them."""
+    opts.validate()
+    name, ns = opts.name, opts.namespace
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": name, "namespace": ns, "labels": _labels(name)}},
+        cluster_role(name),
+        {"apiVersion": RBAC_API, "kind": "ClusterRoleBinding", "metadata": {"name": name, "labels": _labels(name)},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}]},
+        daemonset(opts),
+    ]

@@ -1,0 +1,361 @@
+"""``gpuaccept node-status`` end to end: the real CLI and the real ``kubernetes`` client against the recorded
+fake API server of ``tests/k8s_fake_api.py`` (no cluster is reachable from here), which checks what was sent
+(method, path, content type, token, the JSON patch) and applies it the RFC 6902 way. The verdicts come from
+report files and from real suite runs on this machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuaccept.launch.k8s.healthds import HealthDaemonOptions, health_manifests
+from gpuaccept.launch.k8s.nodepatch import HEALTH_LABEL, TAINT
+from gpuaccept.model import NodeReport, Verdict
+from tests.helpers import ROOT, cli_env, gpuaccept
+from tests.k8s_fake_api import TOKEN, FakeKubeAPI, node
+from tests.k8s_support import need_module
+from tests.report_data import write_json
+from tests.store_reports import cluster_report, node_report
+
+need_module("kubernetes")
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+OURS = dict(TAINT)
+SUITE = ["--profile", "quick", "--device", "cpu", "--checks", "env"]
+
+
+@pytest.fixture
+def api() -> Iterator[FakeKubeAPI]:
+    server = FakeKubeAPI().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def kubeconfig(api: FakeKubeAPI, tmp_path: Path) -> Path:
+    return api.write_kubeconfig(tmp_path / "kubeconfig")
+
+
+def report_file(tmp_path: Path, fail: bool = False, host: str = "gpu-1") -> Path:
+    return write_json(tmp_path / f"report-{host}-{int(fail)}.json", node_report(host, "r1", fail=fail))
+
+
+def node_status(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return gpuaccept("node-status", *args, timeout=180, **env)
+
+
+def one_line(proc: subprocess.CompletedProcess[str]) -> str:
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+# ---- --apply ----------------------------------------------------------------------------------------------------
+
+def test_failure_labels_and_taints_the_node(api: FakeKubeAPI, kubeconfig: Path, tmp_path: Path) -> None:
+    api.nodes["gpu-1"] = node("gpu-1", labels={"team": "ml"}, taints=[GPU_TAINT], annotations={"x.io/a": "b"})
+    proc = node_status("--apply", "--taint", "--report", str(report_file(tmp_path, fail=True)), "--node", "gpu-1",
+                       "--kubeconfig", str(kubeconfig))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    get, patch = api.requests
+    assert (get["method"], get["path"]) == ("GET", "/api/v1/nodes/gpu-1")
+    assert (patch["method"], patch["path"], patch["content_type"]) == ("PATCH", "/api/v1/nodes/gpu-1",
+                                                                      "application/json-patch+json")
+    assert all(r["auth"] == f"Bearer {TOKEN}" for r in api.requests)
+    assert "dryRun" not in patch["query"]
+    doc = json.loads(proc.stdout)
+    assert patch["body"] == doc["patch"] and doc["applied"] is True
+    assert doc["verdict"]["health"] == "fail" and doc["verdict"]["reason"] == "memtest: fail: 3 errors"
+    stored = api.nodes["gpu-1"]
+    assert stored["metadata"]["labels"] == {"kubernetes.io/hostname": "gpu-1", "team": "ml", HEALTH_LABEL: "fail"}
+    assert stored["spec"]["taints"] == [GPU_TAINT, OURS]
+    notes = stored["metadata"]["annotations"]
+    assert notes["x.io/a"] == "b" and notes["gpuaccept.io/health-reason"] == "memtest: fail: 3 errors"
+    assert notes["gpuaccept.io/health-run-id"] == "r1" and notes["gpuaccept.io/health-checked"].endswith("Z")
+    assert "[HEALTH] node gpu-1: fail: memtest: fail: 3 errors (applied)" in proc.stderr
+
+
+def test_pass_clears_our_taint_only(api: FakeKubeAPI, kubeconfig: Path, tmp_path: Path) -> None:
+    api.nodes["gpu-1"] = node("gpu-1", labels={HEALTH_LABEL: "fail"}, taints=[OURS, GPU_TAINT])
+    proc = node_status("--apply", "--report", str(report_file(tmp_path)), "--node", "gpu-1",
+                       "--kubeconfig", str(kubeconfig))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert api.nodes["gpu-1"]["spec"]["taints"] == [GPU_TAINT]
+    assert api.nodes["gpu-1"]["metadata"]["labels"][HEALTH_LABEL] == "pass"
+
+
+def test_node_name_from_the_environment(api: FakeKubeAPI, kubeconfig: Path, tmp_path: Path) -> None:
+    api.nodes["gpu-1"] = node("gpu-1")
+    proc = node_status("--apply", "--report", str(report_file(tmp_path)), "--kubeconfig", str(kubeconfig),
+                       NODE_NAME="gpu-1")
+    assert proc.returncode == 0, proc.stderr
+    assert api.calls("PATCH")[0]["path"] == "/api/v1/nodes/gpu-1"
+
+
+def test_cluster_report_entry_of_the_node(api: FakeKubeAPI, kubeconfig: Path, tmp_path: Path) -> None:
+    api.nodes["gpu-2"] = node("gpu-2")
+    cluster = write_json(tmp_path / "cluster-report.json", cluster_report("c1", ["gpu-1", "gpu-2"],
+                                                                          failing=("gpu-2",)))
+    proc = node_status("--apply", "--taint", "--report", str(cluster), "--node", "gpu-2", "--kubeconfig",
+                       str(kubeconfig))
+    assert proc.returncode == 1, proc.stderr
+    assert api.nodes["gpu-2"]["spec"]["taints"] == [OURS]
+
+
+def test_taints_changed_between_read_and_patch_are_kept(api: FakeKubeAPI, kubeconfig: Path, tmp_path: Path) -> None:
+    """Another controller adds a taint after our read: the server refuses our patch (422 on the test), node-status
+    reads again and patches again, and both taints stay."""
+    api.nodes["gpu-1"] = node("gpu-1", taints=[GPU_TAINT])
+    maintenance = {"key": "maintenance", "effect": "NoSchedule"}
+    once = [True]
+
+    def meanwhile(n: dict[str, Any]) -> None:
+        if once.pop() if once else False:
+            n["spec"]["taints"].append(maintenance)
+
+    api.before_patch.append(meanwhile)
+    proc = node_status("--apply", "--taint", "--report", str(report_file(tmp_path, fail=True)), "--node", "gpu-1",
+                       "--kubeconfig", str(kubeconfig))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert [r["method"] for r in api.requests] == ["GET", "PATCH", "GET", "PATCH"]
+    assert api.nodes["gpu-1"]["spec"]["taints"] == [GPU_TAINT, maintenance, OURS]
+
+
+def test_server_dry_run_stores_nothing(api: FakeKubeAPI, kubeconfig: Path, tmp_path: Path) -> None:
+    before = node("gpu-1")
+    api.nodes["gpu-1"] = json.loads(json.dumps(before))
+    proc = node_status("--apply", "--server-dry-run", "--taint", "--report", str(report_file(tmp_path, fail=True)),
+                       "--node", "gpu-1", "--kubeconfig", str(kubeconfig))
+    assert proc.returncode == 1, proc.stderr
+    assert api.calls("PATCH")[0]["query"]["dryRun"] == "All"
+    assert api.nodes["gpu-1"] == before
+    doc = json.loads(proc.stdout)
+    assert doc["applied"] is False and doc["server_dry_run"] is True and doc["patch"]
+
+
+def test_dry_run_sends_nothing(api: FakeKubeAPI, kubeconfig: Path, tmp_path: Path) -> None:
+    api.nodes["gpu-1"] = node("gpu-1")
+    proc = node_status("--taint", "--report", str(report_file(tmp_path, fail=True)), "--node", "gpu-1",
+                       "--kubeconfig", str(kubeconfig))
+    assert proc.returncode == 1, proc.stderr
+    assert api.requests == []
+    doc = json.loads(proc.stdout)
+    assert doc["applied"] is False
+    assert doc["merge_patch"]["metadata"]["labels"] == {HEALTH_LABEL: "fail"}
+    assert doc["change"]["taint"]["action"] == "add"
+    assert doc["kubectl"][-1] == "kubectl taint node gpu-1 --overwrite gpuaccept.io/health=fail:NoSchedule"
+
+
+# ---- when the API says no ------------------------------------------------------------------------------------------
+
+def test_no_such_node(api: FakeKubeAPI, kubeconfig: Path, tmp_path: Path) -> None:
+    proc = node_status("--apply", "--report", str(report_file(tmp_path, fail=True)), "--node", "gpu-1",
+                       "--kubeconfig", str(kubeconfig))
+    assert proc.returncode == 2
+    assert one_line(proc) == "gpuaccept: error: no node gpu-1 in the cluster (see --node)"
+    doc = json.loads(proc.stdout)  # the verdict is not lost
+    assert doc["verdict"]["health"] == "fail" and doc["applied"] is False and "no node gpu-1" in doc["error"]
+
+
+def test_forbidden_patch_names_the_rbac(api: FakeKubeAPI, kubeconfig: Path, tmp_path: Path) -> None:
+    api.nodes["gpu-1"] = node("gpu-1")
+    api.reject[("PATCH", "nodes")] = (403, "Forbidden", 'nodes "gpu-1" is forbidden: User "system:serviceaccount:'
+                                                        'x:y" cannot patch resource "nodes"')
+    proc = node_status("--apply", "--report", str(report_file(tmp_path)), "--node", "gpu-1",
+                       "--kubeconfig", str(kubeconfig))
+    assert proc.returncode == 2
+    line = one_line(proc)
+    assert line.startswith("gpuaccept: error: patching node gpu-1: HTTP 403: nodes \"gpu-1\" is forbidden")
+    assert line.endswith("(the service account needs get and patch on nodes: see node-status --daemonset)")
+    assert json.loads(proc.stdout)["verdict"]["health"] == "pass"
+    assert api.nodes["gpu-1"] == node("gpu-1")
+
+
+def test_api_unreachable_keeps_the_verdict(tmp_path: Path) -> None:
+    server = FakeKubeAPI()  # never started: its port refuses connections
+    kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+    server.server.server_close()
+    proc = node_status("--apply", "--report", str(report_file(tmp_path, fail=True)), "--node", "gpu-1",
+                       "--kubeconfig", str(kubeconfig), "--summary")
+    assert proc.returncode == 2
+    assert one_line(proc).startswith("gpuaccept: error: reading node gpu-1: cannot reach the Kubernetes API")
+    assert proc.stdout.startswith("node gpu-1: fail: memtest: fail: 3 errors (not applied: reading node gpu-1: "
+                                  "cannot reach the Kubernetes API")
+
+
+def test_bad_kubeconfig(tmp_path: Path) -> None:
+    bad = tmp_path / "kubeconfig"
+    bad.write_text("{not yaml: [")
+    proc = node_status("--apply", "--report", str(report_file(tmp_path)), "--node", "gpu-1", "--kubeconfig", str(bad))
+    assert proc.returncode == 2
+    assert one_line(proc).startswith(f"gpuaccept: error: --kubeconfig: {bad}: cannot load a Kubernetes configuration")
+
+
+def test_without_the_kubernetes_package(tmp_path: Path) -> None:
+    blocker = tmp_path / "block" / "kubernetes"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text("raise ImportError('blocked for the test')\n")
+    env = {"PYTHONPATH": f"{blocker.parent}:{ROOT}"}
+    report = str(report_file(tmp_path))
+    proc = node_status("--apply", "--report", report, "--node", "gpu-1", **env)
+    assert proc.returncode == 2
+    assert one_line(proc) == ("gpuaccept: error: node-status --apply patches the node through the kubernetes Python "
+                              "client, which is not installed: pip install 'gpuaccept[k8s]'")
+    assert node_status("--report", report, "--node", "gpu-1", **env).returncode == 0  # a dry run needs no client
+
+
+# ---- bad input -----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("args", "message"), [
+    ([], "give --report PATH (a report to judge) or --profile quick|standard|full (run the suite)"),
+    (["--report", "R", "--profile", "quick"], "--profile is a suite option; --report judges a report and runs nothing"),
+    (["--report", "R", "--server-dry-run"], "--server-dry-run goes with --apply"),
+    (["--report", "/no/such/report.json"], "--report /no/such/report.json: no such file or directory"),
+    (["--daemonset", "--npd-config", "d", "--profile", "quick"], "--daemonset and --npd-config are separate modes: "
+                                                                   "give one"),
+    (["--daemonset", "--image", "i", "--report", "R"], "--report does not apply to --daemonset: its pods run the "
+                                                       "suite (give --profile)"),
+    (["--daemonset", "--image", "i", "--profile", "quick", "--apply"], "--apply is for a verdict; --daemonset only "
+                                                                       "writes configuration"),
+    (["--npd-config", "d", "--report", "R", "--taint"], "--taint does not apply to --npd-config: NPD sets a node "
+                                                        "condition, it does not patch"),
+    (["--report", "R", "--node", "bad name"], "--node 'bad name': not a Kubernetes node name"),
+])
+def test_bad_usage_is_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    report = str(report_file(tmp_path))
+    proc = node_status(*[report if a == "R" else a for a in args])
+    assert proc.returncode == 2
+    assert one_line(proc) == f"gpuaccept: error: {message}"
+
+
+def test_malformed_report(tmp_path: Path) -> None:
+    bad = tmp_path / "report.json"
+    bad.write_text('{"run_id": "r1", "host": "gpu-1"')
+    proc = node_status("--report", str(bad), "--node", "gpu-1")
+    assert proc.returncode == 2
+    assert one_line(proc).startswith(f"gpuaccept: error: {bad}")
+
+
+def test_report_of_another_host(tmp_path: Path) -> None:
+    proc = node_status("--report", str(report_file(tmp_path, host="gpu-7")), "--node", "gpu-1")
+    assert proc.returncode == 2
+    assert one_line(proc) == ("gpuaccept: error: the report (run r1) is from host gpu-7, not node gpu-1: pass --node "
+                              "for the node it is from, or --any-host to use it for this node")
+    assert node_status("--report", str(report_file(tmp_path, host="gpu-7")), "--node", "gpu-1",
+                       "--any-host").returncode == 0
+
+
+@pytest.mark.parametrize(("verdict", "rc"), [(Verdict.NOTHING_MEASURED, 5), (Verdict.INTERRUPTED, 2),
+                                             (Verdict.RUNNING, 2)])
+def test_report_without_a_verdict_changes_nothing(api: FakeKubeAPI, kubeconfig: Path, tmp_path: Path,
+                                                  verdict: Verdict, rc: int) -> None:
+    api.nodes["gpu-1"] = node("gpu-1")
+    rep = node_report("gpu-1", "r1")
+    rep = NodeReport.from_dict({**rep.to_dict(), "verdict": verdict.value})
+    proc = node_status("--apply", "--report", str(write_json(tmp_path / "r.json", rep)), "--node", "gpu-1",
+                       "--kubeconfig", str(kubeconfig), "--summary")
+    assert proc.returncode == rc, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("unknown: node gpu-1: run r1 ") and "the node is left as it is" in proc.stdout
+    assert api.requests == []
+
+
+# ---- the suite run by node-status ----------------------------------------------------------------------------------
+
+def test_profile_runs_the_suite_and_applies(api: FakeKubeAPI, kubeconfig: Path, tmp_path: Path) -> None:
+    api.nodes["gpu-1"] = node("gpu-1", taints=[OURS])
+    proc = node_status("--apply", *SUITE, "--node", "gpu-1", "--kubeconfig", str(kubeconfig),
+                       "--report-dir", str(tmp_path / "reports"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "[RESULT] SUCCESS" in proc.stderr  # the run's own output, on stderr: stdout is the JSON
+    doc = json.loads(proc.stdout)
+    assert doc["verdict"]["health"] == "pass" and doc["applied"] is True
+    (run_dir,) = (tmp_path / "reports").iterdir()
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["host"] == "gpu-1" and report["run_id"] == doc["verdict"]["run_id"] == run_dir.name
+    assert api.nodes["gpu-1"]["spec"]["taints"] == [] and api.nodes["gpu-1"]["metadata"]["labels"][HEALTH_LABEL] == \
+        "pass"
+
+
+def test_profile_failure_without_apply(tmp_path: Path) -> None:
+    proc = node_status(*SUITE, "--expect-gpus", "1", "--node", "gpu-1", "--summary", TMPDIR=str(tmp_path))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stdout == ("node gpu-1: fail: env: fail: expected 1 GPUs, found 0 (dry run: nothing sent; --apply "
+                           "sends it)\n")
+    assert list(tmp_path.iterdir()) == []  # the temporary report directory is gone
+
+
+def test_bad_suite_option_is_refused(tmp_path: Path) -> None:
+    proc = node_status("--profile", "quick", "--checks", "nosuchcheck", "--node", "gpu-1")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == ("gpuaccept: error: the suite refused its options (exit 2, the "
+                                                    "reason is above); nothing was decided")
+
+
+def test_sigterm_stops_the_run_and_changes_nothing(api: FakeKubeAPI, kubeconfig: Path, tmp_path: Path) -> None:
+    api.nodes["gpu-1"] = node("gpu-1")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    argv = [sys.executable, "-m", "gpuaccept", "node-status", "--apply", "--profile", "quick", "--device", "cpu",
+            "--checks", "nap", "--node", "gpu-1", "--kubeconfig", str(kubeconfig), "--summary"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            env=cli_env(TMPDIR=str(scratch)))
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if "nap: running" in line:
+                break
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, out + err
+    assert out.startswith("unknown: the suite run was interrupted (exit 130)")
+    assert api.requests == []
+    assert list(scratch.iterdir()) == []  # the temporary report directory is gone
+
+
+def test_daemonset_pod_command_end_to_end(api: FakeKubeAPI, kubeconfig: Path, tmp_path: Path) -> None:
+    """The DaemonSet container's command, run here with the env the kubelet would give it (spec.nodeName for the
+    downward API fields) and the real suite: the node gets its label within one loop."""
+    api.nodes["gpu-node-3"] = node("gpu-node-3")
+    (_sa, _role, _binding, ds) = health_manifests(HealthDaemonOptions(
+        image="img", node_status_args=[*SUITE, "--expect-gpus", "1", "--taint", "--kubeconfig", str(kubeconfig)],
+        interval_s=600))
+    c = ds["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e["value"] if "value" in e else "gpu-node-3" for e in c["env"]}
+    env.update(HOME=str(tmp_path), TMPDIR=str(tmp_path))
+    full = cli_env(**env, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    proc = subprocess.Popen(c["command"], env=full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            cwd=ROOT)
+    lines: list[str] = []
+    assert proc.stdout is not None
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout or []), daemon=True)
+    reader.start()
+    looped = "[HEALTH] gpuaccept node-status exited 1; next check in 600 s\n"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and looped not in lines:
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+    reader.join(timeout=10)
+    out = "".join(lines)
+    assert proc.returncode == 0, out
+    stored = api.nodes["gpu-node-3"]
+    assert stored["metadata"]["labels"][HEALTH_LABEL] == "fail"
+    assert stored["spec"]["taints"] == [OURS]
+    assert looped in lines  # one loop: node-status exited 1 (the node failed) and the pod waits for the next
+    assert len(api.calls("PATCH")) == 1
