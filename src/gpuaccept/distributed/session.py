@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuaccept.checks.base import Outcome
-from gpuaccept.childproc import died_reason, kill_tree, read_outcome
+from gpuaccept.childproc import kill_tree, read_outcome
 from gpuaccept.distributed.control import Control, LeaderLost
 from gpuaccept.distributed.env import RankInfo
 from gpuaccept.distributed.gather import missing_rank_result, order_results, rank_jsonl_name
@@ -143,6 +143,7 @@ class DistributedRunner(Runner):
                     self.events.on_end(check, result)
                 self._finish()
         finally:
+            self.close_warm()
             self.control.close()
         return self.report
 
@@ -252,8 +253,7 @@ class DistributedRunner(Runner):
                              details={"log": str(log), "timeout": status is Status.FAIL})
         else:
             self.outcome_not_written(check, child.returncode)
-            code = child.returncode if child.returncode is not None else -9
-            failed = Outcome(Status.ERROR, f"rank {self.rank} ({self.host}): {died_reason(code, log)}",
+            failed = Outcome(Status.ERROR, f"rank {self.rank} ({self.host}): {self.died_reason(child, log)}",
                              details={"log": str(log)})
         result = self.judge_outcome(check, with_partial(failed, out, self), elapsed)
         return result
