@@ -6,8 +6,8 @@ no torch operation: a fork after CUDA or an OpenMP pool has started is unsafe), 
 process per check and per local rank on request. A forked process starts its own session, dies with
 the warm process (PR_SET_PDEATHSIG; the warm process dies with the runner the same way), puts back
 what a fresh interpreter would have (the requested environment and working directory, the signal
-handlers, fresh seeds for ``random`` and numpy, torch's thread count when ``OMP_NUM_THREADS``
-differs), runs the check as :mod:`gpuaccept.child` does and leaves with ``os._exit``: whatever a
+handlers, fresh seeds for ``random``, numpy and torch's CPU generator, torch's thread count when
+``OMP_NUM_THREADS`` differs), runs the check as :mod:`gpuaccept.child` does and leaves with ``os._exit``: whatever a
 check changes dies with its process, and the warm process stays as it was after the imports.
 
 Protocol on the socket whose descriptor is in ``GPUACCEPT_ZYGOTE_FD``, one JSON object per line:
@@ -197,8 +197,10 @@ class Zygote:
         numpy = sys.modules.get("numpy")
         if numpy is not None:
             numpy.random.seed()
-        threads = env.get("OMP_NUM_THREADS")
         torch = sys.modules.get("torch")
+        if torch is not None:  # a fresh process seeds the CPU generator at random; CUDA's are seeded at their start
+            torch.default_generator.seed()
+        threads = env.get("OMP_NUM_THREADS")
         if torch is not None and threads != self.start_env.get("OMP_NUM_THREADS"):
             with contextlib.suppress(ValueError, TypeError):
                 if threads is not None and int(threads) > 0:
