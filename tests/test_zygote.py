@@ -23,6 +23,7 @@ from gpuaccept.config import Config
 from gpuaccept.model import CheckResult, NodeReport, Status
 from gpuaccept.runner import RunEvents, Runner
 from gpuaccept.suite import PlannedCheck, RunOptions, plan_suite
+from gpuaccept.warm import REAP_S
 from tests.helpers import ROOT, alive, cli_env, descendants, gpuaccept, only_run_dir, validate_report
 from tests.plugins import fake_checks, state_checks
 
@@ -165,6 +166,41 @@ def test_a_dead_warm_process_fails_the_check_in_flight_and_the_rest_start_the_ol
     assert warm_pid, "the warm process was never seen forking nap"
     assert time.monotonic() - started < 25, "nap died with the warm process, it did not sleep its 30 s"
     assert nap.status is Status.ERROR and "SIGKILL" in nap.reason and "warm process" in nap.reason, nap.reason
+    assert probe.status is Status.PASS and not _forked(probe)
+    assert not descendants(os.getpid())
+
+
+def test_a_warm_process_stuck_before_the_fork_is_killed_at_the_checks_timeout(tmp_path: Path) -> None:
+    runner = _runner(tmp_path, ["stuck", "probe"])
+    runner.plan.checks[0].timeout_s = 2.0
+    stuck, probe = runner.run().checks
+    assert stuck.status is Status.FAIL and "timed out after" in stuck.reason and stuck.duration_s < 10
+    assert probe.status is Status.PASS and not _forked(probe), "the rest start the old way"
+    assert not descendants(os.getpid())
+
+
+def test_a_stopped_warm_process_cannot_hold_up_the_run(tmp_path: Path) -> None:
+    """hang times out while the warm process is stopped (SIGSTOP): it cannot reap the killed check, so it is
+    killed itself, and the run goes on the old way."""
+    runner = _runner(tmp_path, ["hang", "probe"])
+    runner.plan.checks[0].timeout_s = 3.0
+
+    def stop_warm() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            warm = runner.warm
+            if warm is not None and any(p.pid for p in warm.pending.values()):
+                os.kill(warm.proc.pid, signal.SIGSTOP)
+                return
+            time.sleep(0.05)
+
+    stopper = threading.Thread(target=stop_warm)
+    stopper.start()
+    started = time.monotonic()
+    hang, probe = runner.run().checks
+    stopper.join()
+    assert hang.status is Status.FAIL and "timed out" in hang.reason
+    assert time.monotonic() - started < 3.0 + REAP_S + 20
     assert probe.status is Status.PASS and not _forked(probe)
     assert not descendants(os.getpid())
 

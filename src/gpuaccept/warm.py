@@ -29,6 +29,8 @@ from typing import Any
 from gpuaccept.zygote import FD_ENV, PARENT_ENV
 
 ENV = "GPUACCEPT_ZYGOTE"
+#: seconds the warm process has to report the end of a check process it was asked to kill
+REAP_S = 10.0
 _OFF = ("0", "off", "no", "false", "spawn")
 
 
@@ -72,7 +74,8 @@ class ForkedChild:
         return self.returncode
 
     def kill_group(self) -> None:
-        """SIGKILL the process's session; when the warm process has not forked it yet, the warm process."""
+        """SIGKILL the process's session. The warm process is killed instead when it has not forked the
+        process yet, or has not reported its end :data:`REAP_S` seconds after the SIGKILL (it is stuck)."""
         if self.poll() is not None:
             return
         if self.pid is None:
@@ -80,6 +83,10 @@ class ForkedChild:
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signal.SIGKILL)
+        try:
+            self.wait(REAP_S)
+        except subprocess.TimeoutExpired:
+            self.warm.stop(f"it did not reap a killed check process within {REAP_S:g} s")
 
 
 class WarmProcess:

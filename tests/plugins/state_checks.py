@@ -2,7 +2,8 @@
 
 ``leaky`` changes every piece of process-wide state it can reach; ``probe`` (and ``probe2``, the
 same under another name) reports that state, and who forked it, in its details; ``segv`` and
-``exits`` end their process without a result, a segfault and an ``os._exit``.
+``exits`` end their process without a result, a segfault and an ``os._exit``; ``stuck`` hangs the
+warm process before it forks.
 """
 
 from __future__ import annotations
@@ -129,4 +130,17 @@ class Exits(Check):
         os._exit(3)
 
 
-CHECKS = (Probe, Probe2, Leaky, Segv, Exits)
+class Stuck(Check):
+    """Its warm import never ends, so the warm process hangs before it can fork the check."""
+
+    name = "stuck"
+    tag = "TRAIN"
+    summary = "the warm process hangs importing what it asks for"
+    profiles = ()
+    warm_imports = ("tests.plugins.hang_import",)
+
+    def run(self, ctx: CheckContext) -> Outcome:
+        return Outcome.passed("started", [])
+
+
+CHECKS = (Probe, Probe2, Leaky, Segv, Exits, Stuck)
