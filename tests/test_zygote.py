@@ -23,7 +23,7 @@ from gpuaccept.config import Config
 from gpuaccept.model import CheckResult, NodeReport, Status
 from gpuaccept.runner import RunEvents, Runner
 from gpuaccept.suite import PlannedCheck, RunOptions, plan_suite
-from gpuaccept.warm import REAP_S
+from gpuaccept.warm import REAP_S, WarmProcess
 from tests.helpers import ROOT, alive, cli_env, descendants, gpuaccept, only_run_dir, validate_report
 from tests.plugins import fake_checks, state_checks
 
@@ -37,8 +37,8 @@ def _importable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GPUACCEPT_ZYGOTE", raising=False)
 
 
-def _runner(tmp_path: Path, checks: list[str], *, warm: bool | None = True, events: RunEvents | None = None,
-            **params: dict[str, Any]) -> Runner:
+def _runner(tmp_path: Path, checks: list[str], *, warm: bool | WarmProcess | None = True,
+            events: RunEvents | None = None, **params: dict[str, Any]) -> Runner:
     plan = plan_suite(RunOptions(checks=checks), Config(), {n: REG[n] for n in checks}, "cpu")  # in this order
     for c in plan.checks:
         c.params.update(params.get(c.name, {}))
@@ -134,6 +134,16 @@ def test_hung_check_is_killed_at_its_timeout_and_the_warm_process_forks_the_next
     assert _forked(probe)
 
 
+def test_a_check_that_times_out_before_the_warm_process_is_ready_leaves_it_running(tmp_path: Path) -> None:
+    """hang's 0.2 s run out while the warm process still imports torch: the request is cancelled, not the warm
+    process killed, and the next check is forked from it."""
+    runner = _runner(tmp_path, ["hang", "probe"])
+    runner.plan.checks[0].timeout_s = 0.2
+    hang, probe = runner.run().checks
+    assert hang.status is Status.FAIL and "limit 0.2 s" in hang.reason
+    assert _forked(probe)
+
+
 @pytest.mark.parametrize("check,how", [("segv", "SIGSEGV"), ("exits", "exit code 3"), ("crash", "SIGKILL")])
 def test_a_crash_is_that_checks_error_only(tmp_path: Path, check: str, how: str) -> None:
     results = _by_name(_runner(tmp_path, [check, "steady", "probe"]).run())
@@ -171,7 +181,9 @@ def test_a_dead_warm_process_fails_the_check_in_flight_and_the_rest_start_the_ol
 
 
 def test_a_warm_process_stuck_before_the_fork_is_killed_at_the_checks_timeout(tmp_path: Path) -> None:
-    runner = _runner(tmp_path, ["stuck", "probe"])
+    warm = WarmProcess()
+    assert warm.wait_ready(120) is not None  # stuck in what it imports for the check, not in its first imports
+    runner = _runner(tmp_path, ["stuck", "probe"], warm=warm)
     runner.plan.checks[0].timeout_s = 2.0
     stuck, probe = runner.run().checks
     assert stuck.status is Status.FAIL and "timed out after" in stuck.reason and stuck.duration_s < 10

@@ -15,7 +15,7 @@ With fewer than two ranks it is skipped. ``gpuaccept run --distributed``
 uses :class:`gpuaccept.distributed.session.DistributedRunner` instead.
 
 Check and rank processes are forked from one warm process that imported torch once for the run
-(:mod:`gpuaccept.zygote`, :mod:`gpuaccept.warm`; its output goes to ``logs/zygote.log``). Where
+(:mod:`gpuaccept.zygote`, :mod:`gpuaccept.warm`; what it prints goes to ``logs/zygote.log``). Where
 fork is not used (``GPUACCEPT_ZYGOTE=0``, not Linux) or the warm process cannot start or dies,
 each starts as a fresh ``python -m gpuaccept.child`` the old way, with the same guarantees.
 """
@@ -109,7 +109,7 @@ class Runner:
     def __init__(self, plan: SuitePlan, report_dir: Path, *, run_id: str | None = None,
                  host: str | None = None, argv: list[str] | None = None,
                  events: RunEvents | None = None, verbose: bool = False,
-                 nproc: int = 1, dist_timeout_s: float = 120.0, warm: bool | None = None) -> None:
+                 nproc: int = 1, dist_timeout_s: float = 120.0, warm: bool | WarmProcess | None = None) -> None:
         self.plan = plan
         self.nproc = nproc
         self.dist_timeout_s = dist_timeout_s
@@ -122,9 +122,10 @@ class Runner:
                                  started=utc_now(), device=plan.device, argv=list(argv or []),
                                  version=__version__)
         self._children: list[CheckProcess] = []
-        #: why check processes start the old way (None: forked from the warm process)
+        #: why check processes start the old way (None: forked from the warm process); ``warm``: True or
+        #: False forces it on or off, None leaves it to GPUACCEPT_ZYGOTE, a WarmProcess is used (and closed)
         self.warm_off: str | None = "turned off" if warm is False else (None if warm else warm_disabled())
-        self.warm: WarmProcess | None = None
+        self.warm: WarmProcess | None = warm if isinstance(warm, WarmProcess) else None
 
     @property
     def report_path(self) -> Path:
@@ -186,7 +187,7 @@ class Runner:
         if self.warm is not None or self.warm_off is not None:
             return
         try:
-            self.warm = WarmProcess(self.warm_log)
+            self.warm = WarmProcess()
         except OSError as exc:
             self._warm_lost(f"cannot start the warm process: {exc.strerror or exc}")
 
@@ -196,14 +197,13 @@ class Runner:
               file=sys.stderr, flush=True)
 
     def close_warm(self) -> None:
-        """End the warm process; its log is removed when it said nothing."""
+        """End the warm process; what it printed, if anything, goes to ``logs/zygote.log``."""
         if self.warm is None:
             return
         self.warm.close()
+        if self.log_dir.is_dir():
+            self.warm.save_output(self.warm_log)
         self.warm = None
-        with contextlib.suppress(OSError):
-            if self.warm_log.stat().st_size == 0:
-                self.warm_log.unlink()
 
     @contextlib.contextmanager
     def interruptible(self) -> Iterator[None]:
@@ -324,7 +324,7 @@ class Runner:
                 child = self.warm.spawn(module, request, os.environ if env is None else env, log, imports)
             except WarmGone as exc:
                 self._warm_lost(f"the warm process is gone ({exc})")
-                self.warm = None
+                self.close_warm()
         if child is None:
             with open(log, "ab") as log_fh:
                 popen = subprocess.Popen(

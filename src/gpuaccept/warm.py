@@ -9,6 +9,8 @@ the socket; when the warm process dies, the processes it forked die with it (the
 killed) and :class:`WarmGone` tells the runner to start the rest the old way.
 
 ``GPUACCEPT_ZYGOTE=0`` (or ``off``) turns the warm process off; it is only used on Linux.
+``gpuaccept run`` starts it first thing (:func:`start_warm`), so that its imports overlap the
+planning, and hands it to the runner.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -36,6 +39,17 @@ _OFF = ("0", "off", "no", "false", "spawn")
 
 class WarmGone(Exception):
     """The warm process cannot fork any more (it died, or was stopped); start processes the old way."""
+
+
+def start_warm() -> WarmProcess | None:
+    """A warm process started now, so that it imports torch while the caller plans the run; None where it
+    is off or cannot start (the runner then says why)."""
+    if warm_disabled() is not None:
+        return None
+    try:
+        return WarmProcess()
+    except OSError:
+        return None
 
 
 def warm_disabled(env: Mapping[str, str] | None = None) -> str | None:
@@ -74,9 +88,13 @@ class ForkedChild:
         return self.returncode
 
     def kill_group(self) -> None:
-        """SIGKILL the process's session. The warm process is killed instead when it has not forked the
-        process yet, or has not reported its end :data:`REAP_S` seconds after the SIGKILL (it is stuck)."""
+        """SIGKILL the process's session. Not forked yet: the request is cancelled while the warm process
+        is still in its first imports, else the warm process is killed (it is stuck), as it is when it has
+        not reported the end :data:`REAP_S` seconds after the SIGKILL."""
         if self.poll() is not None:
+            return
+        if self.pid is None and self.warm.ready is None:  # still importing torch: not stuck, only slow
+            self.warm.cancel(self)
             return
         if self.pid is None:
             self.warm.stop("it did not fork a check process in time")
@@ -92,19 +110,20 @@ class ForkedChild:
 class WarmProcess:
     """One warm process for a run; see the module docstring."""
 
-    def __init__(self, log: Path, env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
         ours, theirs = socket.socketpair()
         child_env = dict(os.environ if env is None else env)
         child_env[FD_ENV] = str(theirs.fileno())
         child_env[PARENT_ENV] = str(os.getpid())
-        self.log = log
+        #: its own output (warnings of its imports): an unnamed file until :meth:`save_output`
+        self.output = tempfile.TemporaryFile()
         try:
-            with open(log, "ab") as fh:
-                self.proc = subprocess.Popen([sys.executable, "-m", "gpuaccept.zygote"], stdin=subprocess.DEVNULL,
-                                             stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
-                                             pass_fds=(theirs.fileno(),), env=child_env)
+            self.proc = subprocess.Popen([sys.executable, "-m", "gpuaccept.zygote"], stdin=subprocess.DEVNULL,
+                                         stdout=self.output, stderr=subprocess.STDOUT, start_new_session=True,
+                                         pass_fds=(theirs.fileno(),), env=child_env)
         except OSError:
             ours.close()
+            self.output.close()
             raise
         finally:
             theirs.close()
@@ -112,6 +131,7 @@ class WarmProcess:
         self.buf = b""
         self.next_id = 0
         self.pending: dict[int, ForkedChild] = {}
+        self.cancelled: set[int] = set()
         #: the warm process's first message: its pid, resident memory (KiB), threads, failed imports
         self.ready: dict[str, Any] | None = None
         #: why it can no longer fork (None while it can)
@@ -161,11 +181,27 @@ class WarmProcess:
             self.pump(deadline - time.monotonic())
         return self.ready
 
+    def cancel(self, child: ForkedChild) -> None:
+        """Give up on ``child`` before it was forked: it counts as killed, and is killed if it comes."""
+        with contextlib.suppress(OSError):
+            self.sock.sendall((json.dumps({"cancel": child.id}) + "\n").encode())
+        self.pending.pop(child.id, None)
+        self.cancelled.add(child.id)
+        child.returncode = -int(signal.SIGKILL)
+
     def _dispatch(self, msg: dict[str, Any]) -> None:
         if "ready" in msg:
             self.ready = msg
             return
-        child = self.pending.get(int(msg["id"]))
+        rid = int(msg["id"])
+        if rid in self.cancelled:  # forked before the cancel arrived
+            if "pid" in msg:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(int(msg["pid"]), signal.SIGKILL)
+            if "exit" in msg:
+                self.cancelled.discard(rid)
+            return
+        child = self.pending.get(rid)
         if child is None:
             return
         if "pid" in msg:
@@ -194,10 +230,20 @@ class WarmProcess:
         self._lost(f"stopped: {why}")
 
     def close(self) -> None:
-        """End the warm process: it kills what it forked and leaves; killed if it does not within 5 s."""
+        """End the warm process: it kills what it forked and leaves; killed if it does not within 5 s, and
+        at once while it is still importing (it reads nothing then)."""
         if self.gone is None:
             self.gone = "closed"
-        self._end(5.0)
+        self._end(5.0 if self.ready is not None else 0.0)
+
+    def save_output(self, path: Path) -> None:
+        """Write what the warm process printed to ``path``, if it printed anything."""
+        with contextlib.suppress(OSError, ValueError):
+            self.output.seek(0)
+            text = self.output.read()
+            if text:
+                path.write_bytes(text)
+            self.output.close()
 
     def _end(self, grace_s: float) -> None:
         with contextlib.suppress(OSError):

@@ -13,7 +13,8 @@ check changes dies with its process, and the warm process stays as it was after 
 Protocol on the socket whose descriptor is in ``GPUACCEPT_ZYGOTE_FD``, one JSON object per line:
 
 - runner to warm: ``{"id", "module", "request", "env", "log", "cwd", "imports"}``, one per process to
-  fork (``imports``: the check's ``warm_imports``, imported here before the fork);
+  fork (``imports``: the check's ``warm_imports``, imported here before the fork); ``{"cancel": id}``
+  for a request whose check timed out before it was forked (read together with it: not forked);
 - warm to runner: ``{"ready": pid, "rss_kib", "threads", "failed"}`` once, when the imports are done;
   ``{"id", "pid"}`` once the forked process has its own session; ``{"id", "exit"}`` when it ended
   (the status as :class:`subprocess.Popen` gives it: negative for a signal).
@@ -110,9 +111,13 @@ class Zygote:
                 if not data:
                     return
                 buf += data
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
-                    self.fork(json.loads(line))
+                lines = buf.split(b"\n")
+                buf = lines.pop()
+                msgs = [json.loads(line) for line in lines]
+                cancelled = {m["cancel"] for m in msgs if "cancel" in m}
+                for msg in msgs:
+                    if "cancel" not in msg and msg["id"] not in cancelled:
+                        self.fork(msg)
                 self.reap()
         finally:
             for pid in self.children:

@@ -39,6 +39,7 @@ from gpuaccept.distributed.local import partial_path, rank_env, with_partial
 from gpuaccept.model import CheckResult, NodeReport, Status, Verdict
 from gpuaccept.runner import RunEvents, Runner, is_distributed, new_run_id, utc_now
 from gpuaccept.suite import PlannedCheck, SuitePlan
+from gpuaccept.warm import WarmProcess
 
 
 def local_position(rank: int, hosts: list[str | None]) -> tuple[int, int]:
@@ -60,9 +61,9 @@ class DistributedRunner(Runner):
 
     def __init__(self, plan: SuitePlan, report_dir: Path, info: RankInfo, *, run_id: str | None = None,
                  host: str | None = None, argv: list[str] | None = None, events: RunEvents | None = None,
-                 verbose: bool = False, dist_timeout_s: float = 120.0) -> None:
+                 verbose: bool = False, dist_timeout_s: float = 120.0, warm: bool | WarmProcess | None = None) -> None:
         super().__init__(plan, report_dir, run_id="pending", host=host, argv=argv, events=events,
-                         verbose=verbose, nproc=1, dist_timeout_s=dist_timeout_s)
+                         verbose=verbose, nproc=1, dist_timeout_s=dist_timeout_s, warm=warm)
         self.report_root = Path(report_dir)
         self.info = info
         self.rank = info.rank
