@@ -36,6 +36,7 @@ import signal
 import socket
 import sys
 import traceback
+import warnings
 from typing import Any, NoReturn
 
 FD_ENV = "GPUACCEPT_ZYGOTE_FD"
@@ -142,7 +143,9 @@ class Zygote:
                 importlib.import_module(name)
         gc.freeze()
         set_r, set_w = os.pipe()
-        pid = os.fork()
+        with warnings.catch_warnings():  # Python 3.12 warns of numpy's OpenBLAS thread, which OpenBLAS
+            warnings.simplefilter("ignore", DeprecationWarning)  # itself stops around a fork (pthread_atfork)
+            pid = os.fork()
         if pid == 0:
             os.close(set_r)
             self.become_check(msg, set_w)
