@@ -3,7 +3,8 @@
 Printed side by side, each ``--rounds`` times (alternating, so drift hits both ways of starting):
 
 - ``gpuaccept --help`` against a bare ``python -c pass`` (goal <= 0.5 s);
-- one bare ``import torch`` in a fresh interpreter (best of ``--runs``): the unit of the ratios;
+- one bare ``import torch`` in a fresh interpreter (best of ``--runs``, taken right before each suite
+  run): the unit of the ratios, each run divided by the import next to it;
 - ``gpuaccept run --profile quick`` wall time with check processes forked from the warm process
   (the default) and started as fresh interpreters (``GPUACCEPT_ZYGOTE=0``, the old way), each
   divided by one import (goal: the forked suite <= 3.5 imports);
@@ -154,26 +155,30 @@ def main() -> int:
     suites = {"quick": ["--profile", "quick"],
               "dist2": ["--profile", "quick", "--checks", "collectives", "--nproc", "2"]}
     for _ in range(args.rounds):
-        imports.append(best_of([sys.executable, "-c", "import torch"], args.runs))
         for name, suite_args in suites.items():
             for warm in (True, False):
+                imp = best_of([sys.executable, "-c", "import torch"], args.runs)  # next to the run it divides
+                imports.append(imp)
                 res = run_suite(suite_args, args.device, warm)
+                res["import_s"] = imp
                 if res["rc"] not in (0, 1):
                     print(res["tail"], file=sys.stderr)
                 rows.setdefault(f"{name}/{'fork' if warm else 'spawn'}", []).append(res)
     imp = statistics.median(imports)
-    print(f"import torch (fresh interpreter, best of {args.runs}, median over {args.rounds} rounds): {imp:.2f} s "
-          f"{[round(x, 2) for x in imports]}")
+    print(f"import torch (fresh interpreter, best of {args.runs} before each suite run): median {imp:.2f} s, "
+          f"range {min(imports):.2f}-{max(imports):.2f} s")
     summary["import_torch_s"] = round(imp, 3)
     goals = {"quick/fork": 3.5, "dist2/fork": 2.0}
     for key, results in rows.items():
         wall = statistics.median(r["wall_s"] for r in results)
+        ratio = statistics.median(r["wall_s"] / r["import_s"] for r in results)
         goal = f" (goal <= {goals[key]:g})" if key in goals else ""
         firsts = {d: round(statistics.median(r["first"][d] for r in results if d in r["first"]), 2)
                   for d in sorted({d for r in results for d in r["first"]})}
         fp32 = [r["fp32_tflops"] for r in results if r["fp32_tflops"]]
-        line = (f"{key:12s} wall {wall:6.2f} s = {wall / imp:5.2f} imports{goal}; "
-                f"first measurement at {firsts} s")
+        line = f"{key:12s} wall {wall:6.2f} s = {ratio:5.2f} imports{goal}"
+        if firsts:
+            line += f"; first measurement at {firsts} s"
         if fp32:
             line += f"; compute fp32 {statistics.median(fp32) * 1e3:.1f} GFLOP/s"
         mem = [r["warm_kib"] for r in results if r["warm_kib"]]
@@ -181,8 +186,9 @@ def main() -> int:
             rss, pss = max(m[0] for m in mem) / 1024, max(m[1] for m in mem) / 1024
             line += f"; warm process RSS {rss:.0f} MiB, PSS {pss:.0f} MiB"
         print(line)
-        summary[key] = {"wall_s": round(wall, 2), "imports": round(wall / imp, 2), "first_s": firsts,
-                        "walls": [round(r["wall_s"], 2) for r in results]}
+        summary[key] = {"wall_s": round(wall, 2), "imports": round(ratio, 2), "first_s": firsts,
+                        "walls": [round(r["wall_s"], 2) for r in results],
+                        "ratios": [round(r["wall_s"] / r["import_s"], 2) for r in results]}
     for name in suites:
         fork, spawn = summary[f"{name}/fork"]["wall_s"], summary[f"{name}/spawn"]["wall_s"]
         print(f"{name}: spawn / fork = {spawn / fork:.2f}")
