@@ -24,7 +24,7 @@ from gpuaccept.model import CheckResult, NodeReport, Status
 from gpuaccept.runner import RunEvents, Runner
 from gpuaccept.suite import PlannedCheck, RunOptions, plan_suite
 from gpuaccept.warm import REAP_S, WarmProcess
-from tests.helpers import ROOT, alive, cli_env, descendants, gpuaccept, only_run_dir, validate_report
+from tests.helpers import ROOT, alive, cli_env, descendants, gpuaccept, only_run_dir, parent_of, validate_report
 from tests.plugins import fake_checks, state_checks
 
 REG: dict[str, type[Check]] = {c.name: c for c in (*fake_checks.CHECKS, *state_checks.CHECKS)}
@@ -291,6 +291,31 @@ def test_an_interrupted_cli_run_keeps_its_finished_checks_and_leaves_no_process(
     report = validate_report(only_run_dir(tmp_path) / "report.json")
     assert report["verdict"] == "interrupted" and [c["name"] for c in report["checks"]] == ["probe"]
     assert "gpuaccept.zygote" in report["checks"][0]["details"]["parent"]
+
+
+def test_sigterm_to_every_process_of_the_run_is_an_interrupted_run(tmp_path: Path) -> None:
+    """As a scheduler cancelling a job step signals every process in it: the warm process ignores SIGTERM and
+    lives until the runner, which handles it, has saved the run as interrupted; nothing is left behind."""
+    proc = subprocess.Popen([sys.executable, "-m", "gpuaccept", "run", "--device", "cpu", "--checks", "probe,nap",
+                             "--report-dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=cli_env(GPUACCEPT_PLUGINS=PLUGINS), cwd=ROOT)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not list(tmp_path.glob("*/logs/nap.log")):
+        time.sleep(0.1)
+    time.sleep(0.5)
+    family = descendants(proc.pid)
+    assert len(family) == 2, family
+    warm = next(p for p in family if parent_of(p) == proc.pid)
+    os.kill(warm, signal.SIGTERM)  # whichever process the scheduler signals first
+    time.sleep(1.0)
+    assert alive(warm) and proc.poll() is None
+    for pid in (proc.pid, *family):
+        os.kill(pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, out + err
+    assert not [p for p in family if alive(p)]
+    report = validate_report(only_run_dir(tmp_path) / "report.json")
+    assert report["verdict"] == "interrupted" and [c["name"] for c in report["checks"]] == ["probe"]
 
 
 def test_gpuaccept_zygote_0_runs_the_cli_the_old_way(tmp_path: Path) -> None:

@@ -99,6 +99,8 @@ class Zygote:
     def serve(self) -> None:
         signal.set_wakeup_fd(self.wake_w)
         signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):  # a scheduler's SIGTERM to every process of
+            signal.signal(sig, signal.SIG_IGN)  # the job is the runner's to act on; this one ends with the runner
         buf = b""
         try:
             while True:
