@@ -3,12 +3,13 @@
 ``gpuaccept run`` starts it once per run (:mod:`gpuaccept.warm` is the runner's side). It imports
 torch, ``torch.distributed`` and the check modules, and never touches CUDA (no ``torch.cuda`` call,
 no torch operation: a fork after CUDA or an OpenMP pool has started is unsafe), then forks one
-process per check and per local rank on request. A forked process starts its own session, dies with
-the warm process (PR_SET_PDEATHSIG; the warm process dies with the runner the same way), puts back
-what a fresh interpreter would have (the requested environment and working directory, the signal
-handlers, fresh seeds for ``random``, numpy and torch's CPU generator, torch's thread count when
-``OMP_NUM_THREADS`` differs), runs the check as :mod:`gpuaccept.child` does and leaves with ``os._exit``: whatever a
-check changes dies with its process, and the warm process stays as it was after the imports.
+process per check and per local rank on request. It dies with the runner (PR_SET_PDEATHSIG) and
+ignores SIGTERM, SIGHUP and SIGINT, which are the runner's to act on. A forked process starts its
+own session, dies with the warm process the same way, puts back what a fresh interpreter would have
+(the requested environment and working directory, the signal handlers, fresh seeds for ``random``,
+numpy and torch's CPU generator, torch's thread count when ``OMP_NUM_THREADS`` differs), runs the
+check as :mod:`gpuaccept.child` does and leaves with ``os._exit``: whatever a check changes dies
+with its process, and the warm process stays as it was after the imports.
 
 Protocol on the socket whose descriptor is in ``GPUACCEPT_ZYGOTE_FD``, one JSON object per line:
 
