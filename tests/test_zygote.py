@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from tests.helpers import ROOT, alive, cli_env, descendants, gpuaccept, only_run
 from tests.plugins import fake_checks, state_checks
 
 REG: dict[str, type[Check]] = {c.name: c for c in (*fake_checks.CHECKS, *state_checks.CHECKS)}
+Leftover = Callable[[], list[int]]
 PLUGINS = "tests.plugins.state_checks,tests.plugins.fake_checks"  # probe runs before nap
 
 
@@ -35,6 +37,14 @@ PLUGINS = "tests.plugins.state_checks,tests.plugins.fake_checks"  # probe runs b
 def _importable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     monkeypatch.delenv("GPUACCEPT_ZYGOTE", raising=False)
+
+
+@pytest.fixture
+def leftover() -> Leftover:
+    """The processes below this one started since the test began and still alive (other tests' fixtures
+    may keep servers of their own running)."""
+    before = set(descendants(os.getpid()))
+    return lambda: [p for p in descendants(os.getpid()) if p not in before and alive(p)]
 
 
 def _runner(tmp_path: Path, checks: list[str], *, warm: bool | WarmProcess | None = True,
@@ -54,7 +64,8 @@ def _forked(result: CheckResult) -> bool:
     return "gpuaccept.zygote" in result.details["parent"]
 
 
-def test_checks_are_forked_from_one_warm_process_that_the_run_ends(tmp_path: Path) -> None:
+def test_checks_are_forked_from_one_warm_process_that_the_run_ends(
+        tmp_path: Path, leftover: Leftover) -> None:
     runner = _runner(tmp_path, ["probe", "probe2"])
     report = runner.run()
     probe, probe2 = report.checks
@@ -62,7 +73,7 @@ def test_checks_are_forked_from_one_warm_process_that_the_run_ends(tmp_path: Pat
     assert probe.details["parent"] == probe2.details["parent"]
     assert probe.details["pid"] != probe2.details["pid"]
     assert runner.warm is None, "the run closes its warm process"
-    assert not descendants(os.getpid()), "no process of the run outlives it"
+    assert not leftover(), "no process of the run outlives it"
     assert not (runner.log_dir / "zygote.log").exists(), "an empty warm-process log is removed"
 
 
@@ -153,7 +164,8 @@ def test_a_crash_is_that_checks_error_only(tmp_path: Path, check: str, how: str)
     assert _forked(results["probe"]), "the warm process outlives a crashed check"
 
 
-def test_a_dead_warm_process_fails_the_check_in_flight_and_the_rest_start_the_old_way(tmp_path: Path) -> None:
+def test_a_dead_warm_process_fails_the_check_in_flight_and_the_rest_start_the_old_way(
+        tmp_path: Path, leftover: Leftover) -> None:
     runner = _runner(tmp_path, ["nap", "probe"], nap={"seconds": 30.0})
     warm_pid: list[int] = []
 
@@ -177,10 +189,11 @@ def test_a_dead_warm_process_fails_the_check_in_flight_and_the_rest_start_the_ol
     assert time.monotonic() - started < 25, "nap died with the warm process, it did not sleep its 30 s"
     assert nap.status is Status.ERROR and "SIGKILL" in nap.reason and "warm process" in nap.reason, nap.reason
     assert probe.status is Status.PASS and not _forked(probe)
-    assert not descendants(os.getpid())
+    assert not leftover()
 
 
-def test_a_warm_process_stuck_before_the_fork_is_killed_at_the_checks_timeout(tmp_path: Path) -> None:
+def test_a_warm_process_stuck_before_the_fork_is_killed_at_the_checks_timeout(
+        tmp_path: Path, leftover: Leftover) -> None:
     warm = WarmProcess()
     assert warm.wait_ready(120) is not None  # stuck in what it imports for the check, not in its first imports
     runner = _runner(tmp_path, ["stuck", "probe"], warm=warm)
@@ -188,10 +201,11 @@ def test_a_warm_process_stuck_before_the_fork_is_killed_at_the_checks_timeout(tm
     stuck, probe = runner.run().checks
     assert stuck.status is Status.FAIL and "timed out after" in stuck.reason and stuck.duration_s < 10
     assert probe.status is Status.PASS and not _forked(probe), "the rest start the old way"
-    assert not descendants(os.getpid())
+    assert not leftover()
 
 
-def test_a_stopped_warm_process_cannot_hold_up_the_run(tmp_path: Path) -> None:
+def test_a_stopped_warm_process_cannot_hold_up_the_run(
+        tmp_path: Path, leftover: Leftover) -> None:
     """hang times out while the warm process is stopped (SIGSTOP): it cannot reap the killed check, so it is
     killed itself, and the run goes on the old way."""
     runner = _runner(tmp_path, ["hang", "probe"])
@@ -214,7 +228,7 @@ def test_a_stopped_warm_process_cannot_hold_up_the_run(tmp_path: Path) -> None:
     assert hang.status is Status.FAIL and "timed out" in hang.reason
     assert time.monotonic() - started < 3.0 + REAP_S + 20
     assert probe.status is Status.PASS and not _forked(probe)
-    assert not descendants(os.getpid())
+    assert not leftover()
 
 
 def test_the_warm_process_never_touches_cuda_nor_runs_torch() -> None:
