@@ -52,6 +52,7 @@ bench: venv
 	$(BIN)/python bench/bench_compute.py --device $(BENCH_DEVICE)
 	$(BIN)/python bench/bench_memory.py --device $(BENCH_DEVICE)
 	$(BIN)/python bench/bench_startup.py --device $(BENCH_DEVICE)
+	$(BIN)/python bench/bench_healthcheck.py --device $(BENCH_DEVICE)
 	$(BIN)/python bench/bench_nbody.py --device $(BENCH_DEVICE)
 	$(BIN)/python bench/bench_stress.py --device $(BENCH_DEVICE)
 

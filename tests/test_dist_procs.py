@@ -20,7 +20,16 @@ import pytest
 
 from gpuaccept.checks.collectives import bus_factor
 from tests.dist_support import free_port, gpuaccept_argv, need_binary, rank_env, start_rank
-from tests.helpers import ROOT, cli_env, gpuaccept, only_run_dir, validate_report
+from tests.helpers import (
+    ROOT,
+    cli_env,
+    descendants,
+    gpuaccept,
+    only_run_dir,
+    parent_of,
+    process_cmdline,
+    validate_report,
+)
 
 QUICK = ["--device", "cpu", "--profile", "quick"]
 
@@ -299,18 +308,18 @@ def test_rank_0_killed_mid_collective_leaves_the_survivor_with_its_own_record(tm
 
 
 def _child_pid(parent: int, rank: int) -> int | None:
-    """The rank process (python -m gpuaccept.distributed.child) that ``parent`` started for ``rank``."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    """The rank process that ``parent`` had forked for ``rank`` by its warm process (its grandchild), known
+    by its log (``logs/rank-<r>/`` under --distributed, ``<check>.rank<r>.log`` in a plain run)."""
+    for pid in descendants(parent):
         try:
-            stat = (entry / "stat").read_text()
-            environ = (entry / "environ").read_bytes()
+            log = os.readlink(f"/proc/{pid}/fd/1")
         except OSError:
             continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == parent and b'GPUACCEPT_DIST={"rank": %d,' % rank in environ:
-            return int(entry.name)
+        if log.endswith(("/zygote.log", "/health.log")):
+            continue
+        if f"/rank-{rank}/" in log or log.endswith(f".rank{rank}.log"):
+            assert "gpuaccept.zygote" in process_cmdline(parent_of(pid)), "not forked by the warm process"
+            return pid
     return None
 
 

@@ -1,8 +1,11 @@
-"""Entry point of the child process that runs one check.
+"""Running one check in its own process: :func:`run_request`, and the entry point of the old way.
 
-Reads a JSON request on stdin, runs the check, writes the outcome as JSON to
-the path named in the request. It dies with its parent (PR_SET_PDEATHSIG),
-so a killed runner leaves no check running behind it.
+A process forked from the warm process (:mod:`gpuaccept.zygote`, the default) calls
+:func:`run_request` with the request it was forked for. Started the old way
+(``python -m gpuaccept.child``: ``GPUACCEPT_ZYGOTE=0``, off Linux, or once the warm process
+is gone), it reads the JSON request on stdin instead. Either way it writes the outcome as JSON
+to the path named in the request, and dies with its parent (PR_SET_PDEATHSIG), so a killed
+runner leaves no check running behind it.
 """
 
 from __future__ import annotations

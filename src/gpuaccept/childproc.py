@@ -1,7 +1,9 @@
 """What the runner and the rank launchers share about a check's child process.
 
-Reading the outcome file it wrote, saying why it died without one, killing its process
-group, and appending a result line to ``results.jsonl``. Imports nothing of ours.
+Its interface (:class:`CheckProcess`: forked by the warm process, see :mod:`gpuaccept.warm`, or
+started the old way, :class:`Spawned`), reading the outcome file it wrote, saying why it died
+without one, killing its process group, and appending a result line to ``results.jsonl``.
+Imports nothing of ours.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 LOG_TAIL_LINES = 5
 
@@ -99,10 +101,46 @@ def died_reason(returncode: int, log: Path) -> str:
     return f"check process died ({how}) without a result" + (f": {tail}" if tail else "")
 
 
-def kill_tree(child: subprocess.Popen[bytes]) -> None:
-    if child.poll() is None:
-        try:
-            os.killpg(child.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+class CheckProcess(Protocol):
+    """A check's process in its own session: what the runner asks of it."""
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def kill_group(self) -> None:
+        """SIGKILL its whole session (the check and anything it started)."""
+
+
+class Spawned:
+    """A check process started the old way (a fresh interpreter, ``start_new_session=True``)."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self.popen = popen
+        self.pid = popen.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.returncode
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self.popen.wait(timeout)
+
+    def kill_group(self) -> None:
+        if self.popen.poll() is None:
+            try:
+                os.killpg(self.popen.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def kill_tree(child: CheckProcess) -> None:
+    """SIGKILL a check process's session and wait for it."""
+    child.kill_group()
     child.wait()

@@ -176,6 +176,18 @@ def _merge_options(args: argparse.Namespace) -> tuple[Any, Any, str]:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    """``gpuaccept run``: the warm process starts first, so that it imports torch while the run is planned."""
+    from gpuaccept.warm import start_warm
+
+    warm = None if args.plan else start_warm()
+    try:
+        return _run(args, warm)
+    finally:
+        if warm is not None:
+            warm.close()  # the runner has closed it already, unless the run never started
+
+
+def _run(args: argparse.Namespace, warm: Any) -> int:
     from gpuaccept.checks import registry
     from gpuaccept.checks.base import host_memory_mib
     from gpuaccept.hw.devices import resolve_device
@@ -225,7 +237,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         leader = info.rank == 0
         runner = DistributedRunner(plan, Path(report_dir), info, run_id=args.run_id, argv=sys.argv[1:],
                                    events=console.events() if leader else RunEvents(), verbose=args.verbose,
-                                   dist_timeout_s=args.dist_timeout)
+                                   dist_timeout_s=args.dist_timeout, warm=warm)
         try:
             runner.join()
         except RendezvousError as exc:
@@ -236,7 +248,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     else:
         runner = Runner(plan, Path(report_dir), run_id=args.run_id, argv=sys.argv[1:],
                         events=console.events(), verbose=args.verbose, nproc=nproc,
-                        dist_timeout_s=args.dist_timeout)
+                        dist_timeout_s=args.dist_timeout, warm=warm)
         console.header(plan, str(runner.run_dir))
     console.verbose = args.verbose
     runner.baseline = baseline

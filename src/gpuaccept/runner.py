@@ -13,6 +13,11 @@ ranks on CPU), that meet on a c10d store rank 0 serves on a free loopback
 port; their outcomes are merged into one result (``logs/<check>.rank<r>.log``).
 With fewer than two ranks it is skipped. ``gpuaccept run --distributed``
 uses :class:`gpuaccept.distributed.session.DistributedRunner` instead.
+
+Check and rank processes are forked from one warm process that imported torch once for the run
+(:mod:`gpuaccept.zygote`, :mod:`gpuaccept.warm`; what it prints goes to ``logs/zygote.log``). Where
+fork is not used (``GPUACCEPT_ZYGOTE=0``, not Linux) or the warm process cannot start or dies,
+each starts as a fresh ``python -m gpuaccept.child`` the old way, with the same guarantees.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ from gpuaccept import __version__
 from gpuaccept.checks.base import Outcome
 from gpuaccept.childproc import (
     OUTCOME_WRITE_FAILED,
+    CheckProcess,
+    Spawned,
     append_jsonl,
     died_reason,
     kill_tree,
@@ -49,6 +56,7 @@ from gpuaccept.errors import ReportWriteError, UsageError
 from gpuaccept.judge import judge
 from gpuaccept.model import CheckResult, Metric, NodeReport, Status, Verdict
 from gpuaccept.suite import PlannedCheck, SuitePlan
+from gpuaccept.warm import ForkedChild, WarmGone, WarmProcess, warm_disabled
 
 
 class Interrupted(Exception):
@@ -101,7 +109,7 @@ class Runner:
     def __init__(self, plan: SuitePlan, report_dir: Path, *, run_id: str | None = None,
                  host: str | None = None, argv: list[str] | None = None,
                  events: RunEvents | None = None, verbose: bool = False,
-                 nproc: int = 1, dist_timeout_s: float = 120.0) -> None:
+                 nproc: int = 1, dist_timeout_s: float = 120.0, warm: bool | WarmProcess | None = None) -> None:
         self.plan = plan
         self.nproc = nproc
         self.dist_timeout_s = dist_timeout_s
@@ -113,7 +121,11 @@ class Runner:
         self.report = NodeReport(run_id=self.run_id, host=self.host, profile=plan.profile,
                                  started=utc_now(), device=plan.device, argv=list(argv or []),
                                  version=__version__)
-        self._children: list[subprocess.Popen[bytes]] = []
+        self._children: list[CheckProcess] = []
+        #: why check processes start the old way (None: forked from the warm process); ``warm``: True or
+        #: False forces it on or off, None leaves it to GPUACCEPT_ZYGOTE, a WarmProcess is used (and closed)
+        self.warm_off: str | None = "turned off" if warm is False else (None if warm else warm_disabled())
+        self.warm: WarmProcess | None = warm if isinstance(warm, WarmProcess) else None
 
     @property
     def report_path(self) -> Path:
@@ -164,6 +176,34 @@ class Runner:
         except OSError as exc:
             raise UsageError(f"cannot write the report directory {self.run_dir}: "
                              f"{exc.strerror or exc} (see --report-dir)") from None
+        self.start_warm()
+
+    @property
+    def warm_log(self) -> Path:
+        return self.log_dir / "zygote.log"
+
+    def start_warm(self) -> None:
+        """Start the warm process (once), unless it is off here; it imports torch while the run goes on."""
+        if self.warm is not None or self.warm_off is not None:
+            return
+        try:
+            self.warm = WarmProcess()
+        except OSError as exc:
+            self._warm_lost(f"cannot start the warm process: {exc.strerror or exc}")
+
+    def _warm_lost(self, why: str) -> None:
+        self.warm_off = why
+        print(f"gpuaccept: {why}; the remaining checks start in fresh interpreters (slower, same results)",
+              file=sys.stderr, flush=True)
+
+    def close_warm(self) -> None:
+        """End the warm process; what it printed, if anything, goes to ``logs/zygote.log``."""
+        if self.warm is None:
+            return
+        self.warm.close()
+        if self.log_dir.is_dir():
+            self.warm.save_output(self.warm_log)
+        self.warm = None
 
     @contextlib.contextmanager
     def interruptible(self) -> Iterator[None]:
@@ -198,22 +238,25 @@ class Runner:
     def run(self) -> NodeReport:
         """Run every planned check. Raises :class:`Interrupted` on SIGINT/SIGTERM/SIGHUP and
         :class:`ReportWriteError` when the report directory refuses a write."""
-        self.prepare()
-        with self.interruptible():
-            total = len(self.plan.checks)
-            for i, check in enumerate(self.plan.checks, 1):
-                self.events.on_start(check, i, total)
-                self.report.in_flight = check.name
+        try:
+            self.prepare()
+            with self.interruptible():
+                total = len(self.plan.checks)
+                for i, check in enumerate(self.plan.checks, 1):
+                    self.events.on_start(check, i, total)
+                    self.report.in_flight = check.name
+                    self._save()
+                    result = self._run_one(check)
+                    self.report.checks.append(result)
+                    self.report.in_flight = None
+                    self._append(result)
+                    self._save()
+                    self.events.on_end(check, result)
+                self.report.verdict = self.report.decide(self.inventory_checks())
+                self.report.finished = utc_now()
                 self._save()
-                result = self._run_one(check)
-                self.report.checks.append(result)
-                self.report.in_flight = None
-                self._append(result)
-                self._save()
-                self.events.on_end(check, result)
-            self.report.verdict = self.report.decide(self.inventory_checks())
-            self.report.finished = utc_now()
-            self._save()
+        finally:
+            self.close_warm()
         return self.report
 
     def inventory_checks(self) -> set[str]:
@@ -267,20 +310,42 @@ class Runner:
         }
 
     def _spawn(self, check: PlannedCheck, out: Path, log: Path, *, env: dict[str, str] | None = None,
-               module: str = "gpuaccept.child") -> subprocess.Popen[bytes]:
-        """Start one check process in its own session, its output appended to ``log``."""
+               module: str = "gpuaccept.child") -> CheckProcess:
+        """Start one check process in its own session, its output appended to ``log``: forked from the
+        warm process, or (where it is off or gone) a fresh interpreter."""
         out.unlink(missing_ok=True)
-        with open(log, "ab") as log_fh:
-            child = subprocess.Popen(
-                [sys.executable, "-m", module],
-                stdin=subprocess.PIPE, stdout=log_fh, stderr=subprocess.STDOUT,
-                start_new_session=True, env=env,
-            )
+        request = self._request(check, out)
+        child: CheckProcess | None = None
+        if self.warm is not None:
+            try:
+                from gpuaccept.checks import load_check
+
+                imports = tuple(getattr(load_check(check.path), "warm_imports", ()))
+                child = self.warm.spawn(module, request, os.environ if env is None else env, log, imports)
+            except WarmGone as exc:
+                self._warm_lost(f"the warm process is gone ({exc})")
+                self.close_warm()
+        if child is None:
+            with open(log, "ab") as log_fh:
+                popen = subprocess.Popen(
+                    [sys.executable, "-m", module],
+                    stdin=subprocess.PIPE, stdout=log_fh, stderr=subprocess.STDOUT,
+                    start_new_session=True, env=env,
+                )
+            assert popen.stdin is not None
+            popen.stdin.write(json.dumps(request).encode())
+            popen.stdin.close()
+            child = Spawned(popen)
         self._children.append(child)
-        assert child.stdin is not None
-        child.stdin.write(json.dumps(self._request(check, out)).encode())
-        child.stdin.close()
         return child
+
+    def died_reason(self, child: CheckProcess, log: Path) -> str:
+        """Why ``child`` left no result (its status, its log's tail, and the warm process if that died)."""
+        code = child.returncode if child.returncode is not None else -9
+        why = died_reason(code, log)
+        if isinstance(child, ForkedChild) and child.lost_with_warm:
+            why += f"; killed with the warm process it was forked from: {child.warm.gone}"
+        return why
 
     def _run_one(self, check: PlannedCheck) -> CheckResult:
         if is_distributed(check):
@@ -304,7 +369,7 @@ class Runner:
         raw = read_outcome(out)
         if raw is None:
             self.outcome_not_written(check, returncode)
-            return CheckResult(check.name, Status.ERROR, died_reason(returncode, log),
+            return CheckResult(check.name, Status.ERROR, self.died_reason(child, log),
                                duration_s=elapsed, details={"log": str(log)})
         return self._judge(check, raw, elapsed)
 

@@ -320,6 +320,9 @@ class Check(abc.ABC):
     key_metric: ClassVar[str | None] = None
     #: False for a check that only takes stock (``env``): its pass alone does not make a run a pass
     measures: ClassVar[bool] = True
+    #: modules the warm process (:mod:`gpuaccept.zygote`) imports before it forks this check's process,
+    #: so that a run imports them once, not in every check that needs them (torch is always imported)
+    warm_imports: ClassVar[tuple[str, ...]] = ()
 
     @abc.abstractmethod
     def run(self, ctx: CheckContext) -> Outcome:

@@ -4,6 +4,8 @@ Same protocol as :mod:`gpuaccept.child` (JSON request on stdin, outcome JSON
 written to the requested path, death with the parent), plus the rank in
 ``GPUACCEPT_DIST``. It leaves with ``os._exit`` right after writing the outcome:
 tearing down a process group whose peer died can hang, and nothing is left to do.
+This module is the old way of starting a rank; a rank forked from the warm process
+(:mod:`gpuaccept.zygote`) runs the same request and leaves the same way.
 """
 
 from __future__ import annotations

@@ -12,14 +12,13 @@ per-rank outcomes are merged into one result with every rank's metrics.
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuaccept.checks.base import Outcome
-from gpuaccept.childproc import died_reason, kill_tree, read_outcome
+from gpuaccept.childproc import CheckProcess, kill_tree, read_outcome
 from gpuaccept.distributed.gather import merge_rank_outcomes
 from gpuaccept.distributed.group import ENV_VAR, PARTIAL_ENV, RankContext
 from gpuaccept.model import CheckResult, Status
@@ -59,7 +58,7 @@ def rank_env(rc: RankContext, nproc: int, partial: Path, base: dict[str, str] | 
     return env
 
 
-def wait_ranks(procs: dict[int, subprocess.Popen[bytes]], limit_s: float, grace_s: float,
+def wait_ranks(procs: dict[int, CheckProcess], limit_s: float, grace_s: float,
                has_result: Any) -> dict[int, str]:
     """Wait for every rank process; returns ``{rank: why}`` for those that were killed.
 
@@ -132,7 +131,7 @@ def run_local_group(runner: Runner, check: PlannedCheck) -> CheckResult:
     tag = uuid.uuid4().hex[:8]
     store_file = runner.scratch_dir / f".{check.name}.{tag}.store-port"
     prefix = f"local/{check.name}/{tag}/"
-    procs: dict[int, subprocess.Popen[bytes]] = {}
+    procs: dict[int, CheckProcess] = {}
     outs = {r: runner.scratch_dir / f".{check.name}.rank{r}.outcome.json" for r in range(n)}
     logs = {r: runner.log_dir / f"{check.name}.rank{r}.log" for r in range(n)}
     labels: dict[int, str] = {}
@@ -171,7 +170,7 @@ def run_local_group(runner: Runner, check: PlannedCheck) -> CheckResult:
             runner.outcome_not_written(check, procs[r].returncode)
             dead.append(r)
             status = Status.ERROR
-            why = died_reason(procs[r].returncode if procs[r].returncode is not None else -9, logs[r])
+            why = runner.died_reason(procs[r], logs[r])
         outcomes[r] = with_partial(Outcome(status, f"rank {r} ({labels[r]}): {why}", details={"log": str(logs[r])}),
                                    outs[r], runner)
     merged = merge_rank_outcomes(outcomes, labels, lead=dead)

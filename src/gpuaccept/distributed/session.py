@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuaccept.checks.base import Outcome
-from gpuaccept.childproc import died_reason, kill_tree, read_outcome
+from gpuaccept.childproc import kill_tree, read_outcome
 from gpuaccept.distributed.control import Control, LeaderLost
 from gpuaccept.distributed.env import RankInfo
 from gpuaccept.distributed.gather import missing_rank_result, order_results, rank_jsonl_name
@@ -39,6 +39,7 @@ from gpuaccept.distributed.local import partial_path, rank_env, with_partial
 from gpuaccept.model import CheckResult, NodeReport, Status, Verdict
 from gpuaccept.runner import RunEvents, Runner, is_distributed, new_run_id, utc_now
 from gpuaccept.suite import PlannedCheck, SuitePlan
+from gpuaccept.warm import WarmProcess
 
 
 def local_position(rank: int, hosts: list[str | None]) -> tuple[int, int]:
@@ -60,9 +61,9 @@ class DistributedRunner(Runner):
 
     def __init__(self, plan: SuitePlan, report_dir: Path, info: RankInfo, *, run_id: str | None = None,
                  host: str | None = None, argv: list[str] | None = None, events: RunEvents | None = None,
-                 verbose: bool = False, dist_timeout_s: float = 120.0) -> None:
+                 verbose: bool = False, dist_timeout_s: float = 120.0, warm: bool | WarmProcess | None = None) -> None:
         super().__init__(plan, report_dir, run_id="pending", host=host, argv=argv, events=events,
-                         verbose=verbose, nproc=1, dist_timeout_s=dist_timeout_s)
+                         verbose=verbose, nproc=1, dist_timeout_s=dist_timeout_s, warm=warm)
         self.report_root = Path(report_dir)
         self.info = info
         self.rank = info.rank
@@ -143,6 +144,7 @@ class DistributedRunner(Runner):
                     self.events.on_end(check, result)
                 self._finish()
         finally:
+            self.close_warm()
             self.control.close()
         return self.report
 
@@ -252,8 +254,7 @@ class DistributedRunner(Runner):
                              details={"log": str(log), "timeout": status is Status.FAIL})
         else:
             self.outcome_not_written(check, child.returncode)
-            code = child.returncode if child.returncode is not None else -9
-            failed = Outcome(Status.ERROR, f"rank {self.rank} ({self.host}): {died_reason(code, log)}",
+            failed = Outcome(Status.ERROR, f"rank {self.rank} ({self.host}): {self.died_reason(child, log)}",
                              details={"log": str(log)})
         result = self.judge_outcome(check, with_partial(failed, out, self), elapsed)
         return result

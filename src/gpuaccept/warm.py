@@ -1,0 +1,256 @@
+"""The runner's side of the warm process (:mod:`gpuaccept.zygote`): start it, ask it to fork, watch.
+
+:class:`WarmProcess` starts ``python -m gpuaccept.zygote`` in its own session with one end of a
+socket pair, and keeps it for the run; :meth:`WarmProcess.spawn` returns a :class:`ForkedChild` at
+once (the request waits in the socket while the warm process still imports torch), which answers
+``poll``, ``wait`` and ``kill_group`` like :class:`gpuaccept.childproc.Spawned` does for a process
+started the old way. A forked process is the warm process's child, so its exit status comes over
+the socket; when the warm process dies, the processes it forked die with it (they are reported as
+killed) and :class:`WarmGone` tells the runner to start the rest the old way.
+
+``GPUACCEPT_ZYGOTE=0`` (or ``off``) turns the warm process off; it is only used on Linux.
+``gpuaccept run`` starts it first thing (:func:`start_warm`), so that its imports overlap the
+planning, and hands it to the runner.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from gpuaccept.zygote import FD_ENV, PARENT_ENV
+
+ENV = "GPUACCEPT_ZYGOTE"
+#: seconds the warm process has to report the end of a check process it was asked to kill
+REAP_S = 10.0
+_OFF = ("0", "off", "no", "false", "spawn")
+
+
+class WarmGone(Exception):
+    """The warm process cannot fork any more (it died, or was stopped); start processes the old way."""
+
+
+def start_warm() -> WarmProcess | None:
+    """A warm process started now, so that it imports torch while the caller plans the run; None where it
+    is off or cannot start (the runner then says why)."""
+    if warm_disabled() is not None:
+        return None
+    try:
+        return WarmProcess()
+    except OSError:
+        return None
+
+
+def warm_disabled(env: Mapping[str, str] | None = None) -> str | None:
+    """Why check processes must be started the old way here, or None when the warm process may be used."""
+    value = (os.environ if env is None else env).get(ENV, "").strip().lower()
+    if value in _OFF:
+        return f"{ENV}={value}"
+    if sys.platform != "linux" or not hasattr(os, "fork"):
+        return f"no warm process on {sys.platform} (fork is used on Linux only)"
+    return None
+
+
+class ForkedChild:
+    """A check process forked by the warm process; the parts of :class:`subprocess.Popen` the runner uses."""
+
+    def __init__(self, warm: WarmProcess, rid: int) -> None:
+        self.warm = warm
+        self.id = rid
+        self.pid: int | None = None
+        self.returncode: int | None = None
+        #: set when the warm process died while this process ran (it was killed with it)
+        self.lost_with_warm = False
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.warm.pump(0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.returncode is None:
+            left = 3600.0 if deadline is None else deadline - time.monotonic()
+            if left <= 0:
+                raise subprocess.TimeoutExpired(f"check process {self.pid}", timeout or 0)
+            self.warm.pump(left)
+        return self.returncode
+
+    def kill_group(self) -> None:
+        """SIGKILL the process's session. Not forked yet: the request is cancelled while the warm process
+        is still in its first imports, else the warm process is killed (it is stuck), as it is when it has
+        not reported the end :data:`REAP_S` seconds after the SIGKILL."""
+        if self.poll() is not None:
+            return
+        if self.pid is None and self.warm.ready is None:  # still importing torch: not stuck, only slow
+            self.warm.cancel(self)
+            return
+        if self.pid is None:
+            self.warm.stop("it did not fork a check process in time")
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
+        try:
+            self.wait(REAP_S)
+        except subprocess.TimeoutExpired:
+            self.warm.stop(f"it did not reap a killed check process within {REAP_S:g} s")
+
+
+class WarmProcess:
+    """One warm process for a run; see the module docstring."""
+
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+        ours, theirs = socket.socketpair()
+        child_env = dict(os.environ if env is None else env)
+        child_env[FD_ENV] = str(theirs.fileno())
+        child_env[PARENT_ENV] = str(os.getpid())
+        #: its own output (warnings of its imports): an unnamed file until :meth:`save_output`
+        self.output = tempfile.TemporaryFile()
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-m", "gpuaccept.zygote"], stdin=subprocess.DEVNULL,
+                                         stdout=self.output, stderr=subprocess.STDOUT, start_new_session=True,
+                                         pass_fds=(theirs.fileno(),), env=child_env)
+        except OSError:
+            ours.close()
+            self.output.close()
+            raise
+        finally:
+            theirs.close()
+        self.sock = ours
+        self.buf = b""
+        self.next_id = 0
+        self.pending: dict[int, ForkedChild] = {}
+        self.cancelled: set[int] = set()
+        #: the warm process's first message: its pid, resident memory (KiB), threads, failed imports
+        self.ready: dict[str, Any] | None = None
+        #: why it can no longer fork (None while it can)
+        self.gone: str | None = None
+
+    def spawn(self, module: str, request: dict[str, Any], env: Mapping[str, str], log: Path,
+              imports: tuple[str, ...] = ()) -> ForkedChild:
+        """Ask for a forked process running ``module``'s check protocol on ``request``, after the warm
+        process has imported ``imports``; WarmGone when it cannot."""
+        if self.gone is not None:
+            raise WarmGone(self.gone)
+        self.next_id += 1
+        child = ForkedChild(self, self.next_id)
+        msg = {"id": child.id, "module": module, "request": request, "env": dict(env), "log": str(log),
+               "cwd": os.getcwd(), "imports": list(imports)}
+        try:
+            self.sock.sendall((json.dumps(msg) + "\n").encode())
+        except OSError as exc:
+            self._lost(f"the warm process does not listen ({exc.strerror or exc})")
+            raise WarmGone(str(self.gone)) from None
+        self.pending[child.id] = child
+        return child
+
+    def pump(self, timeout: float) -> None:
+        """Read what the warm process says, waiting up to ``timeout`` seconds for something."""
+        if self.gone is not None:
+            return
+        ready, _, _ = select.select([self.sock], [], [], max(0.0, timeout))
+        if not ready:
+            return
+        try:
+            data = self.sock.recv(1 << 16)
+        except OSError:
+            data = b""
+        if not data:
+            self._lost("the warm process exited")
+            return
+        self.buf += data
+        while b"\n" in self.buf:
+            line, self.buf = self.buf.split(b"\n", 1)
+            self._dispatch(json.loads(line))
+
+    def wait_ready(self, timeout: float) -> dict[str, Any] | None:
+        """Its first message (pid, memory, threads, failed imports), or None if it did not come in time."""
+        deadline = time.monotonic() + timeout
+        while self.ready is None and self.gone is None and time.monotonic() < deadline:
+            self.pump(deadline - time.monotonic())
+        return self.ready
+
+    def cancel(self, child: ForkedChild) -> None:
+        """Give up on ``child`` before it was forked: it counts as killed, and is killed if it comes."""
+        with contextlib.suppress(OSError):
+            self.sock.sendall((json.dumps({"cancel": child.id}) + "\n").encode())
+        self.pending.pop(child.id, None)
+        self.cancelled.add(child.id)
+        child.returncode = -int(signal.SIGKILL)
+
+    def _dispatch(self, msg: dict[str, Any]) -> None:
+        if "ready" in msg:
+            self.ready = msg
+            return
+        rid = int(msg["id"])
+        if rid in self.cancelled:  # forked before the cancel arrived
+            if "pid" in msg:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(int(msg["pid"]), signal.SIGKILL)
+            if "exit" in msg:
+                self.cancelled.discard(rid)
+            return
+        child = self.pending.get(rid)
+        if child is None:
+            return
+        if "pid" in msg:
+            child.pid = int(msg["pid"])
+        if "exit" in msg:
+            child.returncode = int(msg["exit"])
+            del self.pending[child.id]
+
+    def _lost(self, why: str) -> None:
+        """The warm process cannot go on: what it forked was killed with it (made sure of here)."""
+        code = self.proc.poll()
+        self.gone = why + (f" (exit status {code})" if code is not None else "")
+        for child in self.pending.values():
+            if child.pid is not None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(child.pid, signal.SIGKILL)
+            child.returncode = -int(signal.SIGKILL)
+            child.lost_with_warm = True
+        self.pending.clear()
+        self._end(0.0)
+
+    def stop(self, why: str) -> None:
+        """Kill the warm process (it is stuck) and everything it forked."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self._lost(f"stopped: {why}")
+
+    def close(self) -> None:
+        """End the warm process: it kills what it forked and leaves; killed if it does not within 5 s, and
+        at once while it is still importing (it reads nothing then)."""
+        if self.gone is None:
+            self.gone = "closed"
+        self._end(5.0 if self.ready is not None else 0.0)
+
+    def save_output(self, path: Path) -> None:
+        """Write what the warm process printed to ``path``, if it printed anything."""
+        with contextlib.suppress(OSError, ValueError):
+            self.output.seek(0)
+            text = self.output.read()
+            if text:
+                path.write_bytes(text)
+            self.output.close()
+
+    def _end(self, grace_s: float) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        try:
+            self.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
