@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuaccept.hw.gpumap import VisibleGpu, map_visible_devices, select_ordinals
-from gpuaccept.hw.nvml import NvmlUnavailable, inventory
+from gpuaccept.hw.nvml import NvmlUnavailable, inventory, open_nvml
 
 MIB = 1 << 20
 
@@ -37,14 +37,7 @@ def read_gpu_memory(visible: str | None, ordinals: list[int] | None) -> list[Gpu
     InputError for an ordinal that is not visible. A GPU whose handle or
     memory cannot be read has ``total_mib`` None.
     """
-    try:
-        import pynvml
-    except ImportError as exc:
-        raise NvmlUnavailable(f"NVML not available: nvidia-ml-py is not installed ({exc})") from exc
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        raise NvmlUnavailable(f"NVML not available: {exc}") from exc
+    pynvml = open_nvml()
     try:
         try:
             count = int(pynvml.nvmlDeviceGetCount())

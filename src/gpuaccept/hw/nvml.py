@@ -50,6 +50,19 @@ class NvmlUnavailable(GpuacceptError):
     """NVML could not be loaded or initialised (no driver, no library, version mismatch)."""
 
 
+def open_nvml() -> Any:
+    """The ``pynvml`` module with NVML initialised (the caller shuts it down); NvmlUnavailable otherwise."""
+    try:
+        import pynvml
+    except ImportError as exc:
+        raise NvmlUnavailable(f"NVML not available: nvidia-ml-py is not installed ({exc})") from exc
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        raise NvmlUnavailable(f"NVML not available: {exc}") from exc
+    return pynvml
+
+
 @dataclass
 class GpuSnapshot:
     """One GPU as NVML reports it (``nvidia-smi -q -i N``). Every field but ``index`` may be "unsupported".
@@ -445,14 +458,7 @@ def inventory(nvml: Any, count: int, with_mig: bool) -> list[NvmlGpuId]:
 def _session(pick: Callable[[Any, int], list[_Target]], sample_s: float, interval_s: float,
              sleep: Callable[[float], None], visible: str | None = None) -> NvmlSnapshot:
     """One NVML session: versions, the GPUs ``pick(nvml, count)`` selects, XID events and clock samples."""
-    try:
-        import pynvml
-    except ImportError as exc:
-        raise NvmlUnavailable(f"NVML not available: nvidia-ml-py is not installed ({exc})") from exc
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        raise NvmlUnavailable(f"NVML not available: {exc}") from exc
+    pynvml = open_nvml()
     try:
         errors: dict[str, str] = {}
         r = _Reader(pynvml, errors)
