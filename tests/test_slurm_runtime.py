@@ -314,12 +314,14 @@ class Site:
         self.account, self.podman, self.slurm, self.python, self.env, self.image = (
             account, podman, slurm, python, env, image)
 
-    def launch(self, workdir: Path, results: Path, *args: str,
-               timeout: float = 600) -> subprocess.CompletedProcess[str]:
-        return self.account.run([*self.python, "-m", "gpuaccept", "launch", "slurm", "--runtime", "podman",
-                                 "--image", self.image, "--nodes", "2", "--results-dir", str(results),
+    def launch(self, workdir: Path, results: Path, *args: str, runtime: str = "podman", image: str | None = None,
+               timeout: float = 600, **env: str) -> subprocess.CompletedProcess[str]:
+        """``gpuaccept launch slurm --runtime RUNTIME`` on both nodes as the account; ``env`` overrides its
+        environment (the job's tasks get the launcher's)."""
+        return self.account.run([*self.python, "-m", "gpuaccept", "launch", "slurm", "--runtime", runtime,
+                                 "--image", image or self.image, "--nodes", "2", "--results-dir", str(results),
                                  "--poll-interval", "0.5", "--no-ipc-host", "--handshake-timeout", str(HANDSHAKE_S),
-                                 *args], timeout=timeout, cwd=workdir, **self.env)
+                                 *args], timeout=timeout, cwd=workdir, **{**self.env, **env})
 
     def assert_clean(self, results: Path, deadline_s: float = 30) -> None:
         """No container of the job, no sshd of the job, no private key: now or within ``deadline_s``."""
@@ -493,10 +495,7 @@ def test_the_suite_in_each_nodes_container_gives_a_cluster_report(site: Site,
 def test_an_image_no_node_can_pull_fails_the_job_naming_the_node(site: Site,
                                                                  job_dirs: tuple[Path, Path, Path]) -> None:
     work, results, _ = job_dirs
-    r = site.account.run([*site.python, "-m", "gpuaccept", "launch", "slurm", "--runtime", "podman",
-                          "--image", "registry.invalid/gpuaccept/none:1", "--nodes", "2", "--results-dir",
-                          str(results), "--run-id", "noimage", "--poll-interval", "0.5", "--", "true"],
-                         timeout=300, cwd=work, **site.env)
+    r = site.launch(work, results, "--run-id", "noimage", "--", "true", image="registry.invalid/gpuaccept/none:1")
     assert r.returncode == 1
     log = _slurm_log(results)
     assert "image registry.invalid/gpuaccept/none:1 is not on this node and could not be pulled" in log, log
@@ -509,10 +508,8 @@ def test_a_runtime_missing_on_the_nodes_fails_the_job_naming_the_node(site: Site
                                                                        job_dirs: tuple[Path, Path, Path]) -> None:
     work, results, _ = job_dirs
     # the job's tasks get the launcher's PATH: one without a docker engine (a docker CLI alone may be there)
-    r = site.account.run([*site.python, "-m", "gpuaccept", "launch", "slurm", "--runtime", "docker",
-                          "--image", "img:1", "--nodes", "2", "--results-dir", str(results), "--run-id", "nodocker",
-                          "--poll-interval", "0.5", "--", "true"], timeout=300, cwd=work,
-                         **{**site.env, "PATH": "/usr/bin:/bin:/usr/sbin:/sbin"})
+    r = site.launch(work, results, "--run-id", "nodocker", "--", "true", runtime="docker", image="img:1",
+                    PATH="/usr/bin:/bin:/usr/sbin:/sbin")
     assert r.returncode == 1
     log = _slurm_log(results)
     failed = [line for line in log.splitlines()
