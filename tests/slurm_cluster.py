@@ -64,15 +64,19 @@ def _free_ports(count: int, consecutive: bool = False) -> list[int]:
 class LocalSlurm:
     """Start with :meth:`start` (or as a context manager); :meth:`stop` ends every daemon it started."""
 
-    def __init__(self, base: Path | None = None, nodes: int = len(NODES), extra_conf: Sequence[str] = ()) -> None:
+    def __init__(self, base: Path | None = None, nodes: int = len(NODES), extra_conf: Sequence[str] = (),
+                 own_addresses: bool = False) -> None:
         """``nodes``: how many slurmd (node1..nodeN). ``extra_conf``: more ``slurm.conf`` lines
         (``HealthCheckProgram=...``), written after the defaults and before the node and partition lines;
-        ``{base}`` in them becomes the cluster's directory."""
+        ``{base}`` in them becomes the cluster's directory. ``own_addresses``: each node gets its own
+        loopback address (node1 127.0.0.1, node2 127.0.0.2, ...), as nodes of a real cluster have, instead
+        of all sharing 127.0.0.1."""
         if nodes < 1:
             raise ValueError(f"a cluster needs at least one node, not {nodes}")
         self.nodes = tuple(f"node{i}" for i in range(1, nodes + 1))
         self.owns_base = base is None
         self.extra_conf = list(extra_conf)
+        self.own_addresses = own_addresses
         self.base = Path(base or tempfile.mkdtemp(prefix="gpuaccept-slurm-"))
         self.base.chmod(0o755)
         self.conf = self.base / "slurm.conf"
@@ -129,11 +133,17 @@ class LocalSlurm:
             "KillWait=5",
             "MinJobAge=300",
             *(line.replace("{base}", str(b)) for line in self.extra_conf),
-            f"NodeName=node[1-{len(self.nodes)}] NodeHostname={host} NodeAddr=127.0.0.1 "
-            f"Port=[{node_ports[0]}-{node_ports[-1]}] CPUs={cpus} State=UNKNOWN",
+            *self._node_lines(host, node_ports, cpus),
             f"PartitionName=debug Nodes=node[1-{len(self.nodes)}] Default=YES MaxTime=INFINITE State=UP",
             "",
         ]))
+
+    def _node_lines(self, host: str, ports: list[int], cpus: int) -> list[str]:
+        if not self.own_addresses:
+            return [f"NodeName=node[1-{len(self.nodes)}] NodeHostname={host} NodeAddr=127.0.0.1 "
+                    f"Port=[{ports[0]}-{ports[-1]}] CPUs={cpus} State=UNKNOWN"]
+        return [f"NodeName={n} NodeHostname={host} NodeAddr=127.0.0.{i} Port={port} CPUs={cpus} State=UNKNOWN"
+                for i, (n, port) in enumerate(zip(self.nodes, ports, strict=True), start=1)]
 
     def _err(self, name: str) -> IO[bytes]:
         fh = open(self.base / "log" / f"{name}.err", "wb")  # closed by stop()

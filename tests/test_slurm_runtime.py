@@ -349,7 +349,7 @@ def site() -> Iterator[Site]:
         store_dir = account_dir(account, "gpuaccept-user-podman-")
         try:
             podman = user_podman(account, store_dir, root_store, image)
-            with LocalSlurm() as slurm:
+            with LocalSlurm(own_addresses=True) as slurm:
                 env = {**extra, **podman.env(), "SLURM_CONF": str(slurm.conf)}
                 yield Site(account, podman, slurm, python, env, image)
         finally:
@@ -517,3 +517,23 @@ def test_a_runtime_missing_on_the_nodes_fails_the_job_naming_the_node(site: Site
     assert failed and ("docker is not installed on this node" in failed[0]
                        or "docker does not answer on this node" in failed[0]), log
     assert not list(results.rglob("id_ed25519*"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_suite_across_nodes_under_torchrun_in_containers(site: Site, job_dirs: tuple[Path, Path, Path]) -> None:
+    """The default for 2+ nodes: torchrun in every node's container, one rendezvous across them (each
+    "node" has its own loopback address, as nodes of a real cluster have), one merged report."""
+    work, results, _ = job_dirs
+    r = site.launch(work, results, "--run-id", "dist", "--device", "cpu", "--checks", "env,collectives")
+    assert r.returncode == 0, r.stdout[-3000:] + _slurm_log(results)[-6000:]
+    report = json.loads((results / "dist" / "cluster-report.json").read_text())
+    assert report["verdict"] == "success" and [n["host"] for n in report["nodes"]] == ["node1", "node2"]
+    for node in report["nodes"]:  # per node: env once, and this node's rank of the collectives
+        assert sorted((c["name"], c["status"], c["host"]) for c in node["report"]["checks"]) == [
+            ("collectives", "pass", node["host"]), ("env", "pass", node["host"])], node
+    fabric = report["analysis"]["cross_node"]
+    assert (fabric["verdict"], fabric["ranks"], fabric["hosts"]) == ("success", 2, ["node1", "node2"]), fabric
+    node_reports = list((results / "dist").rglob("report.json"))
+    assert node_reports and all(p.stat().st_uid == site.account.uid for p in node_reports)
+    site.assert_clean(results)

@@ -210,6 +210,18 @@ def _runtime_options(spec: JobSpec, opts: SlurmOptions) -> list[str]:
     return args
 
 
+def _local_addr_lines() -> list[str]:
+    """torchrun names each node by the address Slurm uses for it (``PET_LOCAL_ADDR``, torchrun's
+    ``--local-addr``), which is also the address rank 0 publishes to the others. Its default, the FQDN
+    with the agent's process id, is the same in two containers of one host (both agents are pid 1 with
+    the host's name), and the rendezvous then waits forever for a second node it already counted."""
+    return [
+        "# torchrun's node identity and published address: this node's NodeAddr (see runtime_script.py).",
+        'addr=$(scontrol show node "$node" -o 2>/dev/null | sed -n \'s/.* NodeAddr=\\([^ ]*\\).*/\\1/p\' || true)',
+        '[ -z "$addr" ] || args+=(-e "PET_LOCAL_ADDR=$addr")',
+    ]
+
+
 def render_node_script(spec: JobSpec, opts: SlurmOptions) -> str:
     """``container-node.sh``: one per node, run by srun (pure and deterministic)."""
     q = shlex.quote
@@ -303,6 +315,7 @@ def render_node_script(spec: JobSpec, opts: SlurmOptions) -> str:
         '       -e "GPUACCEPT_CT_HANDSHAKE_S=$handshake_s" -e "GPUACCEPT_CT_SSHD_CONFIG=$launch/' + SSHD_CONFIG + '"',
         "       -e GPUACCEPT_HOSTLIST -e GPUACCEPT_NP -e GPUACCEPT_SLOTS_PER_NODE)",
         '[ "$mode" = each ] || args+=(-e GPUACCEPT_HOSTFILE -e GPUACCEPT_SSH_CONFIG)',
+        *(_local_addr_lines() if spec.distributed and not uses_ssh(spec) else []),
         "",
         "# shellcheck disable=SC2317",
         f"cleanup() {{ trap - TERM INT HUP; {remove} >/dev/null 2>&1 || true; }}",

@@ -64,6 +64,9 @@ args+=(-e "GPUACCEPT_HOSTNAME=$node" -e "GPUACCEPT_CT_MODE=$mode" -e "GPUACCEPT_
        -e "GPUACCEPT_CT_HANDSHAKE_S=$handshake_s" -e "GPUACCEPT_CT_SSHD_CONFIG=$launch/sshd_config"
        -e GPUACCEPT_HOSTLIST -e GPUACCEPT_NP -e GPUACCEPT_SLOTS_PER_NODE)
 [ "$mode" = each ] || args+=(-e GPUACCEPT_HOSTFILE -e GPUACCEPT_SSH_CONFIG)
+# torchrun's node identity and published address: this node's NodeAddr (see runtime_script.py).
+addr=$(scontrol show node "$node" -o 2>/dev/null | sed -n 's/.* NodeAddr=\([^ ]*\).*/\1/p' || true)
+[ -z "$addr" ] || args+=(-e "PET_LOCAL_ADDR=$addr")
 
 # shellcheck disable=SC2317
 cleanup() { trap - TERM INT HUP; "$runtime" rm -f "$name" >/dev/null 2>&1 || true; }
