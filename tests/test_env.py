@@ -257,6 +257,30 @@ def test_nvml_info_under_fake_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
     assert info["gpus"][0]["pci_bus_id"] == "00000000:18:00.0"
     out = evaluate_env(ctx("cpu", expect_gpus=2), HOST, torch_facts(0, cuda=None, available=False), info, None)
     assert out.status == Status.PASS and out.reason.endswith("; CPU run") and metric(out, "gpu_count") == 2
+    # what identifies each GPU, and the label its metrics carry in this run
+    assert [(g["device"], g["uuid"], g["serial"]) for g in info["gpus"]] == [
+        ("cuda:0", "GPU-00000000-1111-2222-3333-444444444444", "1654922012345"),
+        ("cuda:1", "GPU-00000000-1111-2222-3333-444444444444", "1654922012345")]
+
+
+def test_gpu_labels_follow_cuda_visible_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.test_nvml import H100_SPEC, FakeNvml
+
+    uuids = [f"GPU-00000000-1111-2222-3333-44444444444{i}" for i in range(4)]
+    FakeNvml([dict(H100_SPEC, nvmlDeviceGetUUID=u, nvmlDeviceGetSerial=f"16549220{i}") for i, u in enumerate(uuids)]
+             ).install(monkeypatch)
+    info = nvml_info(f"{uuids[3]},2")
+    assert [(g["index"], g["device"], g["serial"]) for g in info["gpus"]] == [
+        (0, None, "165492200"), (1, None, "165492201"), (2, "cuda:1", "165492202"), (3, "cuda:0", "165492203")]
+    assert [g["device"] for g in nvml_info("NoDevFiles")["gpus"]] == [None] * 4
+
+
+def test_identity_is_recorded_and_never_judged() -> None:
+    ident = {"node": {"board_serial": "unreadable", "product_name": "SYS-821GE-TNHR"},
+             "nics": [{"port": "mlx5_0:1", "guid": "0xb8599f03000ca7f6", "node_guid": None}]}
+    out = evaluate_env(ctx("cuda", expect_gpus=8), HOST, torch_facts(), nvml_facts(), None, ident)
+    assert out.status == Status.PASS and out.details["identity"] == ident
+    assert "identity" not in evaluate_env(ctx("cuda"), HOST, torch_facts(), nvml_facts(), None).details
 
 
 # ---------------------------------------------------------------- this machine
@@ -282,6 +306,7 @@ def test_run_on_cpu_machine() -> None:
     assert d["torch"]["version"] == torch.__version__ and d["torch"]["cuda"] == torch.version.cuda
     assert d["kernel"] == platform.release() and d["host"]
     assert d["nvml"]["available"] is False
+    assert set(d["identity"]) == {"node", "nics"} and "board_serial" in d["identity"]["node"]
     assert d["os"]  # PRETTY_NAME or platform string
     assert {m.unit for m in out.metrics} == {"count", "GiB"}
 
@@ -327,3 +352,9 @@ def test_run_on_gpu() -> None:
     assert out.details["torch"]["cuda_available"] is True
     assert out.details["torch"]["kernel_ok"] is True, out.details["torch"].get("kernel_error")
     assert out.details["nvml"]["available"] is True and out.details["nvml"]["gpus"]
+    # every GPU torch sees is named by its NVML UUID under the label its metrics carry
+    from gpuaccept.checks.collectives_expect import nvml_uuid
+
+    labelled = {g["device"]: g["uuid"] for g in out.details["nvml"]["gpus"] if g["device"]}
+    assert labelled == {f"cuda:{i}": nvml_uuid(torch.cuda.get_device_properties(i))
+                        for i in range(torch.cuda.device_count())}

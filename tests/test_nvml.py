@@ -122,6 +122,7 @@ class Err:
 H100_SPEC: dict[str, Any] = {
     "nvmlDeviceGetName": "NVIDIA H100 80GB HBM3",
     "nvmlDeviceGetUUID": "GPU-00000000-1111-2222-3333-444444444444",
+    "nvmlDeviceGetSerial": "1654922012345",
     "nvmlDeviceGetPciInfo": types.SimpleNamespace(busId=b"00000000:18:00.0"),
     "nvmlDeviceGetMemoryInfo": types.SimpleNamespace(total=85520809984, used=566755328),
     "nvmlDeviceGetEccMode": [1, 1],
@@ -266,6 +267,7 @@ def test_reader_values_and_unsupported(monkeypatch: pytest.MonkeyPatch) -> None:
     assert snap.gpu_count == 2
     g = snap.gpus[0]
     assert g.name == "NVIDIA H100 80GB HBM3" and g.pci_bus_id == "00000000:18:00.0"
+    assert (g.uuid, g.serial) == ("GPU-00000000-1111-2222-3333-444444444444", "1654922012345")
     assert (g.memory_total_bytes, g.memory_used_bytes) == (85520809984, 566755328)
     assert (g.ecc_mode_current, g.ecc_mode_pending) == (True, True)
     assert (g.ecc_volatile_uncorrectable, g.ecc_volatile_correctable) == (2, 5)
@@ -297,6 +299,7 @@ def test_reader_all_unsupported_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     FakeNvml([{}]).install(monkeypatch)
     g = read_snapshot().gpus[0]
     assert g.nvlink_active == UNSUPPORTED  # link 0 rejected: no NVLink at all
+    assert g.serial == UNSUPPORTED and g.errors["serial"] == "Not Supported"  # GeForce boards have none
     assert g.remapped_rows_failure == UNSUPPORTED and g.errors["remapped_rows_failure"] == "Not Supported"
     assert g.memory_used_bytes == UNSUPPORTED and "memory_used_bytes" in g.errors
     assert set(g.unsupported_fields()) == {f for f in nvml._GPU_KINDS if f not in ("index", "errors", "ordinal")}

@@ -184,7 +184,7 @@ def _write_v1(url: str, rep: NodeReport) -> None:
         for m in fc.metrics:
             ex("INSERT INTO metrics (run, check_id, host, check_name, name, device, value, unit, expected, "
                "threshold_op, threshold_value, dtype, size_bytes, tags_json) "
-               "VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", (i, *m))
+               "VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", (i, *m[:12]))  # v1's metric columns
     if dialect == "sqlite":
         ex(f"PRAGMA application_id = {APPLICATION_ID}", ())
         ex("PRAGMA user_version = 1", ())
@@ -203,9 +203,10 @@ def test_v1_history_is_migrated(url: str) -> None:
         assert [r.run_id for r in store.list_runs(host="oldnode")] == ["new-run", "old-run"]
     ex, close, dialect = _raw(url)
     try:
-        assert [r[0] for r in ex("SELECT version FROM schema_version ORDER BY version", ())] == [1, 2]
+        assert [r[0] for r in ex("SELECT version FROM schema_version ORDER BY version", ())] == \
+            list(range(1, migrations.LATEST + 1))
         if dialect == "sqlite":
-            assert ex("PRAGMA user_version", ()) == [(2,)]
+            assert ex("PRAGMA user_version", ()) == [(migrations.LATEST,)]
     finally:
         close()
 

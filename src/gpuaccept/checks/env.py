@@ -1,6 +1,10 @@
 """The ``env`` check: what this node is (host, OS, CPU, memory, Python, torch, driver, GPUs).
 
-Everything found goes into ``details`` for the report; the verdicts are the
+Everything found goes into ``details`` for the report, with what identifies the hardware (the
+history keeps results under it, :mod:`gpuaccept.results.hwid`): each GPU's UUID, serial and the
+``cuda:N`` label it has in this run (``details.nvml.gpus``), the node's DMI board and product
+names and serials (``details.identity.node``; ``"unreadable"`` where only root may read them) and
+each RDMA port's GUID (``details.identity.nics``). The verdicts are the the verdicts are the
 driver/CUDA compatibility (:func:`cuda_compat`, which a tiny kernel informs), the expected GPU count
 (``--expect-gpus``), NVML and torch agreeing on the GPU count, and
 ``--require-gpu``.
@@ -217,24 +221,42 @@ def host_info() -> dict[str, Any]:
     }
 
 
-def nvml_info() -> dict[str, Any]:
-    """Driver versions and GPU list from NVML (``nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,memory.total``)."""
+def nvml_info(cuda_visible_devices: str | None = None) -> dict[str, Any]:
+    """Driver versions and GPU list from NVML
+    (``nvidia-smi --query-gpu=index,name,uuid,serial,pci.bus_id,memory.total``).
+
+    Each GPU's ``device`` is its ``cuda:N`` label under ``cuda_visible_devices`` (None: hidden from CUDA).
+    """
     from gpuaccept.errors import InputError
-    from gpuaccept.hw.nvml import NvmlUnavailable, read_snapshot
+    from gpuaccept.hw.gpumap import NvmlGpuId, device_labels
+    from gpuaccept.hw.nvml import UNSUPPORTED, NvmlUnavailable, read_snapshot
 
     try:
         snap = read_snapshot()
     except (NvmlUnavailable, InputError) as exc:
         return {"available": False, "error": str(exc)}
+    labels = device_labels(cuda_visible_devices, [
+        NvmlGpuId(g.index, g.uuid if g.uuid != UNSUPPORTED else "", g.pci_bus_id if g.pci_bus_id != UNSUPPORTED
+                  else "") for g in snap.gpus])
     return {
         "available": True,
         "driver_version": snap.driver_version,
         "nvml_version": snap.nvml_version,
         "cuda_driver_version": snap.cuda_driver_version,
         "gpu_count": snap.gpu_count,
-        "gpus": [{"index": g.index, "name": g.name, "uuid": g.uuid, "pci_bus_id": g.pci_bus_id,
-                  "memory_total_bytes": g.memory_total_bytes, "sku": _sku_id(g.name)} for g in snap.gpus],
+        "gpus": [{"index": g.index, "device": labels.get(g.index), "name": g.name, "uuid": g.uuid,
+                  "serial": g.serial, "pci_bus_id": g.pci_bus_id, "memory_total_bytes": g.memory_total_bytes,
+                  "sku": _sku_id(g.name)} for g in snap.gpus],
     }
+
+
+def identity_info(root: str = "/") -> dict[str, Any]:
+    """What identifies this node and its RDMA ports: DMI names and serials (``dmidecode -s
+    baseboard-serial-number``; ``"unreadable"`` or ``"absent"`` where they cannot be read) and
+    each port's GUID (``ibstat``)."""
+    from gpuaccept.hw.identity import read_nic_identities, read_node_identity
+
+    return {"node": read_node_identity(root), "nics": read_nic_identities(root)}
 
 
 def _sku_id(name: str) -> str | None:
@@ -251,8 +273,9 @@ def _sku_id(name: str) -> str | None:
 
 
 def evaluate_env(ctx: CheckContext, host: dict[str, Any], tch: dict[str, Any], nvml: dict[str, Any],
-                 cuda_visible_devices: str | None) -> Outcome:
-    """The env verdicts from collected facts (``tch``: :func:`torch_info`, ``nvml``: :func:`nvml_info`).
+                 cuda_visible_devices: str | None, identity: dict[str, Any] | None = None) -> Outcome:
+    """The env verdicts from collected facts (``tch``: :func:`torch_info`, ``nvml``: :func:`nvml_info`,
+    ``identity``: :func:`identity_info`, recorded as it is and never judged).
 
     Pure, so every branch is testable on any machine.
     """
@@ -296,6 +319,8 @@ def evaluate_env(ctx: CheckContext, host: dict[str, Any], tch: dict[str, Any], n
         metrics.append(Metric("host_memory_gib", round(host["memory_total_bytes"] / 2**30, 2), "GiB"))
     details: dict[str, Any] = {**host, "torch": tch, "nvml": nvml, "cuda_visible_devices": cuda_visible_devices,
                                "cuda_compat": compat_reason}
+    if identity is not None:
+        details["identity"] = identity
     torch_text = f"torch {tch['version']}" if tch.get("installed") else "torch not installed"
     if problems:
         status = worst(*(s for s, _ in problems))
@@ -320,7 +345,8 @@ class EnvCheck(Check):
     name = "env"
     tag = "ENV"
     measures = False  # it takes stock; a run in which only env passed measured nothing
-    summary = "host, OS, CPU, memory, Python/torch/CUDA/cuDNN/NCCL, driver and GPU inventory"
+    summary = ("host, OS, CPU, memory, Python/torch/CUDA/cuDNN/NCCL, driver, GPU inventory; GPU UUIDs and serials, "
+               "board serial and RDMA port GUIDs")
     params: ClassVar[tuple[Param, ...]] = ()
     profiles: ClassVar[tuple[str, ...]] = PROFILES  # burnin too: the inventory and health around a long load
     profile_params: ClassVar[dict[str, dict[str, Any]]] = {p: {} for p in PROFILES}
@@ -329,7 +355,8 @@ class EnvCheck(Check):
     key_metric = "gpu_count"
 
     def run(self, ctx: CheckContext) -> Outcome:
-        return evaluate_env(ctx, host_info(), torch_info(), nvml_info(), os.environ.get("CUDA_VISIBLE_DEVICES"))
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        return evaluate_env(ctx, host_info(), torch_info(), nvml_info(visible), visible, identity_info())
 
 
 CHECKS = (EnvCheck,)

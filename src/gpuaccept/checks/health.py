@@ -412,7 +412,8 @@ def evaluate_health(snapshot: NvmlSnapshot, params: dict[str, Any]) -> Outcome:
             unsupported[g.device] = missing
         mask = g.clocks_event_reasons
         gpus.append({
-            "device": g.device, "nvml_index": g.index, "name": g.name, "uuid": g.uuid, "pci_bus_id": g.pci_bus_id,
+            "device": g.device, "nvml_index": g.index, "name": g.name, "uuid": g.uuid, "serial": g.serial,
+            "pci_bus_id": g.pci_bus_id,
             "clocks_event_reasons": event_reason_names(mask) if isinstance(mask, int) else UNSUPPORTED,
             "pcie": (f"gen{g.pcie_link_gen} x{g.pcie_link_width} "
                      f"(max gen{g.pcie_link_gen_max} x{g.pcie_link_width_max})"),

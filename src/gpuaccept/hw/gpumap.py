@@ -102,6 +102,12 @@ def map_visible_devices(visible: str | None, inventory: list[NvmlGpuId]) -> list
     return out
 
 
+def device_labels(visible: str | None, inventory: list[NvmlGpuId]) -> dict[int, str]:
+    """NVML index -> ``cuda:N``, the label torch (and every metric) gives that GPU under
+    ``CUDA_VISIBLE_DEVICES=visible``; GPUs CUDA cannot see are left out. Pure."""
+    return {v.index: v.device for v in map_visible_devices(visible, inventory)}
+
+
 def select_ordinals(visible: list[VisibleGpu], ordinals: list[int] | None) -> list[VisibleGpu]:
     """The visible GPUs at torch ``ordinals`` (``--gpus``; None: all visible), in the order asked.
 

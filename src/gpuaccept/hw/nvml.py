@@ -73,6 +73,7 @@ class GpuSnapshot:
     bitmask. ``pcie_link_*_max`` is the best link this GPU *and slot* allow;
     ``pcie_link_gen_gpu_max`` is the GPU's own maximum. ``nvlink_active`` has
     one bool per NVLink link. ``errors`` maps each unsupported field to the NVML message.
+    ``serial`` is the board serial (``nvidia-smi --query-gpu=serial``; datacenter GPUs only).
 
     ``ordinal`` is the torch CUDA ordinal when the GPU was selected through
     ``CUDA_VISIBLE_DEVICES`` (None: unknown, label by NVML index).
@@ -88,6 +89,7 @@ class GpuSnapshot:
     index: int
     name: str | Unsupported = UNSUPPORTED
     uuid: str | Unsupported = UNSUPPORTED
+    serial: str | Unsupported = UNSUPPORTED
     pci_bus_id: str | Unsupported = UNSUPPORTED
     memory_total_bytes: int | Unsupported = UNSUPPORTED
     memory_used_bytes: int | Unsupported = UNSUPPORTED
@@ -163,7 +165,7 @@ class NvmlSnapshot:
 
 # Field kinds for validating recorded snapshots: "list" is a list of bools, "dict" maps str to str.
 _GPU_KINDS: dict[str, str] = {
-    "index": "int", "name": "str", "uuid": "str", "pci_bus_id": "str",
+    "index": "int", "name": "str", "uuid": "str", "serial": "str", "pci_bus_id": "str",
     "memory_total_bytes": "int", "memory_used_bytes": "int",
     "ecc_mode_current": "bool", "ecc_mode_pending": "bool",
     "ecc_volatile_uncorrectable": "int", "ecc_volatile_correctable": "int",
@@ -310,6 +312,7 @@ def _read_gpu(nvml: Any, g: GpuSnapshot, handle: Any) -> GpuSnapshot:
     r = _Reader(nvml, errors)
     g.name = _map(r.call("name", "nvmlDeviceGetName", handle), _text)
     g.uuid = _map(r.call("uuid", "nvmlDeviceGetUUID", handle), _text)
+    g.serial = _map(r.call("serial", "nvmlDeviceGetSerial", handle), _text)
     pci = r.call("pci_bus_id", "nvmlDeviceGetPciInfo", handle)
     g.pci_bus_id = _map(pci, lambda p: _text(p.busId))
     mem = r.call("memory_total_bytes", "nvmlDeviceGetMemoryInfo", handle)

@@ -12,7 +12,8 @@ every function here is a pure function of files. The layout is the kernel's docu
   ``link_downed``, ``port_rcv_errors``, ``excessive_buffer_overrun_errors``, ...; ``port_xmit_data``
   and ``port_rcv_data`` count octets divided by 4);
 - ``ports/<n>/gid_attrs/types/<i>`` (``"IB/RoCE v1"`` or ``"RoCE v2"``) and ``gid_attrs/ndevs/<i>``
-  (the netdev behind a RoCE GID);
+  (the netdev behind a RoCE GID); ``ports/<n>/gids/0``, whose low 64 bits are the port GUID, and
+  ``node_guid`` (``b859:9f03:00d4:a7f6``) of the device;
 - ``/sys/class/infiniband/<dev>/device``: a link to the PCI function, whose ``numa_node`` is the
   NUMA node (-1: none) and ``net/`` its netdevs;
 - ``/sys/bus/pci/devices/<bdf>/{vendor,class,device,numa_node}`` for the GPUs (NVIDIA vendor
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuaccept.errors import InputError
+from gpuaccept.hw.identity import guid_of_gid, normalize_guid
 
 IB_CLASS = "sys/class/infiniband"
 NET_CLASS = "sys/class/net"
@@ -139,6 +141,8 @@ class RdmaPort:
     counters: dict[str, int] = field(default_factory=dict)
     gid_types: list[str] = field(default_factory=list)
     gid_netdevs: list[str] = field(default_factory=list)
+    guid: str | None = None
+    """The port GUID (``0x`` + 16 hex digits, ``ibstat``'s "Port GUID"): the low 64 bits of GID 0."""
 
     @property
     def key(self) -> str:
@@ -153,7 +157,7 @@ class RdmaPort:
         return {"port": self.key, "state": self.state, "phys_state": self.phys_state, "rate_gbps": self.rate_gbps,
                 "width": self.width, "speed": self.speed, "link_layer": self.link_layer,
                 "counters": dict(self.counters), "gid_types": sorted(set(self.gid_types)),
-                "netdevs": sorted(set(self.gid_netdevs))}
+                "netdevs": sorted(set(self.gid_netdevs)), "guid": self.guid}
 
 
 @dataclass
@@ -167,10 +171,12 @@ class RdmaDevice:
     fw_ver: str | None = None
     hca_type: str | None = None
     ports: list[RdmaPort] = field(default_factory=list)
+    node_guid: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "pci_address": self.pci_address, "numa_node": self.numa_node,
                 "netdevs": self.netdevs, "fw_ver": self.fw_ver, "hca_type": self.hca_type,
+                "node_guid": self.node_guid,
                 "ports": [p.to_dict() for p in self.ports]}
 
 
@@ -220,6 +226,8 @@ def _read_port(dev: str, pdir: Path, errors: list[str]) -> RdmaPort:
             errors.append(str(exc))
     layer = _text(pdir / "link_layer")
     port.link_layer = layer.strip() if layer else None
+    gid = _text(pdir / "gids" / "0")
+    port.guid = guid_of_gid(gid) if gid else None
     port.counters = _read_counters(pdir / "counters", errors)
     for idx in _names(pdir / "gid_attrs" / "types"):
         t = _text(pdir / "gid_attrs" / "types" / idx)  # reads of unused GID slots fail: not an error
@@ -260,6 +268,11 @@ def _read_device(ddir: Path, errors: list[str]) -> RdmaDevice:
     for attr in ("fw_ver", "hca_type"):
         raw = _text(ddir / attr)
         setattr(dev, attr, raw.strip() if raw else None)
+    raw = _text(ddir / "node_guid")
+    try:
+        dev.node_guid = normalize_guid(raw) if raw else None
+    except InputError:  # all zero (none assigned) or garbage: no identity, not a fabric fault
+        dev.node_guid = None
     for pname in _names(ddir / "ports"):
         if not pname.isdigit():
             errors.append(f"{ddir / 'ports' / pname}: port directory is not a number")

@@ -31,7 +31,8 @@ value at |z| >= 5 (none at 5.5): the spread of a small fleet is itself noisy.
 
     {"outliers": [{"host", "device", "check", "metric", "tags", "value", "median", "mad", "z",
                    "direction": "low"|"high", "scope": "node"|"cluster",
-                   "sku", "unit", "deviation", "deviation_fraction", "gpus"?}],
+                   "sku", "unit", "deviation", "deviation_fraction", "gpus"?,
+                   "hw_kind"?, "hw_id"?, "hw_serial"?}],
      "stats": {"<sku>/<metric>[tags]": {"median", "mad", "n", "nodes", "unit", "check", "metric",
                                         "sku", "tags", "direction"}},
      "policy": {"max_z", "rel_floor", "min_siblings", "min_nodes"}, "nodes": int, "samples": int}
@@ -42,8 +43,11 @@ outlier, ``median`` is the reference it was compared with (its siblings', the
 nodes' or the fleet's median), ``mad`` is the spread actually used (floored), so that
 ``z == 0.6745 * (value - median) / mad``; ``deviation`` is ``value - median``
 in the metric's unit and ``deviation_fraction`` that over ``|median|``.
-``gpus`` (node medians only) is how many GPUs the median is over. Outliers are
-sorted by |z|, largest first. Pure: no I/O, the reports are not modified.
+``gpus`` (node medians only) is how many GPUs the median is over. ``hw_kind``,
+``hw_id`` and ``hw_serial`` name the hardware the outlier is (the GPU's UUID and
+serial, the port's GUID; the node's board serial for a node-wide value) where the
+report says (:mod:`gpuaccept.results.hwid`), so the part can be found after it
+moves. Outliers are sorted by |z|, largest first. Pure: no I/O, the reports are not modified.
 """
 
 from __future__ import annotations
@@ -131,13 +135,17 @@ def _labels(s: Samples, gk_key: np.ndarray, gk_sku: np.ndarray) -> list[str]:
 def _outlier(s: Samples, key: SampleKey, sku: int, node: int, device: str | None, value: float, median: float,
              spread: float, z: float, scope: str) -> dict[str, Any]:
     dev = value - median
-    return {
+    out: dict[str, Any] = {
         "host": s.nodes[node][0], "device": device, "check": key.check, "metric": key.metric,
         "tags": dict(key.tags), "value": value, "median": median, "mad": spread, "z": round(z, 3),
         "direction": "low" if value < median else "high", "scope": scope,
         "sku": s.skus[sku], "unit": key.unit, "deviation": dev,
         "deviation_fraction": round(dev / abs(median), 5) if median else None,
     }
+    hw = s.hardware[node].lookup(key.check, device) if node < len(s.hardware) else None
+    if hw is not None:
+        out.update(hw_kind=hw.kind, hw_id=hw.id, hw_serial=hw.serial)
+    return out
 
 
 def analyze_samples(s: Samples, policy: OutlierPolicy | None = None) -> dict[str, Any]:

@@ -23,7 +23,8 @@ _at_least_3 = int_at_least(3)
 
 
 def format_outlier(o: dict[str, Any]) -> str:
-    """One line: ``node017 cuda:3 compute/gemm_bf16_tflops 574.7 TFLOP/s vs 699.3 median (-17.8%, z -12.0, node)``."""
+    """One line: ``node017 cuda:3 [GPU-...] compute/gemm_bf16_tflops 574.7 TFLOP/s vs 699.3 median (-17.8%, z -12.0,
+    node)`` (the hardware's id where the report names it)."""
     where = f"{o['host']} {o['device'] or '(node)'}"
     tags = ",".join(f"{k}={v}" for k, v in o["tags"].items() if k not in ("dtype",))
     frac = o.get("deviation_fraction")
@@ -31,7 +32,8 @@ def format_outlier(o: dict[str, Any]) -> str:
     against = {"node": "sibling median", "cluster": "fleet median"}.get(o["scope"], "median")
     if o["scope"] == "cluster" and o["device"] is None:
         against = f"median of nodes (over {o.get('gpus', '?')} GPUs)"
-    return (f"{where} {o['check']}/{o['metric']}{'[' + tags + ']' if tags else ''} {o['value']:.4g} {o['unit']} "
+    hw = f" [{o['hw_id']}]" if o.get("hw_id") and o.get("hw_kind") != "node" else ""
+    return (f"{where}{hw} {o['check']}/{o['metric']}{'[' + tags + ']' if tags else ''} {o['value']:.4g} {o['unit']} "
             f"vs {o['median']:.4g} {against} ({pct}z {o['z']:+.1f}, {o['direction']}, {o['sku']})")
 
 

@@ -19,6 +19,39 @@ from gpuaccept.argtypes import nonneg_int as _nonneg_int
 from gpuaccept.argtypes import positive_float as _positive_float
 from gpuaccept.argtypes import positive_int as _positive_int
 
+
+def _gpu_uuid(text: str) -> str:
+    """argparse type: a GPU UUID (``GPU-`` optional), canonical; one clear line when malformed."""
+    from gpuaccept.errors import InputError
+    from gpuaccept.hw.identity import normalize_gpu_uuid
+
+    try:
+        return normalize_gpu_uuid(text)
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _port_guid(text: str) -> str:
+    """argparse type: an RDMA port GUID, canonical (``0x`` + 16 hex digits)."""
+    from gpuaccept.errors import InputError
+    from gpuaccept.hw.identity import normalize_guid
+
+    try:
+        return normalize_guid(text)
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _hardware_options(p: Any, what: str) -> Any:
+    """``--gpu UUID`` and ``--nic GUID`` (one of them) on parser ``p``; returns the group."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--gpu", type=_gpu_uuid, default=None, metavar="UUID",
+                   help=f"{what} of this GPU on any host, by its UUID (GPU-..., as 'nvidia-smi -L' prints it)")
+    g.add_argument("--nic", type=_port_guid, default=None, metavar="GUID",
+                   help=f"{what} of this RDMA port on any host, by its port GUID (0x..., as ibstat prints it)")
+    return g
+
+
 DB_HELP = ("history database URL: sqlite:///PATH, sqlite:////ABS/PATH or postgresql://USER@HOST[:PORT]/DB "
            "(default: $GPUACCEPT_DB, else ~/.local/share/gpuaccept/history.db)")
 
@@ -29,6 +62,7 @@ def register(sub: Any) -> None:
                        description="List runs stored in the history, newest first. Node runs that belong to a "
                                    "cluster run are listed under it unless --host or --all-nodes is given.")
     h.add_argument("--host", default=None, help="only node runs on this host")
+    _hardware_options(h, "only the node runs")
     h.add_argument("--check", default=None, metavar="NAME", help="only runs that ran this check")
     h.add_argument("--since", default=None, metavar="WHEN",
                    help="only runs started since WHEN: 2026-11-01, 2026-11-01T08:00Z (UTC), 12h, 7d, 2w, today")
@@ -53,19 +87,26 @@ def register(sub: Any) -> None:
     c.add_argument("--json", action="store_true", help="machine-readable output")
     c.set_defaults(handler=cmd_compare)
 
-    t = sub.add_parser("trend", help="a metric over time on one node, with regressions flagged",
-                       description="Show METRIC over time on HOST and flag a regression against the node's own "
-                                   "past. One noisy run is never a regression: a run is judged by the median of "
+    t = sub.add_parser("trend", help="a metric over time on one node or GPU, with regressions flagged",
+                       description="Show METRIC over time on HOST (or of one GPU or RDMA port, wherever it was) "
+                                   "and flag a regression against the hardware's own past: a GPU that moved "
+                                   "keeps its history, one that replaced another in the same slot starts a new "
+                                   "one. One noisy run is never a regression: a run is judged by the median of "
                                    "the last --recent runs (it and the ones just before it), which must be worse "
                                    "than the median of the runs before those (at least --min-history, at most "
                                    "--window of them) by more than --max-drop-sigma robust deviations (1.4826 x "
                                    "their MAD) and by more than --min-drop-pct. With the defaults a drop is "
                                    "flagged once it holds for 2 of the last 3 runs, after 6 runs in all. "
                                    "Exit 1 when the newest run regressed.")
-    t.add_argument("--host", required=True, help="the node")
+    who = t.add_mutually_exclusive_group(required=True)
+    who.add_argument("--host", default=None, help="the node (its GPUs' histories follow them from other hosts)")
+    who.add_argument("--gpu", type=_gpu_uuid, default=None, metavar="UUID",
+                     help="one GPU on whichever hosts it was, by its UUID (GPU-..., as 'nvidia-smi -L' prints it)")
+    who.add_argument("--nic", type=_port_guid, default=None, metavar="GUID",
+                     help="one RDMA port on whichever hosts it was, by its port GUID (0x..., as ibstat prints it)")
     t.add_argument("--metric", required=True, metavar="NAME", help="metric name, e.g. gemm_bf16_tflops")
     t.add_argument("--check", default=None, metavar="NAME", help="only this check's values of the metric")
-    t.add_argument("--device", default=None, metavar="DEV", help="only this device, e.g. cuda:0")
+    t.add_argument("--device", default=None, metavar="DEV", help="only this device of HOST, e.g. cuda:0")
     t.add_argument("--since", default=None, metavar="WHEN", help="only runs since WHEN (as for history)")
     t.add_argument("--max-drop-sigma", type=_positive_float, default=3.0, metavar="N",
                    help="robust deviations a value must be worse by (default 3)")
@@ -169,13 +210,25 @@ def cmd_history(args: argparse.Namespace) -> int:
                     print(f"stored {s['run_id']} from {s['file']}")
                 print(f"{len(stored)} report(s) stored in {store}")
         return 0
+    hw, kind = _hardware_arg(args)
     with open_store(args.db, read_only=True) as store:
         runs = store.list_runs(host=args.host, check=args.check, since=since, kind=args.kind,
-                               limit=args.limit or None, include_members=args.all_nodes)
+                               limit=args.limit or None, include_members=args.all_nodes, hw_id=hw)
+        seen = store.sightings([hw]) if hw is not None else []
         where = str(store)
     if args.json:
-        _dump([r.to_dict() for r in runs])
+        listed = [r.to_dict() for r in runs]
+        if hw is not None:
+            _dump({"hardware": {"kind": kind, "id": hw, "serial": next((s.serial for s in seen if s.serial), None),
+                                "seen": [s.to_dict() for s in seen]}, "runs": listed})
+        else:
+            _dump(listed)
         return 0
+    if hw is not None:
+        if not seen:
+            print(f"no run recorded {kind.upper()} {hw} in {where}")
+            return 0
+        print(_where_seen(kind, hw, seen))
     if not runs:
         print(f"no runs match in {where}")
         return 0
@@ -189,6 +242,24 @@ def cmd_history(args: argparse.Namespace) -> int:
     print(_table(["RUN", "KIND", "HOST", "STARTED", "VERDICT", "PROFILE/BACKEND", "SKU", "CHECKS", "FAILED",
                   "IN CLUSTER"], rows))
     return 0
+
+
+def _hardware_arg(args: argparse.Namespace) -> tuple[str | None, str]:
+    """(id, kind) of ``--gpu``/``--nic``; (None, "") when neither was given."""
+    if getattr(args, "gpu", None):
+        return args.gpu, "gpu"
+    if getattr(args, "nic", None):
+        return args.nic, "nic"
+    return None, ""
+
+
+def _where_seen(kind: str, hw: str, seen: list[Any]) -> str:
+    """``GPU GPU-... (serial S): cuda:0 on gpu01 from ... to ... (3 runs)``, one line per place, then a blank."""
+    serial = next((s.serial for s in seen if s.serial), None)
+    lines = [f"{kind.upper()} {hw}" + (f" (serial {serial})" if serial else "") + ":"]
+    lines += [f"  {s.device or '(node)'} on {s.host} from {s.first} to {s.last} ({s.runs} run{'s' * (s.runs != 1)})"
+              for s in seen]
+    return "\n".join(lines) + "\n"
 
 
 def _resolve(store: Any, ref: str) -> Any:
@@ -228,52 +299,107 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _trend_series(store: Any, args: argparse.Namespace, since: float | None, rule: Any) -> tuple[list[Any], str]:
+    """(series, who): the trends of ``--metric`` for ``--host`` (its hardware's histories, from
+    whichever hosts they come) or for ``--gpu``/``--nic``; InputError naming what exists when none."""
+    from gpuaccept.errors import InputError, UsageError
+    from gpuaccept.results.trend import build_trends
+
+    hw, kind = _hardware_arg(args)
+    if hw is not None:
+        if args.device is not None:
+            raise UsageError("--device goes with --host: --gpu and --nic name the hardware itself")
+        seen = store.sightings([hw])
+        if not seen:
+            raise InputError(f"no run recorded {kind.upper()} {hw} in {store} ({store.hardware_count(kind)} "
+                             f"{kind.upper()}s recorded, by the env check of each run)")
+        points = store.metric_points(metric=args.metric, hosts=sorted({s.host for s in seen}), since=since,
+                                     check=args.check)
+        series = [s for s in build_trends(points, rule, args.direction) if s.hw_id == hw]
+        if not series:
+            names = store.metric_names(hw_id=hw)
+            if args.metric not in names:
+                shown = ", ".join(names[:15]) + (", ..." if len(names) > 15 else "")
+                raise InputError(f"{kind.upper()} {hw} has no metric {args.metric!r} in {store} "
+                                 f"(metrics: {shown or 'none'})")
+            raise InputError(f"no values of {args.metric} of {hw} match --check/--since")
+        return series, hw
+    own = store.metric_series(args.host, args.metric, since=since, check=args.check, device=args.device)
+    if not own:
+        hosts = store.hosts()
+        if args.host not in hosts:
+            shown = ", ".join(hosts[:10]) + (", ..." if len(hosts) > 10 else "")
+            raise InputError(f"no runs of host {args.host!r} in {store} (hosts: {shown or 'none'})")
+        names = store.metric_names(args.host)
+        if args.metric not in names:
+            shown = ", ".join(names[:15]) + (", ..." if len(names) > 15 else "")
+            raise InputError(f"host {args.host!r} has no metric {args.metric!r} in {store} (metrics: {shown})")
+        raise InputError(f"no values of {args.metric} on {args.host} match --check/--device/--since")
+    ids = sorted({p.hw_id for p in own if p.hw_id is not None})
+    hosts = sorted({s.host for s in store.sightings(ids)} | {args.host})
+    points = store.metric_points(metric=args.metric, hosts=hosts, since=since, check=args.check)
+    series = [s for s in build_trends(points, rule, args.direction)
+              if any(p.host == args.host and (args.device is None or p.device == args.device) for p in s.points)]
+    return series, args.host
+
+
+def _gone(s: Any, host: str | None) -> str | None:
+    """Why series ``s`` is no longer on ``host`` (None: it is, or no host was asked for)."""
+    if host is None:
+        return None
+    last = s.points[-1]
+    if last.host != host:
+        return f"moved: now on {last.host} as {last.device or '(node)'}"
+    if s.replaced_by is not None and s.hw_kind == "node":
+        return f"replaced: the node's board is now {s.replaced_by}"
+    if s.replaced_by is not None:
+        return f"replaced: {last.device} now holds {s.replaced_by}"
+    return None
+
+
 def cmd_trend(args: argparse.Namespace) -> int:
-    from gpuaccept.errors import InputError
     from gpuaccept.results.history import open_store
     from gpuaccept.results.timespec import parse_since
-    from gpuaccept.results.trend import TrendRule, build_trends
+    from gpuaccept.results.trend import TrendRule
 
     since = parse_since(args.since) if args.since else None
     rule = TrendRule(max_drop_sigma=args.max_drop_sigma, min_drop_frac=args.min_drop_pct / 100.0,
                      window=args.window, min_history=args.min_history, recent=args.recent)
     with open_store(args.db, read_only=True) as store:
-        points = store.metric_series(args.host, args.metric, since=since, check=args.check, device=args.device)
-        if not points:
-            hosts = store.hosts()
-            if args.host not in hosts:
-                shown = ", ".join(hosts[:10]) + (", ..." if len(hosts) > 10 else "")
-                raise InputError(f"no runs of host {args.host!r} in {store} (hosts: {shown or 'none'})")
-            names = store.metric_names(args.host)
-            if args.metric not in names:
-                shown = ", ".join(names[:15]) + (", ..." if len(names) > 15 else "")
-                raise InputError(f"host {args.host!r} has no metric {args.metric!r} in {store} (metrics: {shown})")
-            raise InputError(f"no values of {args.metric} on {args.host} match --check/--device/--since")
-    series = build_trends(points, rule, args.direction)
-    regressed = [s for s in series if s.regressed]
+        series, who = _trend_series(store, args, since, rule)
+    host = args.host
+    gone = {id(s): _gone(s, host) for s in series}
+    judged = [s for s in series if gone[id(s)] is None]
+    regressed = [s for s in judged if s.regressed]
     if args.json:
-        _dump({"host": args.host, "metric": args.metric, "rule": rule.__dict__, "regressed": bool(regressed),
-               "series": [s.to_dict() for s in series]})
+        hw, kind = _hardware_arg(args)
+        head = {"host": host, "metric": args.metric} if hw is None else {kind: hw, "metric": args.metric}
+        _dump({**head, "rule": rule.__dict__, "regressed": bool(regressed),
+               "series": [{**s.to_dict(), "gone": gone[id(s)]} for s in series]})
         return 1 if regressed else 0
     for s in series:
         better = "higher" if s.higher_is_better else "lower"
-        print(f"{args.host} {s.label} [{s.unit}, {better} is better]")
-        rows = [[p.started, p.run_id, _num(p.value), _num(p.recent), _num(p.reference), _num(p.deviation, 3),
-                 _pct(p.change),
+        note = f" ({gone[id(s)]}; not judged)" if gone[id(s)] else ""
+        serial = f"; serial {s.hw_serial}" if s.hw_serial and s.hw_kind == "gpu" else ""
+        print(f"{who} {s.describe(with_hw=host is not None)} [{s.unit}, {better} is better{serial}]{note}")
+        where = s.moved or host is None
+        rows = [[p.started, p.run_id, *([f"{p.host} {p.device or '(node)'}"] if where else []), _num(p.value),
+                 _num(p.recent), _num(p.reference), _num(p.deviation, 3), _pct(p.change),
                  "REGRESSION" if p.regression else ("" if p.reference is not None else "(too little history)")]
                 for p in s.points]
-        print(_table(["STARTED", "RUN", "VALUE", f"LAST {rule.recent} MEDIAN", "EARLIER MEDIAN",
-                      "WORSE BY (SIGMA)", "CHANGE", ""], rows))
+        print(_table(["STARTED", "RUN", *(["WHERE"] if where else []), "VALUE", f"LAST {rule.recent} MEDIAN",
+                      "EARLIER MEDIAN", "WORSE BY (SIGMA)", "CHANGE", ""], rows))
         print()
     for s in regressed:
         p = s.points[-1]
         what = f"{_num(p.value)} {s.unit}" if rule.recent == 1 else \
             f"median {_num(p.recent)} {s.unit} of the last {rule.recent} runs"
-        print(f"REGRESSION: {args.host} {s.label}: {what} vs median {_num(p.reference)} of "
+        on = f" (on {p.host})" if host is None else ""
+        print(f"REGRESSION: {who} {s.describe(with_hw=host is not None)}{on}: {what} vs median {_num(p.reference)} of "
               f"{p.history} earlier runs ({_pct(p.change)}, {_num(p.deviation, 3)} robust deviations worse)",
               file=sys.stdout)
     if not regressed:
-        latest = [s for s in series if s.latest is not None and s.latest.reference is not None]
+        latest = [s for s in judged if s.latest is not None and s.latest.reference is not None]
         if latest:
             print(f"no regression in the newest run ({len(latest)} series judged)")
         else:

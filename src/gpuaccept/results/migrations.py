@@ -17,7 +17,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuaccept.results.rows import node_sku
+from gpuaccept.errors import GpuacceptError
+from gpuaccept.model import NodeReport
+from gpuaccept.results.rows import flatten_node, node_sku
 
 Exec = Callable[[str, Sequence[Any]], list[tuple[Any, ...]]]
 """Runs one statement with parameters inside the migration's transaction; returns its rows."""
@@ -116,9 +118,52 @@ def _backfill_sku(execute: Exec) -> None:
             execute("UPDATE runs SET sku = ? WHERE id = ?", (skus.pop() if len(skus) == 1 else "mixed", cluster_pk))
 
 
+_V3 = (
+    "ALTER TABLE metrics ADD COLUMN hw_kind TEXT",
+    "ALTER TABLE metrics ADD COLUMN hw_id TEXT",
+    "ALTER TABLE metrics ADD COLUMN hw_serial TEXT",
+    """CREATE TABLE hardware (
+        id {pk},
+        run BIGINT NOT NULL REFERENCES runs (id),
+        host TEXT NOT NULL,
+        kind TEXT NOT NULL CHECK (kind IN ('gpu', 'nic', 'node')),
+        hw_id TEXT NOT NULL,
+        serial TEXT,
+        device TEXT)""",
+    "CREATE INDEX hardware_run ON hardware (run)",
+    "CREATE INDEX hardware_hw_id ON hardware (hw_id)",
+    "CREATE INDEX metrics_hw_id_name ON metrics (hw_id, name)",
+)
+
+
+def _backfill_hardware(execute: Exec) -> None:
+    """Fill the hardware identities of runs stored before v3 from their reports (the env check's GPU UUIDs)."""
+    for run_pk, text in execute("SELECT id, report_json FROM runs WHERE kind = 'node'", ()):
+        try:
+            flat = flatten_node(NodeReport.from_dict(json.loads(text)), "")
+        except (ValueError, KeyError, TypeError, AttributeError, GpuacceptError):
+            continue  # an unreadable stored report keeps no identity, as a report without the env check
+        for row in flat.hardware:
+            execute("INSERT INTO hardware (run, host, kind, hw_id, serial, device) VALUES (?, ?, ?, ?, ?, ?)",
+                    (run_pk, *row))
+        done: set[tuple[Any, ...]] = set()
+        for fc in flat.checks:
+            for m in fc.metrics:
+                host, check, device, hw = m[0], m[1], m[3], m[-3:]
+                if hw[1] is None or (host, check, device) in done:
+                    continue
+                done.add((host, check, device))
+                where = "device = ?" if device is not None else "device IS NULL"
+                execute(f"UPDATE metrics SET hw_kind = ?, hw_id = ?, hw_serial = ? WHERE run = ? AND host = ? "
+                        f"AND check_name = ? AND {where}", (*hw, run_pk, host, check,
+                                                          *([device] if device is not None else [])))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "runs, checks and metrics", _V1),
     Migration(2, "node GPU SKU on runs; indexes for history, compare and trend", _V2, _backfill_sku),
+    Migration(3, "hardware identity (GPU UUID, port GUID, board serial) of metrics, and per run", _V3,
+              _backfill_hardware),
 )
 LATEST = MIGRATIONS[-1].version
 

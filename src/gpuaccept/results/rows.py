@@ -2,8 +2,11 @@
 
 One ``runs`` row per node report and per cluster report (a node of a cluster
 links to it by ``parent``), one ``checks`` row per check, one ``metrics`` row
-per metric with its host, device, check, name, value, unit, and the tags
-``dtype`` and ``size_bytes`` pulled out for queries. NaN and infinite values
+per metric with its host, device, check, name, value, unit, the tags
+``dtype`` and ``size_bytes`` pulled out for queries, and the hardware it
+measured (``hw_kind``, ``hw_id``, ``hw_serial``: :mod:`gpuaccept.results.hwid`;
+NULL where unknown), and one ``hardware`` row per piece of hardware the node
+report names (kind, id, serial, device, beside the host). NaN and infinite values
 are stored as NULL. The full report JSON is kept on the run row so a stored run
 reads back exactly as it was written.
 """
@@ -16,13 +19,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuaccept.model import ClusterReport, NodeReport
+from gpuaccept.results.hwid import HwId, hardware_of_checks
 from gpuaccept.results.timespec import iso_to_epoch
 
 RUN_COLUMNS = ("run_id", "kind", "host", "profile", "backend", "job_id", "started", "started_ts", "finished",
                "verdict", "device", "version", "expected_nodes", "sku", "report_json", "stored_at")
 CHECK_COLUMNS = ("name", "status", "reason", "duration_s", "rank", "host")
 METRIC_COLUMNS = ("host", "check_name", "name", "device", "value", "unit", "expected", "threshold_op",
-                  "threshold_value", "dtype", "size_bytes", "tags_json")
+                  "threshold_value", "dtype", "size_bytes", "tags_json", "hw_kind", "hw_id", "hw_serial")
+HARDWARE_COLUMNS = ("host", "kind", "hw_id", "serial", "device")
 
 
 @dataclass
@@ -35,10 +40,11 @@ class FlatCheck:
 
 @dataclass
 class FlatRun:
-    """A ``runs`` row (RUN_COLUMNS order) with its checks."""
+    """A ``runs`` row (RUN_COLUMNS order) with its checks and ``hardware`` rows (HARDWARE_COLUMNS order)."""
 
     row: tuple[Any, ...]
     checks: list[FlatCheck] = field(default_factory=list)
+    hardware: list[tuple[Any, ...]] = field(default_factory=list)
 
     @property
     def run_id(self) -> str:
@@ -89,7 +95,7 @@ def node_sku(report: dict[str, Any]) -> str | None:
     return found.pop() if len(found) == 1 else "mixed"
 
 
-def _metric_row(host: str, check_name: str, m: Any) -> tuple[Any, ...]:
+def _metric_row(host: str, check_name: str, m: Any, hw: HwId | None) -> tuple[Any, ...]:
     tags = dict(m.tags)
     dtype = tags.get("dtype")
     size = tags.get("size_bytes")
@@ -98,7 +104,8 @@ def _metric_row(host: str, check_name: str, m: Any) -> tuple[Any, ...]:
     thr = m.threshold
     return (host, check_name, m.name, m.device, finite(m.value), m.unit, finite(m.expected),
             thr.op if thr else None, finite(thr.value) if thr else None,
-            str(dtype) if dtype is not None else None, size_bytes, tags_json(tags))
+            str(dtype) if dtype is not None else None, size_bytes, tags_json(tags),
+            hw.kind if hw else None, hw.id if hw else None, hw.serial if hw else None)
 
 
 def flatten_node(report: NodeReport, stored_at: str) -> FlatRun:
@@ -108,13 +115,17 @@ def flatten_node(report: NodeReport, stored_at: str) -> FlatRun:
     row = (report.run_id, "node", report.host, report.profile, None, None, report.started, started_ts,
            report.finished, report.verdict.value, report.device, report.version, None, node_sku(data),
            json.dumps(data, separators=(",", ":")), stored_at)
+    hw = hardware_of_checks((c.name, c.details) for c in report.checks)
     checks = []
     for c in report.checks:
         host = c.host or report.host
+        ours = host == report.host  # a check merged from another host's ranks measured that host's hardware
         checks.append(FlatCheck(
             row=(c.name, c.status.value, c.reason, finite(c.duration_s), c.rank, host),
-            metrics=[_metric_row(host, c.name, m) for m in c.metrics]))
-    return FlatRun(row=row, checks=checks)
+            metrics=[_metric_row(host, c.name, m, hw.lookup(c.name, m.device) if ours else None)
+                     for m in c.metrics]))
+    hardware = [(report.host, h.kind, h.id, h.serial, device) for h, device in hw.identities()]
+    return FlatRun(row=row, checks=checks, hardware=hardware)
 
 
 def flatten_cluster(report: ClusterReport, stored_at: str) -> tuple[FlatRun, list[FlatRun]]:

@@ -30,13 +30,14 @@ import fnmatch
 import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Literal
 
 import numpy as np
 
 from gpuaccept.model import CheckResult, ClusterReport, Metric, NodeReport, Status
+from gpuaccept.results.hwid import HardwareMap, hardware_of_checks
 
 Direction = Literal["low", "high", "both"]
 
@@ -238,7 +239,8 @@ class Samples:
 
     ``value`` (float64), ``key``/``sku``/``node``/``device`` (int indices into
     ``keys``/``skus``/``nodes``/``devices``). ``nodes`` holds ``(host, run_id)``;
-    device index 0 is ``None`` (node-wide).
+    device index 0 is ``None`` (node-wide). ``hardware[node]`` says what each device of that
+    node is (:mod:`gpuaccept.results.hwid`).
     """
 
     value: np.ndarray
@@ -250,6 +252,7 @@ class Samples:
     skus: list[str]
     nodes: list[tuple[str, str]]
     devices: list[str | None]
+    hardware: list[HardwareMap] = field(default_factory=list)
 
     def __len__(self) -> int:
         return int(self.value.size)
@@ -274,6 +277,7 @@ class _Builder:
         self.devices: dict[str | None, int] = {None: 0}
         self.places: dict[tuple[int, int], int] = {}     # (sku id, device id) -> place id
         self.nodes: list[tuple[str, str]] = []
+        self.hardware: list[HardwareMap] = []
 
     def _key_id(self, raw: tuple[Any, ...], check: str, m: Metric) -> int:
         if direction(m.name, m.unit) is None:
@@ -294,6 +298,7 @@ class _Builder:
         resolver = SkuResolver(report)
         node_id = len(self.nodes)
         self.nodes.append((report.host, report.run_id))
+        self.hardware.append(hardware_of_checks((c.name, c.details) for c in report.checks))
         raw_keys = self.raw_keys
         add_value, add_key, add_place = self.values.append, self.key.append, self.place.append
         isfinite = math.isfinite
@@ -337,7 +342,7 @@ class _Builder:
                        key=np.fromiter(self.key, dtype=np.intp, count=n),
                        sku=place_sku[place], node=np.fromiter(self.node, dtype=np.intp, count=n),
                        device=place_dev[place], keys=list(self.keys), skus=list(self.skus), nodes=self.nodes,
-                       devices=list(self.devices))
+                       devices=list(self.devices), hardware=self.hardware)
 
 
 def node_reports(reports: Iterable[NodeReport | ClusterReport]) -> Iterator[NodeReport]:

@@ -9,6 +9,9 @@ contention (SQLite ``busy``, PostgreSQL serialization failures) until
 ``retry_s`` runs out, so many nodes can write at once.
 
 Storing a report again (same run id, kind and host) replaces the stored copy.
+Each metric is stored with the hardware it measured (GPU UUID, port GUID, board
+serial: :mod:`gpuaccept.results.hwid`) beside the host, so histories can follow
+a GPU from host to host (:meth:`Store.sightings`, ``hw_ids`` of :meth:`Store.metric_points`).
 A node stored on its own and later as part of a cluster report becomes linked
 to that cluster.
 
@@ -34,7 +37,15 @@ from gpuaccept.errors import GpuacceptError, InputError
 from gpuaccept.model import ClusterReport, NodeReport
 from gpuaccept.results import migrations
 from gpuaccept.results.dburl import DbUrl
-from gpuaccept.results.rows import CHECK_COLUMNS, METRIC_COLUMNS, RUN_COLUMNS, FlatRun, flatten_cluster, flatten_node
+from gpuaccept.results.rows import (
+    CHECK_COLUMNS,
+    HARDWARE_COLUMNS,
+    METRIC_COLUMNS,
+    RUN_COLUMNS,
+    FlatRun,
+    flatten_cluster,
+    flatten_node,
+)
 from gpuaccept.results.timespec import epoch_to_iso
 
 T = TypeVar("T")
@@ -87,6 +98,8 @@ class MetricPoint:
 
     ``value`` is None where the report had NaN or infinity; ``started`` is the
     run's start (ISO 8601 UTC) and ``started_ts`` the same in epoch seconds.
+    ``hw_kind``/``hw_id``/``hw_serial``: the hardware measured (gpu, nic or
+    node; GPU UUID, port GUID or board serial), None where unknown.
     """
 
     run_id: str
@@ -105,6 +118,28 @@ class MetricPoint:
     dtype: str | None
     size_bytes: int | None
     tags: dict[str, Any]
+    hw_kind: str | None = None
+    hw_id: str | None = None
+    hw_serial: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Sighting:
+    """Where a piece of hardware was: in ``runs`` node runs on ``host`` as ``device`` (None: the node
+    itself) from ``first`` to ``last`` (run starts, ISO 8601 UTC; ``first_ts`` in epoch seconds)."""
+
+    kind: str
+    hw_id: str
+    serial: str | None
+    host: str
+    device: str | None
+    first: str
+    last: str
+    first_ts: float
+    runs: int
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -115,7 +150,8 @@ _SUMMARY_SQL = """SELECT r.id, r.run_id, r.kind, r.host, r.started, r.finished, 
     FROM runs r LEFT JOIN runs p ON p.id = r.parent"""
 
 _POINT_SQL = """SELECT r.run_id, m.host, r.sku, r.started, r.started_ts, m.check_name, m.name, m.device, m.value,
-    m.unit, m.expected, m.threshold_op, m.threshold_value, m.dtype, m.size_bytes, m.tags_json
+    m.unit, m.expected, m.threshold_op, m.threshold_value, m.dtype, m.size_bytes, m.tags_json,
+    m.hw_kind, m.hw_id, m.hw_serial
     FROM metrics m JOIN runs r ON r.id = m.run"""
 
 
@@ -256,6 +292,7 @@ class Store(abc.ABC):
         pks = [p for p in children if p not in pks] + pks
         marks = ",".join("?" * len(pks))
         self._execute(f"DELETE FROM metrics WHERE run IN ({marks})", pks)
+        self._execute(f"DELETE FROM hardware WHERE run IN ({marks})", pks)
         self._execute(f"DELETE FROM checks WHERE run IN ({marks})", pks)
         self._execute(f"UPDATE runs SET parent = NULL WHERE id IN ({marks})", pks)
         self._execute(f"DELETE FROM runs WHERE id IN ({marks})", pks)
@@ -273,15 +310,21 @@ class Store(abc.ABC):
         if metric_rows:
             self._executemany(f"INSERT INTO metrics (run, check_id, {', '.join(METRIC_COLUMNS)}) "
                               f"VALUES (?, ?, {', '.join('?' * len(METRIC_COLUMNS))})", metric_rows)
+        if flat.hardware:
+            self._executemany(f"INSERT INTO hardware (run, {', '.join(HARDWARE_COLUMNS)}) "
+                              f"VALUES (?, {', '.join('?' * len(HARDWARE_COLUMNS))})",
+                              [(run_pk, *h) for h in flat.hardware])
         return run_pk
 
     # ---- reading ---------------------------------------------------------------------------------------------
     def list_runs(self, host: str | None = None, check: str | None = None, since: float | None = None,
-                  kind: str | None = None, limit: int | None = None, include_members: bool = False) -> list[RunSummary]:
+                  kind: str | None = None, limit: int | None = None, include_members: bool = False,
+                  hw_id: str | None = None) -> list[RunSummary]:
         """Runs, newest first.
 
         ``host``: node runs on that host (including those inside cluster
-        runs); ``check``: runs that ran that check (a cluster: on any node);
+        runs); ``hw_id``: node runs, on any host, that named that hardware (GPU
+        UUID, port GUID, board serial); ``check``: runs that ran that check (a cluster: on any node);
         ``since``: started at or after this epoch time (s); ``kind``: ``node``
         or ``cluster``. Without ``host``, node runs that belong to a cluster run
         are listed under it only, unless ``include_members``.
@@ -291,7 +334,10 @@ class Store(abc.ABC):
         if host is not None:
             where.append("r.kind = 'node' AND r.host = ?")
             params.append(host)
-        elif not include_members:
+        if hw_id is not None:
+            where.append("r.kind = 'node' AND EXISTS (SELECT 1 FROM hardware h WHERE h.run = r.id AND h.hw_id = ?)")
+            params.append(hw_id)
+        if host is None and hw_id is None and not include_members:
             where.append("r.parent IS NULL")
         if kind is not None:
             if kind not in ("node", "cluster"):
@@ -409,11 +455,12 @@ class Store(abc.ABC):
     def metric_points(self, metric: str | None = None, hosts: Sequence[str] | None = None,
                       since: float | None = None, until: float | None = None, check: str | None = None,
                       device: str | None = None, sku: str | None = None,
-                      run_ids: Sequence[str] | None = None) -> list[MetricPoint]:
+                      run_ids: Sequence[str] | None = None, hw_ids: Sequence[str] | None = None) -> list[MetricPoint]:
         """Stored metric values matching every filter given, oldest run first.
 
         ``since``/``until`` bound the run's start (epoch seconds); ``sku`` is
-        the node's GPU SKU id. For baselines learnt from history and for trends.
+        the node's GPU SKU id; ``hw_ids`` the hardware measured. For baselines
+        learnt from history and for trends.
         """
         where: list[str] = []
         params: list[Any] = []
@@ -421,7 +468,7 @@ class Store(abc.ABC):
             if value is not None:
                 where.append(f"{col} = ?")
                 params.append(value)
-        for col, values in (("m.host", hosts), ("r.run_id", run_ids)):
+        for col, values in (("m.host", hosts), ("r.run_id", run_ids), ("m.hw_id", hw_ids)):
             if values is not None:
                 values = list(values)
                 if not values:
@@ -440,7 +487,8 @@ class Store(abc.ABC):
         def read() -> list[MetricPoint]:
             return [MetricPoint(run_id=r[0], host=r[1], sku=r[2], started=r[3], started_ts=float(r[4]), check=r[5],
                                 name=r[6], device=r[7], value=r[8], unit=r[9], expected=r[10], threshold_op=r[11],
-                                threshold_value=r[12], dtype=r[13], size_bytes=r[14], tags=json.loads(r[15]))
+                                threshold_value=r[12], dtype=r[13], size_bytes=r[14], tags=json.loads(r[15]),
+                                hw_kind=r[16], hw_id=r[17], hw_serial=r[18])
                     for r in self._execute(sql, params)]
 
         return self._retrying(read, write=False)
@@ -456,8 +504,36 @@ class Store(abc.ABC):
             "SELECT DISTINCT host FROM runs WHERE kind = 'node' ORDER BY host"), write=False)
         return [r[0] for r in rows]
 
-    def metric_names(self, host: str | None = None) -> list[str]:
-        """Every metric name stored (on ``host`` if given), sorted."""
-        sql, params = ("SELECT DISTINCT name FROM metrics WHERE host = ? ORDER BY name", [host]) if host else \
-            ("SELECT DISTINCT name FROM metrics ORDER BY name", [])
+    def metric_names(self, host: str | None = None, hw_id: str | None = None) -> list[str]:
+        """Every metric name stored (on ``host``, of hardware ``hw_id``, if given), sorted."""
+        where = [f"{col} = ?" for col, v in (("host", host), ("hw_id", hw_id)) if v]
+        params = [v for v in (host, hw_id) if v]
+        sql = "SELECT DISTINCT name FROM metrics" + (" WHERE " + " AND ".join(where) if where else "") + \
+            " ORDER BY name"
         return [r[0] for r in self._retrying(lambda: self._execute(sql, params), write=False)]
+
+    def sightings(self, hw_ids: Sequence[str]) -> list[Sighting]:
+        """Where each of ``hw_ids`` was (host and device), first seen first: a GPU's moves from host to host."""
+        ids = list(hw_ids)
+        if not ids:
+            return []
+        sql = (f"SELECT h.kind, h.hw_id, MAX(h.serial), h.host, h.device, MIN(r.started_ts), MAX(r.started_ts), "
+               f"COUNT(DISTINCT r.id) FROM hardware h JOIN runs r ON r.id = h.run "
+               f"WHERE h.hw_id IN ({','.join('?' * len(ids))}) GROUP BY h.kind, h.hw_id, h.host, h.device "
+               f"ORDER BY MIN(r.started_ts), h.host, h.device")
+
+        def read() -> list[Sighting]:
+            out = []
+            for kind, hid, serial, host, device, first, last, runs in self._execute(sql, ids):
+                out.append(Sighting(kind=kind, hw_id=hid, serial=serial, host=host, device=device,
+                                    first=epoch_to_iso(float(first)), last=epoch_to_iso(float(last)),
+                                    first_ts=float(first), runs=int(runs)))
+            return out
+
+        return self._retrying(read, write=False)
+
+    def hardware_count(self, kind: str) -> int:
+        """How many distinct pieces of hardware of ``kind`` (gpu, nic, node) the history names."""
+        rows = self._retrying(lambda: self._execute("SELECT COUNT(DISTINCT hw_id) FROM hardware WHERE kind = ?",
+                                                    [kind]), write=False)
+        return int(rows[0][0] or 0)

@@ -12,6 +12,11 @@ default) to be flagged. The relative rule keeps a very stable metric (``mad``
 near 0) from flagging noise; with ``mad`` exactly 0 only the relative rule
 applies. "Worse" is lower for throughputs and higher for times, temperatures
 and error counts.
+
+A series is one piece of hardware (:func:`gpuaccept.results.hwid.hardware_units`):
+a GPU that moved to another host keeps its series, one that replaced another in
+the same slot starts a new one; values with no known hardware are a series per
+host and device.
 """
 
 from __future__ import annotations
@@ -23,9 +28,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gpuaccept.results.hwid import hardware_units
+
 MAD_TO_SIGMA = 1.4826
 # Tags that describe how a value was measured in that run, not which series it belongs to.
 VOLATILE_TAGS = frozenset({"bytes_verified"})
+# Tags that say where a value was measured: the hardware identity of the series says it instead.
+PLACE_TAGS = frozenset({"uuid", "pci_bus_id"})
 _LOWER_UNITS = frozenset({"s", "ms", "us", "µs", "ns", "C", "degC"})
 _LOWER_WORDS = ("error", "latency", "retired", "remap", "xid", "throttle", "loss")
 _LOWER_SUFFIXES = ("_s", "_ms", "_us", "_ns", "_seconds", "_time")
@@ -64,6 +73,8 @@ class TrendPoint:
     change: float | None = None
     regression: bool = False
     recent: float | None = None
+    host: str | None = None
+    device: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -74,7 +85,12 @@ class TrendPoint:
 
 @dataclass
 class SeriesTrend:
-    """All values of one metric series (same check, device and tags) on one host, oldest first."""
+    """All values of one metric series (same check and tags) of one piece of hardware, oldest first.
+
+    ``device`` is where the newest value was measured; ``hw_kind``/``hw_id``/``hw_serial`` name the
+    hardware (None: not known, then the series is one host's device); ``hosts`` every host the
+    values come from, in order.
+    """
 
     check: str
     metric: str
@@ -83,6 +99,13 @@ class SeriesTrend:
     unit: str
     higher_is_better: bool
     points: list[TrendPoint] = field(default_factory=list)
+    hw_kind: str | None = None
+    hw_id: str | None = None
+    hw_serial: str | None = None
+    hosts: list[str] = field(default_factory=list)
+    replaced_by: str | None = None
+    """Other hardware was measured later where this series' newest value was: its id ("unknown" where
+    it has none). The series has ended there (a replaced part, or one moved out of what was read)."""
 
     @property
     def latest(self) -> TrendPoint | None:
@@ -95,14 +118,26 @@ class SeriesTrend:
 
     @property
     def label(self) -> str:
+        """``compute gemm_bf16_tflops cuda:0 GPU-... dtype=bf16``: check, metric, device, hardware, tags."""
+        return self.describe(with_hw=True)
+
+    def describe(self, with_hw: bool) -> str:
+        """:attr:`label`, with or without the hardware id (a board serial is never shown there)."""
         parts = [self.check, self.metric] + ([self.device] if self.device else [])
+        parts += [self.hw_id] if with_hw and self.hw_id and self.hw_kind != "node" else []
         parts += [f"{k}={v}" for k, v in sorted(self.tags.items())]
         return " ".join(parts)
+
+    @property
+    def moved(self) -> bool:
+        """True when the values come from more than one host or device."""
+        return len({(p.host, p.device) for p in self.points}) > 1
 
     def to_dict(self) -> dict[str, Any]:
         return {"check": self.check, "metric": self.metric, "device": self.device, "tags": self.tags,
                 "unit": self.unit, "higher_is_better": self.higher_is_better, "regressed": self.regressed,
-                "points": [p.to_dict() for p in self.points]}
+                "hw_kind": self.hw_kind, "hw_id": self.hw_id, "hw_serial": self.hw_serial, "hosts": self.hosts,
+                "replaced_by": self.replaced_by, "points": [p.to_dict() for p in self.points]}
 
 
 def robust_center(values: Sequence[float]) -> tuple[float, float]:
@@ -158,39 +193,65 @@ def judge_series(values: Sequence[float], higher_better: bool, rule: TrendRule) 
 
 
 def series_key(check: str, device: str | None, tags: dict[str, Any]) -> tuple[str, str, str]:
-    """What makes two values comparable: same check, device and tags (volatile tags ignored)."""
-    kept = {k: v for k, v in tags.items() if k not in VOLATILE_TAGS}
+    """What makes two values comparable: same check, device and tags (volatile and place tags ignored)."""
+    kept = {k: v for k, v in tags.items() if k not in VOLATILE_TAGS and k not in PLACE_TAGS}
     return check, device or "", json.dumps(kept, sort_keys=True, default=str)
 
 
 def build_trends(points: Sequence[Any], rule: TrendRule, direction: str = "auto") -> list[SeriesTrend]:
     """Split stored points (``MetricPoint``-like, oldest first) into series and judge every value.
 
-    ``direction`` is ``auto`` (see :func:`higher_is_better`), ``higher`` or
-    ``lower``. Points without a value (NaN in the report) are left out. Two
-    values of one series in the same run are reduced to their median.
+    A series is one check and tag set of one piece of hardware (module docstring). ``direction``
+    is ``auto`` (see :func:`higher_is_better`), ``higher`` or ``lower``. Points without a value
+    (NaN in the report) are left out. Two values of one series in the same run are reduced to
+    their median.
     """
-    grouped: dict[tuple[str, str, str], dict[str, Any]] = {}
-    for p in points:
-        if p.value is None:
-            continue
-        key = series_key(p.check, p.device, p.tags)
-        g = grouped.setdefault(key, {"first": p, "runs": {}})
-        run = g["runs"].setdefault(p.run_id, {"started": p.started, "ts": p.started_ts, "values": []})
+    valued = [p for p in points if p.value is not None]
+    keys = [series_key(p.check, None, p.tags) for p in valued]
+    units = hardware_units(valued, key=lambda p: series_key(p.check, None, p.tags))
+    grouped: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for p, (check, _none, tags_text), unit in zip(valued, keys, units, strict=True):
+        g = grouped.setdefault((check, unit, tags_text), {"first": p, "runs": {}, "hw": None})
+        run = g["runs"].setdefault((p.run_id, p.host), {"started": p.started, "ts": p.started_ts, "values": [],
+                                                        "host": p.host, "device": p.device})
         run["values"].append(float(p.value))
         if p.threshold_op and not g["first"].threshold_op:
             g["first"] = p
+        if p.hw_id is not None:
+            g["hw"] = p
     out = []
-    for (check, _device, tags_text), g in sorted(grouped.items(), key=lambda kv: (*kv[0][:2], len(kv[0][2]), kv[0][2])):
+    Place = tuple[str, str, str, str]  # check, tags, host, device
+    ends: list[tuple[SeriesTrend, Place, float]] = []   # (series, where its newest value is, when)
+    seen_at: dict[Place, list[tuple[float, SeriesTrend]]] = {}  # (when, series) of every value there
+    for (check, unit, tags_text), g in grouped.items():
         first = g["first"]
         hib = {"higher": True, "lower": False}.get(direction)
         if hib is None:
             hib = higher_is_better(first.name, first.unit, first.threshold_op)
-        series = SeriesTrend(check=check, metric=first.name, device=first.device, tags=json.loads(tags_text),
-                             unit=first.unit, higher_is_better=hib)
         runs = sorted(g["runs"].items(), key=lambda kv: (kv[1]["ts"], kv[0]))
+        hw = g["hw"]
+        series = SeriesTrend(check=check, metric=first.name, device=runs[-1][1]["device"],
+                             tags=json.loads(tags_text), unit=first.unit, higher_is_better=hib,
+                             hw_kind=unit[0] if unit[0] != "place" else None,
+                             hw_id=unit[1] if unit[0] != "place" else None,
+                             hw_serial=hw.hw_serial if hw is not None else None,
+                             hosts=list(dict.fromkeys(run["host"] for _, run in runs)))
         judged = judge_series([statistics.median(run["values"]) for _, run in runs], hib, rule)
-        series.points = [TrendPoint(**{**asdict(j), "run_id": run_id, "started": run["started"]})
-                         for j, (run_id, run) in zip(judged, runs, strict=True)]
+        series.points = [TrendPoint(**{**asdict(j), "run_id": run_id, "started": run["started"],
+                                       "host": run["host"], "device": run["device"]})
+                         for j, ((run_id, _host), run) in zip(judged, runs, strict=True)]
         out.append(series)
+        last = runs[-1][1]
+        ends.append((series, (check, tags_text, last["host"], last["device"] or ""), last["ts"]))
+        for _, run in runs:
+            seen_at.setdefault((check, tags_text, run["host"], run["device"] or ""), []).append((run["ts"], series))
+    for series, place, ts in ends:
+        after = [o for t, o in seen_at.get(place, []) if t > ts and o is not series]
+        if after:
+            series.replaced_by = after[0].hw_id or "unknown"
+    def order(s: SeriesTrend) -> tuple[Any, ...]:
+        tags_text = json.dumps(s.tags, sort_keys=True, default=str)
+        return s.check, s.device or "", len(tags_text), tags_text, s.points[0].started, s.hw_id or ""
+
+    out.sort(key=order)
     return out

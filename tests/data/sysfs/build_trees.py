@@ -49,8 +49,11 @@ def gpu(root: Path, bdf: str, numa: str, device: str = "0x2330") -> None:
 
 def hca(root: Path, name: str, bdf: str, numa: str, *, rate: str, layer: str = "InfiniBand",
         state: str = "4: ACTIVE", phys: str = "5: LinkUp", netdev: str | None = None,
-        counters: dict[str, str] | None = None) -> None:
+        counters: dict[str, str] | None = None, gid0: str | None = None) -> None:
+    """One single-port HCA. Its node GUID is made from the bus number; GID 0 (whose low 64 bits are
+    the port GUID) is the link-local prefix and that GUID on InfiniBand, the EUI-64 of the MAC on RoCE."""
     eth = layer == "Ethernet"
+    bus = bdf.split(":")[1]
     d = pci_dir(root, bdf, numa, "0x15b3", "0x020000" if eth else "0x020700", "0x1021")
     dev = d / "infiniband" / name
     link(root / "sys/class/infiniband" / name, dev)
@@ -58,7 +61,12 @@ def hca(root: Path, name: str, bdf: str, numa: str, *, rate: str, layer: str = "
     write(dev / "fw_ver", "28.39.1002")
     write(dev / "hca_type", "MT4129")
     write(dev / "node_type", "1: CA")
+    node_guid = f"b859:9f03:00{bus}:a7f6"
+    write(dev / "node_guid", node_guid)
     port = dev / "ports" / "1"
+    if gid0 is None:
+        gid0 = f"fe80:0000:0000:0000:ba59:9fff:fe{bus}:a7f6" if eth else f"fe80:0000:0000:0000:{node_guid}"
+    write(port / "gids" / "0", gid0)
     write(port / "state", state)
     write(port / "phys_state", phys)
     write(port / "rate", rate)
@@ -132,7 +140,8 @@ def main() -> None:
     gpu(root, "0000:18:00.0", "0")
     hca(root, "mlx5_0", "0000:0c:00.0", "0", rate="fast", netdev="ibp12s0",
         counters={"symbol_error": "-3", "port_rcv_errors": "lots"})
-    hca(root, "mlx5_1", "0000:1c:00.0", "x", rate="400 Gb/sec (4X NDR)", state="ACTIVE", netdev="ibp28s0")
+    hca(root, "mlx5_1", "0000:1c:00.0", "x", rate="400 Gb/sec (4X NDR)", state="ACTIVE", netdev="ibp28s0",
+        gid0="0000:0000:0000:0000:0000:0000:0000:0000")  # no GID assigned: no port GUID
     base("no_rdma")
 
 
