@@ -77,3 +77,18 @@ def alive(pid: int) -> bool:
         return "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
     except OSError:
         return False
+
+
+def ok(proc: subprocess.CompletedProcess[str], rc: int = 0) -> str:
+    """``proc``'s stdout, once its exit code is ``rc`` (else the assertion shows both streams)."""
+    assert proc.returncode == rc, f"rc={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return proc.stdout
+
+
+def one_line_error(proc: subprocess.CompletedProcess[str], text: str) -> None:
+    """Exit 2 with one ``gpuaccept: error:`` line holding ``text``, and no traceback."""
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpuaccept: error: "), proc.stderr
+    assert text in lines[0], lines[0]
+    assert "Traceback" not in proc.stderr
