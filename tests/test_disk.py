@@ -196,6 +196,12 @@ def test_launch_passes_disk_path_to_each_node_as_given(tmp_path: Path) -> None:
     line = next(x for x in r.stdout.splitlines() if x.startswith("env "))
     assert line.endswith("run --checks disk --device cpu --disk-path /scratch/on/the/node --no-history "
                          "--report-dir /r/s")
+    spec = tmp_path / "job.yaml"
+    spec.write_text("nodes: 1\nsuite: {checks: [disk], device: cpu, disk_path: /scratch/from/spec}\n")
+    r = gpuaccept("launch", "local", "--spec", str(spec), "--python", "python3", "--results-dir", "/r", "--run-id",
+                  "s", "--per-node-only", "--dry-run", "--show-env")
+    assert r.returncode == 0, r.stderr
+    assert "--disk-path /scratch/from/spec" in next(x for x in r.stdout.splitlines() if x.startswith("env "))
     refused = gpuaccept("launch", "local", "--checks", "env", "--disk-path", "/x", "--results-dir", "/r", "--dry-run")
     assert refused.returncode == 2 and "the disk check is not in this selection" in refused.stderr
     command = gpuaccept("launch", "local", "--disk-path", "/x", "--results-dir", "/r", "--dry-run", "--", "hostname")
