@@ -21,7 +21,10 @@ them), applied op by op with ``add``/``remove``/``replace``/``test`` semantics; 
 as the API server's patch handler does (``NewGenericServerResponse(StatusUnprocessableEntity)``), and
 the result is validated as the server would (label values, one taint per key and effect: 422
 Invalid). ``dryRun=All`` validates and stores nothing. ``before_patch`` callbacks run before a patch
-is applied (another controller changing the node between our read and our patch).
+is applied (another controller changing the node between our read and our patch). ``admission`` holds
+(ValidatingAdmissionPolicy, binding) pairs that a node patch must pass, evaluated with CEL
+(:mod:`tests.vap_cel`) on the request of ``user_info`` (who the token authenticates as), after the
+object is validated, as the API server orders them; a denial answers 403 with the server's message.
 """
 
 from __future__ import annotations
@@ -58,6 +61,8 @@ class FakeKubeAPI:
         self.reject: dict[tuple[str, str], tuple[int, str, str]] = {}
         self.nodes: dict[str, dict[str, Any]] = {}
         self.before_patch: list[Callable[[dict[str, Any]], None]] = []
+        self.admission: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        self.user_info: dict[str, Any] = {"username": "tester", "groups": ["system:authenticated"]}
         self._lock = threading.Lock()
         self._uid = 0
         api = self
@@ -199,6 +204,14 @@ class FakeKubeAPI:
         problems = node_problems(patched)
         if problems:
             return 422, status_body(422, "Invalid", f'Node "{name}" is invalid: {"; ".join(problems)}')
+        for policy, binding in self.admission:
+            from tests.vap_cel import denial, denied_message
+
+            request = {"operation": "UPDATE", "resource": {"group": "", "version": "v1", "resource": "nodes"},
+                       "userInfo": copy.deepcopy(self.user_info), "dryRun": query.get("dryRun") == "All"}
+            message = denial(policy, request, patched, self.nodes[name])
+            if message is not None:
+                return 403, status_body(403, "Forbidden", denied_message(policy, binding, "nodes", name, message))
         if query.get("dryRun") != "All":
             self._uid += 1
             patched["metadata"]["resourceVersion"] = str(1000 + self._uid)

@@ -1,7 +1,7 @@
 """Validate Kubernetes manifests the way the API server's strict field validation does.
 
-- Built-in kinds (Service, Job; ServiceAccount, ClusterRole, ClusterRoleBinding and DaemonSet of the
-  health DaemonSet) with ``kubernetes-validate`` in strict mode.
+- Built-in kinds (Service, Job; ServiceAccount, ClusterRole, ClusterRoleBinding, ValidatingAdmissionPolicy,
+  its binding and DaemonSet of the health DaemonSet) with ``kubernetes-validate`` in strict mode.
 - Custom resources against the openAPIV3Schema of their CRD
   (``tests/data/k8s-schemas``, see its README), made strict by
   :func:`strict_schema`: jsonschema lets undeclared fields through because
@@ -27,7 +27,9 @@ CRD_FILES = {
     ("trainer.kubeflow.org/v1alpha1", "TrainJob"): "trainer.kubeflow.org_v1alpha1_TrainJob.json",
 }
 BUILTIN = {("v1", "Service"), ("batch/v1", "Job"), ("v1", "ServiceAccount"), ("apps/v1", "DaemonSet"),
-           ("rbac.authorization.k8s.io/v1", "ClusterRole"), ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding")}
+           ("rbac.authorization.k8s.io/v1", "ClusterRole"), ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
+           ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"),
+           ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding")}
 K8S_VERSIONS = ("1.31", "1.37")
 """Kubernetes versions the built-in kinds are validated against (backoffLimitPerIndex is GA in 1.33, beta before)."""
 

@@ -131,3 +131,78 @@ def test_bad_scratch_path_is_exit_2_before_anything_runs(tmp_path: Path, path: s
     assert r.returncode == 2
     assert r.stderr.strip() == f"gpuaccept: error: {cfg}: checks.disk.params.path: scratch path {path} {why}"
     assert not (tmp_path / "reports").exists()  # refused before the run started
+
+
+# ------------------------------------------------------------------ --disk-path
+
+
+def test_disk_path_flag_sets_the_scratch_directory_over_the_config(tmp_path: Path) -> None:
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("checks:\n  disk:\n    params: {path: /nonexistent, size_mib: 16, runtime_s: 1.0, "
+                   "engine: python, min_free_gib: 0.0}\n")
+    r = gpuaccept("run", "--checks", "disk", "--device", "cpu", "--config", str(cfg), "--disk-path", str(scratch),
+                  "--report-dir", str(tmp_path / "reports"), "--no-history", "--json", "-")
+    assert r.returncode == 0, r.stderr
+    check = json.loads(r.stdout)["checks"][0]
+    assert check["name"] == "disk" and check["status"] == "pass"
+    assert {m["tags"]["path"] for m in check["metrics"]} == {str(scratch)}  # measured there, not in /nonexistent
+    assert list(scratch.iterdir()) == []  # its work directory was removed
+
+
+def test_disk_path_flag_is_in_the_plan(tmp_path: Path) -> None:
+    r = gpuaccept("run", "--profile", "full", "--device", "cpu", "--disk-path", str(tmp_path), "--plan")
+    assert r.returncode == 0, r.stderr
+    disk = [c for c in json.loads(r.stdout)["checks"] if c["name"] == "disk"]
+    assert disk[0]["params"]["path"] == str(tmp_path)
+
+
+@pytest.mark.parametrize("path, why", [("/nonexistent/scratch", "does not exist"), ("/proc/1", "is not writable"),
+                                       ("/etc/hostname", "is not a directory")])
+def test_bad_disk_path_flag_is_exit_2_before_anything_runs(tmp_path: Path, path: str, why: str) -> None:
+    r = gpuaccept("run", "--profile", "burnin", "--device", "cpu", "--disk-path", path,
+                  "--report-dir", str(tmp_path / "reports"))
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr.strip() == f"gpuaccept: error: --disk-path: scratch path {path} {why}"
+    assert not (tmp_path / "reports").exists()
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--profile", "quick"], "--disk-path {tmp}: the disk check is not in this selection"),
+    (["--checks", "env"], "--disk-path {tmp}: the disk check is not in this selection"),
+    (["--profile", "full", "--skip", "disk"], "--disk-path {tmp}: the disk check is not in this selection"),
+])
+def test_disk_path_without_the_disk_check_is_refused(tmp_path: Path, args: list[str], words: str) -> None:
+    r = gpuaccept("run", "--device", "cpu", *args, "--disk-path", str(tmp_path), "--report-dir",
+                  str(tmp_path / "reports"))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert words.format(tmp=tmp_path) in r.stderr
+    assert not (tmp_path / "reports").exists()
+
+
+def test_empty_disk_path_is_refused() -> None:
+    r = gpuaccept("run", "--checks", "disk", "--device", "cpu", "--disk-path", "", "--plan")
+    assert r.returncode == 2 and r.stderr.strip() == (
+        "gpuaccept: error: --disk-path needs a directory (leave the flag out for the system temp directory)")
+
+
+def test_launch_passes_disk_path_to_each_node_as_given(tmp_path: Path) -> None:
+    """The path is on the nodes: the launch side forwards it unchecked (a node refuses a bad one itself)."""
+    r = gpuaccept("launch", "local", "--nodes", "1", "--checks", "disk", "--device", "cpu", "--disk-path",
+                  "/scratch/on/the/node", "--python", "python3", "--results-dir", "/r", "--run-id", "s",
+                  "--per-node-only", "--dry-run", "--show-env")
+    assert r.returncode == 0, r.stderr
+    line = next(x for x in r.stdout.splitlines() if x.startswith("env "))
+    assert line.endswith("run --checks disk --device cpu --disk-path /scratch/on/the/node --no-history "
+                         "--report-dir /r/s")
+    spec = tmp_path / "job.yaml"
+    spec.write_text("nodes: 1\nsuite: {checks: [disk], device: cpu, disk_path: /scratch/from/spec}\n")
+    r = gpuaccept("launch", "local", "--spec", str(spec), "--python", "python3", "--results-dir", "/r", "--run-id",
+                  "s", "--per-node-only", "--dry-run", "--show-env")
+    assert r.returncode == 0, r.stderr
+    assert "--disk-path /scratch/from/spec" in next(x for x in r.stdout.splitlines() if x.startswith("env "))
+    refused = gpuaccept("launch", "local", "--checks", "env", "--disk-path", "/x", "--results-dir", "/r", "--dry-run")
+    assert refused.returncode == 2 and "the disk check is not in this selection" in refused.stderr
+    command = gpuaccept("launch", "local", "--disk-path", "/x", "--results-dir", "/r", "--dry-run", "--", "hostname")
+    assert command.returncode == 2 and "--disk-path is a suite option" in command.stderr

@@ -1,5 +1,7 @@
 """``gpuaccept isolate`` for real: pair tests through the local launcher (CPU gloo collectives over loopback),
-one node broken by the collectives check's test-only fault hook; and the command's bad-input lines."""
+one node broken by the collectives check's test-only fault hook; a broken rail of it named by ``--per-rail``
+(the hook's ``HOST:RAIL`` form fails the whole-node tests and that rail's test only, a CPU stand-in for a bad
+GPU/NIC pair); and the command's bad-input lines."""
 
 from __future__ import annotations
 
@@ -27,6 +29,33 @@ def test_the_broken_node_among_four_local_nodes_is_found_with_its_evidence(tmp_p
         assert hosts <= {"node0", "node1", "node2", "node3"} and len(hosts) == 2
     assert "[RESULT] 3 good, 0 suspect, 1 bad after" in r.stdout
     assert "scontrol update NodeName=node2 State=DRAIN 'Reason=gpuaccept: isolated: failed with" in r.stdout
+
+
+def test_per_rail_names_the_broken_rail_of_the_bad_node(tmp_path: Path) -> None:
+    env = launch_env(GPUACCEPT_TEST_FAULT_HOST="node2:1")
+    r = gpuaccept("isolate", "--backend", "local", "--nodes", "4", "--device", "cpu", "--per-rail", "--gpus-per-node",
+                  "2", "--results-dir", str(tmp_path / "runs"), "--json", str(tmp_path / "v.json"), "--drain",
+                  env=env, timeout=900)
+    assert r.returncode == 1, r.stdout + r.stderr
+    data = json.loads((tmp_path / "v.json").read_text())
+    assert data["bad"] == ["node2"]
+    rails = data["rails"]["node2"]
+    assert rails["partner"] in data["good"] and rails["bad_rails"] == ["GPU 1"]
+    assert [(x["gpu"], x["bad"]) for x in rails["rails"]] == [(0, False), (1, True)]
+    assert rails["rails"][1]["evidence"] == ["all_reduce failed: injected fault on node2 rail 1 "
+                                             "(GPUACCEPT_TEST_FAULT_HOST)"]
+    assert rails["ports_from"] == "unknown: NCCL's choice"  # no RDMA port on this machine
+    for test in rails["tests_run"]:  # each rail test ran alone, on the two nodes, one rank each on its GPU
+        rid = next(k for k in data["cluster_reports"] if k.endswith(f"-rail-node2-gpu{test['gpu']}-0"))
+        cluster = json.loads(Path(data["cluster_reports"][rid]).read_text())
+        assert sorted(n["host"] for n in cluster["nodes"]) == sorted(["node2", rails["partner"]])
+        assert all(len([c for c in n["report"]["checks"] if c["name"] == "collectives"]) == 1
+                   for n in cluster["nodes"])
+        for n in cluster["nodes"]:
+            argv = n["report"]["argv"]
+            assert argv[argv.index("--gpus") + 1] == str(test["gpu"])
+    assert "[RAIL] node2: bad rail GPU 1 (all_reduce failed: injected fault on node2 rail 1" in r.stdout
+    assert "'Reason=gpuaccept: isolated: bad rail GPU 1; failed with" in r.stdout
 
 
 def test_healthy_local_nodes_are_all_good(tmp_path: Path) -> None:

@@ -26,8 +26,10 @@ from tests.k8s_fake_api import TOKEN, FakeKubeAPI, node
 from tests.k8s_support import need_module
 from tests.report_data import write_json
 from tests.store_reports import cluster_report, node_report
+from tests.vap_cel import node_update
 
 need_module("kubernetes")
+need_module("celpy")
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 OURS = dict(TAINT)
@@ -181,6 +183,48 @@ def test_forbidden_patch_names_the_rbac(api: FakeKubeAPI, kubeconfig: Path, tmp_
     assert api.nodes["gpu-1"] == node("gpu-1")
 
 
+SA_USER = "system:serviceaccount:gpuaccept-health:gpuaccept-health"
+
+
+def _enforce_policy(api: FakeKubeAPI, token_node: str | None) -> None:
+    """The health DaemonSet's admission policy in force; the token is its service account's, bound to a pod on
+    ``token_node`` (None: a token that names no node)."""
+    docs = health_manifests(HealthDaemonOptions(image="img"))
+    api.admission.append((docs[3], docs[4]))
+    api.user_info = node_update(SA_USER, token_node)["userInfo"]
+
+
+def test_the_policy_lets_the_pod_patch_its_own_node(api: FakeKubeAPI, kubeconfig: Path, tmp_path: Path) -> None:
+    api.nodes["gpu-1"] = node("gpu-1")
+    _enforce_policy(api, "gpu-1")
+    proc = node_status("--apply", "--taint", "--report", str(report_file(tmp_path, fail=True)), "--node", "gpu-1",
+                       "--kubeconfig", str(kubeconfig))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert api.nodes["gpu-1"]["spec"]["taints"] == [OURS]
+
+
+@pytest.mark.parametrize(("token_node", "words"), [
+    ("gpu-1", "gpuaccept-health/gpuaccept-health may patch only its own node gpu-1, not gpu-2"),
+    (None, "the token of gpuaccept-health/gpuaccept-health names no node"),
+])
+def test_the_policy_refuses_another_node(api: FakeKubeAPI, kubeconfig: Path, tmp_path: Path, token_node: str | None,
+                                         words: str) -> None:
+    """A pod (or a stolen token) that patches a node other than its own: the API server's admission refuses it."""
+    api.nodes["gpu-2"] = node("gpu-2")
+    _enforce_policy(api, token_node)
+    proc = node_status("--apply", "--taint", "--report", str(report_file(tmp_path, fail=True, host="gpu-2")),
+                       "--node", "gpu-2", "--kubeconfig", str(kubeconfig))
+    assert proc.returncode == 2
+    line = one_line(proc)
+    assert line.startswith("gpuaccept: error: patching node gpu-2: HTTP 403: nodes \"gpu-2\" is forbidden: "
+                           f"ValidatingAdmissionPolicy 'gpuaccept-health' with binding 'gpuaccept-health' denied "
+                           f"request: {words}"), line
+    assert line.endswith("(the health DaemonSet's policy lets its service account patch only the node its pod "
+                         "runs on)")
+    assert api.nodes["gpu-2"] == node("gpu-2")  # unchanged
+    assert json.loads(proc.stdout)["applied"] is False
+
+
 def test_api_unreachable_keeps_the_verdict(tmp_path: Path) -> None:
     server = FakeKubeAPI()  # never started: its port refuses connections
     kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
@@ -216,6 +260,9 @@ def test_without_the_kubernetes_package(tmp_path: Path) -> None:
 
 # ---- bad input -----------------------------------------------------------------------------------------------------
 
+STRAY = ", which is not given: it would be ignored"
+
+
 @pytest.mark.parametrize(("args", "message"), [
     ([], "give --report PATH (a report to judge) or --profile quick|standard|full (run the suite)"),
     (["--report", "R", "--profile", "quick"], "--profile is a suite option; --report judges a report and runs nothing"),
@@ -230,6 +277,19 @@ def test_without_the_kubernetes_package(tmp_path: Path) -> None:
     (["--npd-config", "d", "--report", "R", "--taint"], "--taint does not apply to --npd-config: NPD sets a node "
                                                         "condition, it does not patch"),
     (["--report", "R", "--node", "bad name"], "--node 'bad name': not a Kubernetes node name"),
+    # an option of the other mode is refused, not ignored
+    (["--report", "R", "--image", "i"], "--image is an option of --daemonset, which is not given: it would be "
+                                        "ignored"),
+    (["--profile", "quick", "--interval", "60"], "--interval is an option of --daemonset" + STRAY),
+    (["--report", "R", "--apply", "--node-selector", "a=b"], "--node-selector is an option of --daemonset" + STRAY),
+    (["--report", "R", "--namespace", "gpuaccept-health"], "--namespace is an option of --daemonset" + STRAY),
+    (["--report", "R", "--gpus-per-node", "0"], "--gpus-per-node is an option of --daemonset" + STRAY),
+    (["--report", "R", "--no-admission-policy"], "--no-admission-policy is an option of --daemonset" + STRAY),
+    (["--npd-config", "d", "--report", "R", "--toleration", "x"], "--toleration is an option of --daemonset" + STRAY),
+    (["--report", "R", "--npd-interval", "5m"], "--npd-interval is an option of --npd-config, which is not given: "
+                                                "it would be ignored"),
+    (["--daemonset", "--image", "i", "--profile", "quick", "--npd-plugin-path", "/p"],
+     "--npd-plugin-path is an option of --npd-config" + STRAY),
 ])
 def test_bad_usage_is_one_line(tmp_path: Path, args: list[str], message: str) -> None:
     report = str(report_file(tmp_path))
@@ -329,9 +389,11 @@ def test_daemonset_pod_command_end_to_end(api: FakeKubeAPI, kubeconfig: Path, tm
     """The DaemonSet container's command, run here with the env the kubelet would give it (spec.nodeName for the
     downward API fields) and the real suite: the node gets its label within one loop."""
     api.nodes["gpu-node-3"] = node("gpu-node-3")
-    (_sa, _role, _binding, ds) = health_manifests(HealthDaemonOptions(
+    (_sa, _role, _binding, policy, policy_binding, ds) = health_manifests(HealthDaemonOptions(
         image="img", node_status_args=[*SUITE, "--expect-gpus", "1", "--taint", "--kubeconfig", str(kubeconfig)],
         interval_s=600))
+    api.admission.append((policy, policy_binding))  # in force, with the pod's token bound to its node
+    api.user_info = node_update(SA_USER, "gpu-node-3")["userInfo"]
     c = ds["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e["value"] if "value" in e else "gpu-node-3" for e in c["env"]}
     env.update(HOME=str(tmp_path), TMPDIR=str(tmp_path))

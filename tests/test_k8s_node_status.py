@@ -4,6 +4,7 @@ files (the documented config fields, the plugin's exit mapping run for real, she
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import signal
@@ -37,8 +38,10 @@ from tests.k8s_fake_api import apply_json_patch, node, node_problems
 from tests.k8s_strict import errors
 from tests.k8s_support import check_golden, need_binary, need_module
 from tests.store_reports import cluster_report, node_report
+from tests.vap_cel import denial, node_update
 
 need_module("kubernetes_validate")
+need_module("celpy")
 
 NOW = "2026-05-01T12:00:00Z"
 OURS = dict(TAINT)
@@ -197,9 +200,61 @@ def pod_spec(docs: list[dict[str, Any]]) -> dict[str, Any]:
                          ids=["default", "everything"])
 def test_daemonset_manifests_are_valid(over: dict[str, Any]) -> None:
     docs = daemon(**over)
-    assert [d["kind"] for d in docs] == ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet"]
+    assert [d["kind"] for d in docs] == ["ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+                                         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "DaemonSet"]
     for doc in docs:
         assert errors(doc) == [], doc["kind"]
+
+
+def test_the_admission_policy_can_be_left_out_for_older_clusters() -> None:
+    docs = daemon(admission_policy=False)
+    assert [d["kind"] for d in docs] == ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet"]
+
+
+def test_a_misspelt_policy_field_would_be_refused() -> None:
+    """The strict validation the policy passes above does look at its fields."""
+    policy = copy.deepcopy(daemon()[3])
+    policy["spec"]["validations"][0]["mesage"] = policy["spec"]["validations"][0].pop("message")
+    assert any("'mesage' was unexpected" in e for e in errors(policy))
+    binding = copy.deepcopy(daemon()[4])
+    binding["spec"]["validationActions"] = "Deny"
+    assert errors(binding) != []
+
+
+SA_USER = "system:serviceaccount:gpuaccept-health:gpuaccept-health"
+
+
+@pytest.mark.parametrize(("request_", "target", "message"), [
+    (node_update(SA_USER, "gpu-1"), "gpu-1", None),
+    (node_update(SA_USER, "gpu-1"), "gpu-2",
+     "gpuaccept-health/gpuaccept-health may patch only its own node gpu-1, not gpu-2"),
+    (node_update(SA_USER), "gpu-1", "the token of gpuaccept-health/gpuaccept-health names no node"),
+    (node_update(SA_USER, extra={"authentication.kubernetes.io/pod-name": ["p"]}), "gpu-1",
+     "the token of gpuaccept-health/gpuaccept-health names no node"),
+    (node_update(SA_USER, extra={"authentication.kubernetes.io/node-name": []}), "gpu-1",
+     "the token of gpuaccept-health/gpuaccept-health names no node"),
+    (node_update("system:serviceaccount:other:gpuaccept-health", "gpu-1"), "gpu-2", None),  # not ours: not matched
+    (node_update("kubernetes-admin"), "gpu-2", None),
+    ({**node_update(SA_USER, "gpu-1"), "operation": "CREATE"}, "gpu-2", None),  # RBAC grants no create
+], ids=["own-node", "other-node", "no-extra", "no-node-claim", "empty-claim", "other-namespace", "admin", "create"])
+def test_the_policy_lets_the_service_account_patch_only_its_own_node(request_: dict[str, Any], target: str,
+                                                                      message: str | None) -> None:
+    """The policy's CEL evaluated on admission requests (cel-python; the API server's own type and cost checks
+    are not run here)."""
+    policy = daemon()[3]
+    found = denial(policy, request_, node(target), node(target))
+    if message is None:
+        assert found is None
+    else:
+        assert found is not None and found.startswith(message), found
+
+
+def test_the_policy_names_the_service_account_of_its_options() -> None:
+    policy, binding = daemon(name="health2", namespace="ops")[3:5]
+    assert policy["metadata"]["name"] == binding["spec"]["policyName"] == binding["metadata"]["name"] == "health2"
+    assert denial(policy, node_update("system:serviceaccount:ops:health2", "gpu-1"), node("gpu-2")) == \
+        "ops/health2 may patch only its own node gpu-1, not gpu-2"
+    assert denial(policy, node_update(SA_USER, "gpu-1"), node("gpu-2")) is None
 
 
 def test_daemonset_matches_golden() -> None:
@@ -209,7 +264,7 @@ def test_daemonset_matches_golden() -> None:
 
 
 def test_rbac_is_get_and_patch_nodes_only() -> None:
-    _sa, role, binding, ds = daemon()
+    _sa, role, binding, _policy, _policy_binding, ds = daemon()
     assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                                   "name": "gpuaccept-health"}
@@ -315,8 +370,14 @@ def test_daemonset_cli(tmp_path: Path) -> None:
                                                     "--taint"]
     assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert spec["tolerations"][1] == {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-    cpu = gpuaccept("node-status", "--daemonset", "--image", "i", "--profile", "quick", "--device", "cpu")
-    assert "--require-gpu" not in pod_spec(list(yaml.safe_load_all(cpu.stdout)))["containers"][0]["command"]
+    assert [d["kind"] for d in docs][3:5] == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+    cpu = gpuaccept("node-status", "--daemonset", "--image", "i", "--profile", "quick", "--device", "cpu",
+                    "--no-admission-policy", "--name", "h2", "--namespace", "ops")
+    cpu_docs = list(yaml.safe_load_all(cpu.stdout))
+    assert "--require-gpu" not in pod_spec(cpu_docs)["containers"][0]["command"]
+    assert [d["kind"] for d in cpu_docs] == ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet"]
+    assert {(d["metadata"]["name"], d["metadata"].get("namespace")) for d in cpu_docs} == {
+        ("h2", "ops"), ("h2", None)}
     bad = gpuaccept("node-status", "--daemonset", "--profile", "quick")
     assert (bad.returncode, bad.stderr.strip()) == (2, "gpuaccept: error: --daemonset needs --image (an image "
                                                        "with gpuaccept[k8s] installed)")

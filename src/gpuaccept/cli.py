@@ -63,6 +63,10 @@ def add_suite_options(p: argparse.ArgumentParser) -> None:
                    help="threshold rules for --baseline (default: the baseline file's own, else max_z 5)")
     g.add_argument("--report-dir", default=None, metavar="DIR",
                    help="where <run-id>/report.json goes (default: $GPUACCEPT_REPORT_DIR or ./gpuaccept-reports)")
+    g.add_argument("--disk-path", default=None, metavar="DIR",
+                   help="scratch directory of the disk check (its path parameter, over --config; default: the "
+                        "system temp directory); must exist and be writable, and the disk check must be selected "
+                        "(--profile full or burnin, or --checks disk)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -151,6 +155,8 @@ def _merge_options(args: argparse.Namespace) -> tuple[Any, Any, str]:
 
     reg = registry()
     cfg = load_config(args.config, reg) if args.config else Config()
+    if getattr(args, "disk_path", None) is not None:
+        _set_disk_path(args.disk_path, cfg, reg)
 
     def pick(flag: Any, conf: Any, default: Any) -> Any:
         return flag if flag is not None else (conf if conf is not None else default)
@@ -173,6 +179,43 @@ def _merge_options(args: argparse.Namespace) -> tuple[Any, Any, str]:
     )
     report_dir = pick(args.report_dir, cfg.report_dir, os.environ.get("GPUACCEPT_REPORT_DIR", "gpuaccept-reports"))
     return opts, cfg, report_dir
+
+
+def _set_disk_path(path: str, cfg: Any, reg: dict[str, Any]) -> None:
+    """``--disk-path``: the disk check's ``path`` parameter in ``cfg``, over what the config file says."""
+    from gpuaccept.config import CheckSettings
+    from gpuaccept.errors import UsageError
+
+    if not path.strip():
+        raise UsageError("--disk-path needs a directory (leave the flag out for the system temp directory)")
+    decl = reg["disk"].param("path") if "disk" in reg else None
+    if decl is None:
+        raise UsageError("--disk-path: this gpuaccept has no disk check")
+    try:
+        value = decl.coerce(path, "--disk-path", "")
+    except GpuacceptError as exc:
+        raise UsageError(str(exc)) from None
+    cfg.checks.setdefault("disk", CheckSettings()).params["path"] = value
+
+
+def check_disk_path_selected(args: argparse.Namespace, plan: Any) -> None:
+    """UsageError when ``--disk-path`` is given and the plan leaves the disk check out (it would be ignored)."""
+    from gpuaccept.errors import UsageError
+
+    if getattr(args, "disk_path", None) is not None and not any(c.name == "disk" for c in plan.checks):
+        raise UsageError(f"--disk-path {args.disk_path}: the disk check is not in this selection; it runs in the "
+                         f"full and burnin profiles (or add disk to --checks)")
+
+
+def _check_disk_path(args: argparse.Namespace, plan: Any) -> None:
+    """``--disk-path`` on this node: selected, and a writable directory (UsageError, before anything runs)."""
+    from gpuaccept.checks.disk_io import scratch_problem
+    from gpuaccept.errors import UsageError
+
+    check_disk_path_selected(args, plan)
+    problem = scratch_problem(args.disk_path) if getattr(args, "disk_path", None) is not None else None
+    if problem:
+        raise UsageError(f"--disk-path: {problem}")
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -206,6 +249,7 @@ def _run(args: argparse.Namespace, warm: Any) -> int:
     reg = registry()
     device = resolve_device(opts.device)
     plan = plan_suite(opts, cfg, reg, device)
+    _check_disk_path(args, plan)
     preflight(plan, cfg, reg)
     _check_expect_gpus(plan)
     check_host_fit(plan, cfg, reg, host_memory_mib())

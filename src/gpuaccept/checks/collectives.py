@@ -525,7 +525,8 @@ class CollectivesCheck(DistributedCheck):
                 watch.finish(outcome)
             if failure is not None:
                 raise Abandon(outcome)
-        fault = injected_fault(os.environ, details["host"])  # tests only
+        rail = ctx.gpus[rc.local_rank] if ctx.gpus and rc.local_rank < len(ctx.gpus) else rc.device_index
+        fault = injected_fault(os.environ, details["host"], rail)  # tests only
         return Outcome.failed(fault, outcome.metrics, **outcome.details) if fault else outcome
 
     def _sweep(self, ctx: CheckContext, rc: RankContext, device: Any, sizes: list[int], rows: list[Row],

@@ -44,11 +44,22 @@ def free_bytes_override(env: Mapping[str, str], rank: int) -> int | None:
     return None
 
 
-def injected_fault(env: Mapping[str, str], host: str) -> str | None:
+def injected_fault(env: Mapping[str, str], host: str, rail: int | None = None) -> str | None:
     """Tests only: ``GPUACCEPT_TEST_FAULT_HOST=H1[,H2]`` makes the ranks on those hosts fail the check, as a broken
-    node would (``gpuaccept isolate`` must then find them); None on every other host and without the variable."""
-    hosts = {h.strip() for h in env.get(FAULT_HOST_ENV, "").split(",") if h.strip()}
-    return f"injected fault on {host} ({FAULT_HOST_ENV})" if host in hosts else None
+    node would (``gpuaccept isolate`` must then find them); None on every other host and without the variable.
+
+    ``H:R`` is a broken rail R (GPU R and its NIC) of host H: it fails the ranks of H whose ``rail`` (the GPU
+    the rank tests; None: not one GPU, the whole node) is R or None, so a whole-node test fails and a per-rail
+    test fails on that rail only."""
+    for item in env.get(FAULT_HOST_ENV, "").split(","):
+        name, sep, which = item.strip().partition(":")
+        if name != host or not name:
+            continue
+        if not sep:
+            return f"injected fault on {host} ({FAULT_HOST_ENV})"
+        if rail is None or which.strip() == str(rail):
+            return f"injected fault on {host} rail {which.strip()} ({FAULT_HOST_ENV})"
+    return None
 
 
 def free_bytes(device: str, rc: RankContext) -> int | None:

@@ -64,7 +64,7 @@ BACKEND_HELP = {
 SHARED_FS_BACKENDS = ("local", "slurm", "mpi")
 #: Suite option dests (``gpuaccept run`` flags) other than --report-dir.
 SUITE_DESTS = ("profile", "checks", "skip", "device", "gpus", "expect_gpus", "require_gpu", "timeout_scale", "config",
-               "baseline", "baseline_thresholds")
+               "baseline", "baseline_thresholds", "disk_path")
 
 
 def _count(text: str) -> int:
@@ -260,17 +260,19 @@ def suite_args(args: argparse.Namespace) -> list[str]:
         out += ["--baseline", os.path.abspath(args.baseline)]
     if args.baseline_thresholds:
         out += ["--baseline-thresholds", os.path.abspath(args.baseline_thresholds)]
+    if getattr(args, "disk_path", None) is not None:  # a directory on the node: passed as given
+        out += ["--disk-path", args.disk_path]
     return out
 
 
 def _validate_suite(args: argparse.Namespace) -> Any:
     """Check the suite options here, before anything is submitted. Returns the loaded config."""
     from gpuaccept.checks import registry
-    from gpuaccept.cli import _merge_options
+    from gpuaccept.cli import _merge_options, check_disk_path_selected
     from gpuaccept.suite import plan_suite
 
     opts, cfg, _ = _merge_options(args)
-    plan_suite(opts, cfg, registry(), "cpu" if opts.device == "auto" else opts.device)
+    check_disk_path_selected(args, plan_suite(opts, cfg, registry(), "cpu" if opts.device == "auto" else opts.device))
     return cfg
 
 

@@ -2,7 +2,10 @@
 
 Exit codes: 0 every node good, 1 a node is bad or still suspect (or ``--apply``
 could not drain one), 2 bad usage or input (fewer than 2 nodes, a threshold
-that is not a number, an unknown backend). ``--simulate`` exits 0.
+that is not a number, an unknown backend). ``--simulate`` exits 0. ``--rails-of``
+exits 0 when every rail passes alone, 1 when one is bad.
+
+``--per-rail`` then tests each bad node's rails (:mod:`gpuaccept.launch.isolate_rails`).
 """
 
 from __future__ import annotations
@@ -52,7 +55,8 @@ def register(subparsers: Any) -> None:
     r.add_argument("--pair-test", choices=("collectives", "nccl-tests"), default="collectives",
                    help="collectives: our check (default); nccl-tests: all_reduce_perf (slurm and mpi only)")
     r.add_argument("--gpus-per-node", type=positive_int, default=8, metavar="G",
-                   help="nccl-tests: GPUs per node (default: 8)")
+                   help="GPUs per node: the ranks of a nccl-tests pair test, the rails of --per-rail and "
+                        "--rails-of (default: 8)")
     r.add_argument("--nccl-arg", action="append", default=None, metavar="ARG",
                    help="nccl-tests: an all_reduce_perf argument (repeatable; default -b 8M -e 1G -f 2; -g is "
                         "set by the plan), e.g. --nccl-arg=-e --nccl-arg=8G")
@@ -68,6 +72,15 @@ def register(subparsers: Any) -> None:
                    help="a test still running after S seconds is cancelled and fails")
     r.add_argument("--launch-arg", action="append", default=None, metavar="ARG",
                    help="a further 'gpuaccept launch' flag for every test, e.g. --launch-arg=--partition=gpu")
+    g = p.add_argument_group("per-rail tests (which GPU/NIC pair of a bad node)")
+    g.add_argument("--per-rail", action="store_true",
+                   help="after the rounds, test each bad node's rails one at a time (GPU i with its NIC, one rank "
+                        "per node) with a good partner, and name the rails at fault")
+    g.add_argument("--rails-of", default=None, metavar="NODE=PARTNER",
+                   help="test NODE's rails with PARTNER, a node known good; no rounds (and no --nodes)")
+    g.add_argument("--rail-ports", default=None, metavar="P0,P1",
+                   help="the node's RDMA ports in rail order, e.g. mlx5_0:1,mlx5_1:1 (default: those its "
+                        "collectives check read in an earlier test, else NCCL picks the NIC of each GPU)")
     s = p.add_argument_group("simulation")
     s.add_argument("--simulate", action="store_true", help="fake pair tests: rounds and accuracy over trials")
     s.add_argument("--bad", type=int_at_least(0), default=1, metavar="K", help="broken nodes (default: 1)")
@@ -160,7 +173,8 @@ def _drain(args: argparse.Namespace, verdicts: Any, data: dict[str, Any], out: A
     from gpuaccept.launch.isolate_drain import apply_drain
     from gpuaccept.results.isolate import drain_commands
 
-    commands = drain_commands(verdicts)
+    rails = {node: r.get("bad_rails") or [] for node, r in (data.get("rails") or {}).items()}
+    commands = drain_commands(verdicts, rails)
     for argv in commands:
         print(shlex.join(argv), file=out)
     if not args.apply:
@@ -208,11 +222,15 @@ def _cmd_isolate(args: argparse.Namespace) -> int:
     from gpuaccept.results.isolate import Result, Round, next_step, validate
 
     if args.simulate:
+        if args.per_rail or args.rails_of:
+            raise UsageError("--simulate fakes node pair tests only; drop --per-rail/--rails-of")
         return _simulate(args)
     if args.backend is None:
         raise UsageError("--backend is required: slurm, ssh, mpi or local (or --simulate)")
     if args.apply and not args.drain:
         raise UsageError("--apply runs the --drain commands; give --drain too")
+    if args.rails_of is not None:
+        return _rails_only(args)
     nodes = parse_nodes(args.nodes, args.backend)
     racks = parse_racks(args.racks)
     settings = _settings(args)
@@ -226,8 +244,13 @@ def _cmd_isolate(args: argparse.Namespace) -> int:
     out = sys.stderr if args.json == "-" else sys.stdout
     runner = PairRunner(args.backend, Path(args.results_dir).resolve(), extra, args.test_timeout, name="isolate",
                         log=out, pair=pair)
+    ports = _rail_options(args, runner)
     if args.dry_run:
-        return _dry_run(args, runner, next_step(nodes, [], settings, racks), tag)
+        _dry_run(args, runner, next_step(nodes, [], settings, racks), tag)
+        if args.per_rail:
+            print("# then, for each bad node, one test per rail with a good partner, one after the other: "
+                  "see --rails-of NODE=PARTNER --dry-run")
+        return EXIT_OK
     results: list[Result] = []
     while True:
         step = next_step(nodes, results, settings, racks)
@@ -246,6 +269,88 @@ def _cmd_isolate(args: argparse.Namespace) -> int:
         print(f"[ISOLATE] note: {note}", file=out)
     print(f"[RESULT] {len(step.named('good'))} good, {len(data['suspect'])} suspect, {len(data['bad'])} bad "
           f"after {step.rounds} round(s)" + (f": bad {', '.join(data['bad'])}" if data["bad"] else ""), file=out)
+    if args.per_rail:
+        data["rails"] = _per_rail(args, runner, step, ports, tag, out)
     drain_failed = _drain(args, step, data, out) if args.drain else 0
     _emit_json(args, data)
     return EXIT_OK if step.all_good and not drain_failed else EXIT_FAILED
+
+
+def _rail_options(args: argparse.Namespace, runner: Any) -> list[str]:
+    """The --rail-ports (validated), and UsageError for rail options that cannot apply."""
+    from gpuaccept.launch.isolate_rails import check_rail_backend, parse_rail_ports
+
+    ports = parse_rail_ports(args.rail_ports)
+    rail_run = args.per_rail or args.rails_of is not None
+    if ports and not rail_run:
+        raise UsageError("--rail-ports is for --per-rail or --rails-of")
+    if ports and len(ports) > args.gpus_per_node:
+        raise UsageError(f"--rail-ports names {len(ports)} ports for {args.gpus_per_node} GPUs per node "
+                         "(--gpus-per-node)")
+    if rail_run:
+        check_rail_backend(args.backend, runner.pair)
+    return ports
+
+
+def _per_rail(args: argparse.Namespace, runner: Any, verdicts: Any, ports: list[str], tag: str,
+              out: Any) -> dict[str, Any]:
+    """The rail tests of every bad node, printed as a table per node; their JSON by node."""
+    from gpuaccept.launch import isolate_rails as ir
+    from gpuaccept.results.isolate_rail import pick_partner
+
+    found: dict[str, Any] = {}
+    for node in verdicts.named("bad"):
+        partner = pick_partner(node, verdicts)
+        if partner is None:
+            print(f"[ISOLATE] note: no good node to test the rails of {node} with", file=out)
+            found[node] = {"partner": None, "summary": "not tested: no good partner"}
+            continue
+        known = ports or ir.ports_from_reports(node, runner.cluster_reports.values())
+        where = "--rail-ports" if ports else ("its collectives reports" if known else "unknown: NCCL's choice")
+        report = ir.run_rails(runner, ir.plan(runner, node, partner, args.gpus_per_node, known), args.repeat, tag,
+                              where, out)
+        for line in ir.table(report):
+            print(line, file=out)
+        print(f"[RAIL] {report.to_dict()['summary']}", file=out)
+        found[node] = report.to_dict()
+    return found
+
+
+def _rails_only(args: argparse.Namespace) -> int:
+    """``--rails-of NODE=PARTNER``: the rail tests of NODE alone (no rounds)."""
+    from gpuaccept.launch import isolate_rails as ir
+    from gpuaccept.launch.cli import new_run_id
+    from gpuaccept.launch.isolate_run import PairRunner
+    from gpuaccept.results.isolate import validate
+
+    for flag, given in (("--nodes", args.nodes), ("--per-rail", args.per_rail), ("--drain", args.drain),
+                        ("--racks", args.racks)):
+        if given:
+            raise UsageError(f"{flag} does not apply to --rails-of, which names its two nodes and runs no rounds")
+    node, partner = ir.parse_rails_of(args.rails_of)
+    validate([node, partner], _settings(args))
+    pair = _pair_test(args)
+    extra = [*(["--profile", args.profile, *(["--device", args.device] if args.device else [])]
+               if pair.kind == "collectives" else []), *(args.launch_arg or [])]
+    tag = "dry-run" if args.dry_run else new_run_id("rails")
+    out = sys.stderr if args.json == "-" else sys.stdout
+    runner = PairRunner(args.backend, Path(args.results_dir).resolve(), extra, args.test_timeout, name="isolate",
+                        log=out, pair=pair)
+    ports = _rail_options(args, runner)
+    tests = ir.plan(runner, node, partner, args.gpus_per_node, ports)
+    if args.dry_run:
+        print(f"# gpuaccept isolate: the rails of {node}, each with {partner}, one test after the other, each run "
+              f"{args.repeat} time(s)")
+        for line in ir.dry_run_lines(runner, tests, tag):
+            print(line)
+        return EXIT_OK
+    report = ir.run_rails(runner, tests, args.repeat, tag, "--rail-ports" if ports else "unknown: NCCL's choice",
+                          out)
+    for line in ir.table(report):
+        print(line, file=out)
+    data = report.to_dict()
+    print(f"[RAIL] {data['summary']}", file=out)
+    data["node"] = node
+    data["cluster_reports"] = runner.cluster_reports
+    _emit_json(args, data)
+    return EXIT_FAILED if report.bad else EXIT_OK

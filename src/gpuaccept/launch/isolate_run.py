@@ -114,6 +114,7 @@ class _Job:
     backend: Any
     spec: Any
     plan: Any
+    pair: PairTest
     submission: Any = None
     started: float = 0.0
     result: Run | None = None
@@ -134,22 +135,26 @@ class PairRunner:
     pair: PairTest = field(default_factory=PairTest)
     cluster_reports: dict[str, str] = field(default_factory=dict)  # run id -> path of its cluster report or log
 
-    def argv(self, test: Test, run_id: str, port: int | None = None) -> list[str]:
-        return launch_argv(self.backend, test.nodes, run_id, str(self.results_dir), self.name, self.pair,
-                           self.launch_args, port)
+    def argv(self, test: Test, run_id: str, port: int | None = None, flags: Sequence[str] = (),
+             pair: PairTest | None = None) -> list[str]:
+        """The test's ``gpuaccept launch`` argv; ``flags`` are further launch flags of this test alone (a rail's),
+        ``pair`` replaces the runner's pair test for it."""
+        return launch_argv(self.backend, test.nodes, run_id, str(self.results_dir), self.name, pair or self.pair,
+                           [*self.launch_args, *flags], port)
 
-    def _prepare(self, test: Test, run_id: str, port: int | None) -> _Job:
+    def _prepare(self, test: Test, run_id: str, port: int | None, flags: Sequence[str] = (),
+                 pair: PairTest | None = None) -> _Job:
         from gpuaccept.cli import build_parser
         from gpuaccept.launch.cli import build_spec
 
-        args = build_parser().parse_args(self.argv(test, run_id, port))
+        args = build_parser().parse_args(self.argv(test, run_id, port, flags, pair))
         cls = args.launch_parser.load()
         spec = build_spec(args, cls)
         backend = cls()
         plan = backend.plan(spec)
         if self.backend == "local":
             plan = named_local_plan(plan, test.nodes)
-        return _Job(test, run_id, backend, spec, plan)
+        return _Job(test, run_id, backend, spec, plan, pair or self.pair)
 
     def _say(self, line: str) -> None:
         if self.log is not None:
@@ -168,6 +173,15 @@ class PairRunner:
                 assert job.result is not None
                 runs[i].append(job.result)
         return [(t, runs[i]) for i, t in enumerate(rnd.tests)]
+
+    def run_one(self, test: Test, run_id: str, flags: Sequence[str] = (), pair: PairTest | None = None) -> Run:
+        """One test alone (a rail's): submitted, waited on, collected; its report path in ``cluster_reports``."""
+        port = free_ports(1)[0] if self.backend == "local" else None
+        job = self._prepare(test, run_id, port, flags, pair)
+        self._submit(job)
+        self._wait([job])
+        assert job.result is not None
+        return job.result
 
     def _submit(self, job: _Job) -> None:
         from gpuaccept.launch.jobargv import launch_dir
@@ -202,7 +216,7 @@ class PairRunner:
                 time.sleep(self.poll_s)
 
     def _collect(self, job: _Job, timed_out: bool) -> Run:
-        run = self._nccl_run(job) if self.pair.kind == "nccl-tests" else self._cluster_run(job)
+        run = self._nccl_run(job) if job.pair.kind == "nccl-tests" else self._cluster_run(job)
         if timed_out:
             run = Run(False, run.busbw, f"timed out after {self.timeout_s:g} s")
         bw = f"{run.busbw:.3g} GB/s" if run.busbw is not None else "no busbw"
@@ -218,8 +232,8 @@ class PairRunner:
         text = job_output(self.backend, where, job.submission.job_id)
         self.cluster_reports[job.run_id] = str(where)
         state = job.state
-        return run_from_output(text, len(job.test.nodes), self.pair.gpus, job_ok=bool(state and state.ok),
-                               job_state=getattr(state, "state", ""), min_busbw=self.pair.min_busbw)
+        return run_from_output(text, len(job.test.nodes), job.pair.gpus, job_ok=bool(state and state.ok),
+                               job_state=getattr(state, "state", ""), min_busbw=job.pair.min_busbw)
 
     def _cluster_run(self, job: _Job) -> Run:
         from gpuaccept.launch.collect import backend_reports, write_cluster

@@ -6,8 +6,10 @@ Three modes:
   a dry run prints the change (label, annotations, taint) and changes nothing; ``--apply`` reads the
   node and sends the change as one JSON patch;
 - ``--daemonset --image IMG``: prints the DaemonSet that runs ``node-status --apply`` on every node,
-  with its ServiceAccount and minimal RBAC;
+  with its ServiceAccount, minimal RBAC and an admission policy that keeps each pod to its own node;
 - ``--npd-config DIR``: writes a node-problem-detector custom plugin monitor and its plugin script.
+
+An option of one mode given without it is refused (exit 2), not ignored.
 
 Exit codes (the CLI's map): 0 the node passed, 1 it failed a check, 2 bad usage or input (no such
 node, an unreadable report, a report of another host) or the API refused or could not be reached
@@ -29,6 +31,16 @@ from gpuaccept.cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NOTHING_MEASURED, 
 from gpuaccept.errors import GpuacceptError, UsageError
 
 HELP = "label (and taint) this Kubernetes node with its health verdict"
+DEFAULT_NAME = "gpuaccept-health"
+NPD_PLUGIN_PATH = "/config/plugin/gpuaccept-plugin.sh"
+NPD_INTERVAL = "30m"
+NPD_TIMEOUT = "10m"
+#: Flags that only --daemonset uses (their argparse dests): refused in the other modes rather than ignored.
+DAEMONSET_DESTS = ("image", "namespace", "name", "interval", "node_selector", "toleration", "gpus_per_node",
+                   "gpu_resource", "runtime_class", "image_pull_secret", "image_pull_policy", "cpus", "memory",
+                   "priority_class", "run_as_user", "no_admission_policy")
+#: Flags that only --npd-config uses.
+NPD_DESTS = ("npd_plugin_path", "npd_interval", "npd_timeout")
 DESCRIPTION = """\
 Label a Kubernetes node gpuaccept.io/health=pass|fail from a report (--report) or from the suite run
 now (--profile), with annotations saying when and why; with --taint a failed node is also tainted
@@ -61,36 +73,43 @@ def register(sub: Any) -> None:
                    help="print one line (the verdict and why) instead of the JSON document")
     d = p.add_argument_group("--daemonset (print the manifests, run nothing)")
     d.add_argument("--daemonset", action="store_true",
-                   help="print a ServiceAccount, ClusterRole (get, patch nodes), ClusterRoleBinding and DaemonSet "
-                        "that run node-status --apply with these suite options and --taint on every node")
+                   help="print a ServiceAccount, ClusterRole (get, patch nodes), ClusterRoleBinding, a "
+                        "ValidatingAdmissionPolicy that lets that service account patch only the node its pod runs "
+                        "on, and a DaemonSet that runs node-status --apply with these suite options and --taint on "
+                        "every node")
     d.add_argument("--image", default=None, help="image with gpuaccept[k8s] (required with --daemonset)")
-    d.add_argument("--namespace", default="gpuaccept-health", help="default: gpuaccept-health")
-    d.add_argument("--name", default="gpuaccept-health", help="name of the objects (default: gpuaccept-health)")
-    d.add_argument("--interval", type=int, default=600, metavar="S", help="seconds between runs (default: 600)")
-    d.add_argument("--node-selector", action="append", default=[], metavar="KEY=VALUE",
+    d.add_argument("--namespace", default=None, help=f"default: {DEFAULT_NAME}")
+    d.add_argument("--name", default=None, help=f"name of the objects (default: {DEFAULT_NAME})")
+    d.add_argument("--interval", type=int, default=None, metavar="S", help="seconds between runs (default: 600)")
+    d.add_argument("--node-selector", action="append", default=None, metavar="KEY=VALUE",
                    help="run only on nodes with this label (repeatable)")
-    d.add_argument("--toleration", action="append", default=[], metavar="KEY[=VALUE][:EFFECT]",
+    d.add_argument("--toleration", action="append", default=None, metavar="KEY[=VALUE][:EFFECT]",
                    help="tolerate a taint (repeatable; the pod always tolerates gpuaccept.io/health)")
-    d.add_argument("--gpus-per-node", type=int, default=0, metavar="N",
+    d.add_argument("--gpus-per-node", type=int, default=None, metavar="N",
                    help="GPUs to request from the device plugin (default: 0, none allocated: every GPU through "
                         "NVIDIA_VISIBLE_DEVICES=all and the NVIDIA runtime)")
-    d.add_argument("--gpu-resource", default="nvidia.com/gpu", metavar="NAME", help="default: nvidia.com/gpu")
+    d.add_argument("--gpu-resource", default=None, metavar="NAME", help="default: nvidia.com/gpu")
     d.add_argument("--runtime-class", default=None, metavar="NAME", help="runtimeClassName, e.g. nvidia")
-    d.add_argument("--image-pull-secret", action="append", default=[], metavar="NAME")
+    d.add_argument("--image-pull-secret", action="append", default=None, metavar="NAME")
     d.add_argument("--image-pull-policy", choices=("Always", "IfNotPresent", "Never"), default=None)
     d.add_argument("--cpus", default=None, metavar="QTY", help="CPU request of the pod")
     d.add_argument("--memory", default=None, metavar="QTY", help="memory request and limit of the pod")
     d.add_argument("--priority-class", default=None, metavar="NAME")
     d.add_argument("--run-as-user", type=int, default=None, metavar="UID",
                    help="user id of the container (runAsNonRoot unless 0; default: the image's)")
+    d.add_argument("--no-admission-policy", action="store_true", default=None,
+                   help="leave out the ValidatingAdmissionPolicy and its binding (clusters before Kubernetes 1.30, "
+                        "which have neither admissionregistration.k8s.io/v1 policies nor the node name in pod "
+                        "tokens); the service account may then patch any node")
     n = p.add_argument_group("--npd-config (write node-problem-detector files)")
     n.add_argument("--npd-config", default=None, metavar="DIR",
                    help="write gpuaccept-monitor.json and gpuaccept-plugin.sh into DIR; the plugin runs "
                         "node-status --summary with --report or these suite options")
-    n.add_argument("--npd-plugin-path", default="/config/plugin/gpuaccept-plugin.sh", metavar="PATH",
-                   help="where the plugin script is in NPD's container (default: /config/plugin/gpuaccept-plugin.sh)")
-    n.add_argument("--npd-interval", default="30m", metavar="DURATION", help="invoke_interval (default: 30m)")
-    n.add_argument("--npd-timeout", default="10m", metavar="DURATION", help="plugin timeout (default: 10m)")
+    n.add_argument("--npd-plugin-path", default=None, metavar="PATH",
+                   help=f"where the plugin script is in NPD's container (default: {NPD_PLUGIN_PATH})")
+    n.add_argument("--npd-interval", default=None, metavar="DURATION",
+                   help=f"invoke_interval (default: {NPD_INTERVAL})")
+    n.add_argument("--npd-timeout", default=None, metavar="DURATION", help=f"plugin timeout (default: {NPD_TIMEOUT})")
     p.set_defaults(handler=run)
 
 
@@ -127,6 +146,11 @@ def _check_modes(args: argparse.Namespace) -> None:
         for dest in ("apply", "server_dry_run", "summary", "any_host", "node", "kubeconfig", "context"):
             if getattr(args, dest):
                 raise UsageError(f"{_flag(dest)} is for a verdict; {modes[0]} only writes configuration")
+    for dests, on, mode in ((DAEMONSET_DESTS, args.daemonset, "--daemonset"),
+                            (NPD_DESTS, args.npd_config is not None, "--npd-config")):
+        stray = [d for d in dests if getattr(args, d) is not None]
+        if stray and not on:
+            raise UsageError(f"{_flag(stray[0])} is an option of {mode}, which is not given: it would be ignored")
     if args.daemonset and args.report:
         raise UsageError("--report does not apply to --daemonset: its pods run the suite (give --profile)")
     if args.server_dry_run and not args.apply:
@@ -242,13 +266,16 @@ def _daemonset(args: argparse.Namespace) -> int:
         raise UsageError("--report-dir does not apply to --daemonset: each run's report is kept in the pod's /tmp "
                          "only while it is judged")
     inner = [*_gpu_suite_args(args), *(["--taint"] if args.taint else [])]
+    given = {field: value for field, value in (
+        ("name", args.name), ("namespace", args.namespace), ("interval_s", args.interval),
+        ("gpus", args.gpus_per_node), ("gpu_resource", args.gpu_resource)) if value is not None}
     opts = HealthDaemonOptions(
-        image=args.image, node_status_args=inner, name=args.name, namespace=args.namespace,
-        interval_s=args.interval, node_selector=parse_key_values(args.node_selector, "--node-selector"),
-        tolerations=[parse_toleration(t) for t in args.toleration], gpus=args.gpus_per_node,
-        gpu_resource=args.gpu_resource, runtime_class=args.runtime_class,
-        image_pull_secrets=list(args.image_pull_secret), image_pull_policy=args.image_pull_policy,
-        cpu=args.cpus, memory=args.memory, priority_class=args.priority_class, run_as_user=args.run_as_user)
+        image=args.image, node_status_args=inner, **given,
+        node_selector=parse_key_values(args.node_selector or [], "--node-selector"),
+        tolerations=[parse_toleration(t) for t in args.toleration or []], runtime_class=args.runtime_class,
+        image_pull_secrets=list(args.image_pull_secret or []), image_pull_policy=args.image_pull_policy,
+        cpu=args.cpus, memory=args.memory, priority_class=args.priority_class, run_as_user=args.run_as_user,
+        admission_policy=not args.no_admission_policy)
     sys.stdout.write(to_yaml(health_manifests(opts)))
     return EXIT_OK
 
@@ -259,7 +286,12 @@ def _npd(args: argparse.Namespace) -> int:
     if args.taint:
         raise UsageError("--taint does not apply to --npd-config: NPD sets a node condition, it does not patch")
     plugin_args = ["--report", args.report] if args.report else _gpu_suite_args(args)
-    config = npd_config(args.npd_plugin_path, plugin_args, interval=args.npd_interval, timeout=args.npd_timeout)
+    def pick(value: str | None, default: str) -> str:
+        return value if value is not None else default
+
+    plugin_path = pick(args.npd_plugin_path, NPD_PLUGIN_PATH)
+    config = npd_config(plugin_path, plugin_args, interval=pick(args.npd_interval, NPD_INTERVAL),
+                        timeout=pick(args.npd_timeout, NPD_TIMEOUT))
     out = Path(args.npd_config)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -269,5 +301,5 @@ def _npd(args: argparse.Namespace) -> int:
         script.chmod(0o755)
     except OSError as exc:
         raise UsageError(f"--npd-config {out}: cannot write: {exc.strerror or exc}") from None
-    print(f"wrote {out / CONFIG_FILE} and {script} (the plugin goes to {args.npd_plugin_path} in NPD's container)")
+    print(f"wrote {out / CONFIG_FILE} and {script} (the plugin goes to {plugin_path} in NPD's container)")
     return EXIT_OK

@@ -35,7 +35,7 @@ from typing import Any, Literal
 from gpuaccept.errors import UsageError
 
 Mode = Literal["pairs", "bisect"]
-Kind = Literal["pair", "retest", "full", "half"]
+Kind = Literal["pair", "retest", "full", "half", "rail"]
 
 
 @dataclass(frozen=True)
@@ -339,16 +339,22 @@ def drain_argv(node: str, reason: str) -> list[str]:
     return ["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={text}"]
 
 
-def drain_reason(v: NodeVerdict) -> str:
-    """``failed with gpu03 (12.1 GB/s), gpu07 (11.8 GB/s)``: the evidence, short enough for Slurm's Reason."""
+def drain_reason(v: NodeVerdict, bad_rails: Sequence[str] = ()) -> str:
+    """``failed with gpu03 (12.1 GB/s), gpu07 (11.8 GB/s)``: the evidence, short enough for Slurm's Reason;
+    the rails that ``--per-rail`` found bad first (``bad rail GPU 3 / mlx5_3:1``)."""
     bits = []
     for e in v.evidence:
         if not e["passed"] and e["partners"]:
             bw = f" ({e['busbw']:.3g} GB/s)" if e["busbw"] is not None else ""
             bits.append(f"{','.join(e['partners'])}{bw}")
-    return "isolated: failed with " + "; ".join(bits[:4]) if bits else "isolated as bad"
+    rails = f"bad rail {', '.join(bad_rails)}" if bad_rails else ""
+    if not bits:
+        return f"isolated as bad; {rails}" if rails else "isolated as bad"
+    return f"isolated: {rails + '; ' if rails else ''}failed with " + "; ".join(bits[:4])
 
 
-def drain_commands(verdicts: Verdicts) -> list[list[str]]:
-    """The ``scontrol update`` argv of every bad node, in node order (pure; ``--drain`` prints them)."""
-    return [drain_argv(v.node, drain_reason(v)) for v in verdicts.nodes if v.state == "bad"]
+def drain_commands(verdicts: Verdicts, bad_rails: Mapping[str, Sequence[str]] | None = None) -> list[list[str]]:
+    """The ``scontrol update`` argv of every bad node, in node order (pure; ``--drain`` prints them);
+    ``bad_rails``: by node, the rails that the per-rail tests found at fault."""
+    return [drain_argv(v.node, drain_reason(v, (bad_rails or {}).get(v.node, ())))
+            for v in verdicts.nodes if v.state == "bad"]

@@ -1,9 +1,18 @@
 """The health DaemonSet of ``gpuaccept node-status --daemonset``: pure functions, deterministic output.
 
-Four objects: a ServiceAccount, a ClusterRole that may only ``get`` and ``patch`` nodes (what
+Six objects: a ServiceAccount, a ClusterRole that may only ``get`` and ``patch`` nodes (what
 ``node-status --apply`` calls: it reads the node's taints, then patches its label, annotations and
-taint), a ClusterRoleBinding of the two, and a DaemonSet whose pod runs :data:`LOOP_SCRIPT`:
-``gpuaccept node-status --apply`` with the suite options, then a pause of ``interval_s``, forever.
+taint), a ClusterRoleBinding of the two, a ValidatingAdmissionPolicy and its binding
+(:func:`own_node_policy`) that let that service account change only the node its pod runs on, and
+a DaemonSet whose pod runs :data:`LOOP_SCRIPT`: ``gpuaccept node-status --apply`` with the suite
+options, then a pause of ``interval_s``, forever.
+
+RBAC cannot name "the caller's own node", so the ClusterRole alone lets a stolen pod token patch
+every node. The policy closes that: a service-account token bound to a pod carries the pod's node
+(``authentication.kubernetes.io/node-name`` in the request's user extra; Kubernetes 1.30 and later,
+where the ``ServiceAccountTokenPodNodeInfo`` gate is on by default, GA in 1.32), and an UPDATE
+(a patch) of a node by our service account is denied unless the node is that one, or when the
+token names no node. ``admission_policy=False`` leaves the two objects out for older clusters.
 
 The pod learns its node from the downward API (``NODE_NAME`` and ``GPUACCEPT_HOSTNAME`` from
 ``spec.nodeName``, so its reports name the node, not the pod). It always tolerates our own taint:
@@ -37,6 +46,9 @@ CONTAINER = "health"
 INTERVAL_ENV = "GPUACCEPT_HEALTH_INTERVAL"
 DEFAULT_NAME = "gpuaccept-health"
 RBAC_API = "rbac.authorization.k8s.io/v1"
+ADMISSION_API = "admissionregistration.k8s.io/v1"
+NODE_NAME_CLAIM = "authentication.kubernetes.io/node-name"
+"""The user-info extra key that holds the node of the pod a service-account token is bound to."""
 LOOP_SCRIPT = """\
 # gpuaccept health loop: node-status --apply with the arguments given, then a pause, until SIGTERM.
 stop() {
@@ -83,6 +95,7 @@ class HealthDaemonOptions:
     priority_class: str | None = None
     run_as_user: int | None = None
     tmp_size: str = "4Gi"
+    admission_policy: bool = True
 
     def validate(self) -> None:
         if not self.image or any(c.isspace() for c in self.image):
@@ -118,6 +131,47 @@ def cluster_role(name: str) -> dict[str, Any]:
     """Read and patch nodes: nothing else (no list, no watch, no other resource)."""
     return {"apiVersion": RBAC_API, "kind": "ClusterRole", "metadata": {"name": name, "labels": _labels(name)},
             "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]}
+
+
+def service_account_user(name: str, namespace: str) -> str:
+    """The user name the API server gives service account ``namespace/name``."""
+    return f"system:serviceaccount:{namespace}:{name}"
+
+
+def own_node_policy(name: str, namespace: str) -> dict[str, Any]:
+    """The ValidatingAdmissionPolicy: service account ``namespace/name`` may update (patch) only its own node.
+
+    It matches only that service account's requests (``matchConditions``), so nobody else's node updates are
+    evaluated; ``variables.nodeName`` is the node its token is bound to ('' when the token names none: a
+    legacy secret token, a token not bound to a pod, a cluster before 1.30), and both validations must hold.
+    """
+    claim = f"request.userInfo.extra['{NODE_NAME_CLAIM}']"
+    has_claim = f"has(request.userInfo.extra) && '{NODE_NAME_CLAIM}' in request.userInfo.extra && size({claim}) > 0"
+    return {"apiVersion": ADMISSION_API, "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name, "labels": _labels(name)},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["*"],
+                                                        "operations": ["UPDATE"], "resources": ["nodes"]}]},
+                "matchConditions": [{"name": "health-service-account",
+                                     "expression": f"request.userInfo.username == "
+                                                   f"'{service_account_user(name, namespace)}'"}],
+                "variables": [{"name": "nodeName", "expression": f"{has_claim} ? {claim}[0] : ''"}],
+                "validations": [
+                    {"expression": "variables.nodeName != ''", "reason": "Forbidden",
+                     "message": f"the token of {namespace}/{name} names no node (a pod-bound token on Kubernetes "
+                                f"1.30 or later carries {NODE_NAME_CLAIM}); it may patch only its own node"},
+                    {"expression": "object.metadata.name == variables.nodeName", "reason": "Forbidden",
+                     "messageExpression": f"'{namespace}/{name} may patch only its own node ' + variables.nodeName"
+                                          " + ', not ' + object.metadata.name"},
+                ]}}
+
+
+def own_node_policy_binding(name: str) -> dict[str, Any]:
+    """Binds :func:`own_node_policy` to every node request, denying what it rejects."""
+    return {"apiVersion": ADMISSION_API, "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": name, "labels": _labels(name)},
+            "spec": {"policyName": name, "validationActions": ["Deny"]}}
 
 
 def _labels(name: str) -> dict[str, str]:
@@ -185,9 +239,12 @@ def daemonset(opts: HealthDaemonOptions) -> dict[str, Any]:
 
 
 def health_manifests(opts: HealthDaemonOptions) -> list[dict[str, Any]]:
-    """ServiceAccount, ClusterRole, ClusterRoleBinding and DaemonSet, in the order to create them."""
+    """ServiceAccount, ClusterRole, ClusterRoleBinding, the own-node policy and its binding (unless
+    ``admission_policy`` is False) and DaemonSet, in the order to create them: the policy is in force before
+    the first pod can patch."""
     opts.validate()
     name, ns = opts.name, opts.namespace
+    policy = [own_node_policy(name, ns), own_node_policy_binding(name)] if opts.admission_policy else []
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount",
          "metadata": {"name": name, "namespace": ns, "labels": _labels(name)}},
@@ -195,5 +252,6 @@ def health_manifests(opts: HealthDaemonOptions) -> list[dict[str, Any]]:
         {"apiVersion": RBAC_API, "kind": "ClusterRoleBinding", "metadata": {"name": name, "labels": _labels(name)},
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
          "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}]},
+        *policy,
         daemonset(opts),
     ]

@@ -198,6 +198,8 @@ def apply_change(api: Any, change: NodeChange, *, server_dry_run: bool = False) 
 def _api_error(exc: Any) -> str:
     status = getattr(exc, "status", None)
     text = status_message(exc) or str(getattr(exc, "reason", "")) or "error"
-    if status == 403:
+    if status == 403 and "ValidatingAdmissionPolicy" in text:
+        text += " (the health DaemonSet's policy lets its service account patch only the node its pod runs on)"
+    elif status == 403:
         text += " (the service account needs get and patch on nodes: see node-status --daemonset)"
     return f"HTTP {status}: {text}" if status else text
