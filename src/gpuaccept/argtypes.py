@@ -70,6 +70,8 @@ def parse_duration(text: str) -> float:
     """Seconds in ``90s``, ``10m``, ``1h30m``, ``2d`` or a bare number of seconds (``600``); ValueError with a
     one-line reason when the text is not one, is not more than 0 or exceeds :data:`MAX_DURATION_S`."""
     t = text.strip().lower()
+    if re.fullmatch(r"-(?:\d|\.\d).*", t):
+        raise ValueError(f"{text!r} must be more than 0 seconds")
     if re.fullmatch(r"\d{1,9}(?:\.\d{1,6})?", t):
         seconds = float(t)
     elif re.fullmatch(f"(?:{_SPAN_PART.pattern})+", t):

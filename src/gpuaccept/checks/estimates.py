@@ -178,7 +178,7 @@ def nccl_sizes(args: Sequence[str]) -> tuple[list[int], int] | None:
         return None
     if low < 1 or high < low or factor < 2:
         return None
-    sizes = []
+    sizes: list[int] = []
     while low <= high and len(sizes) < 64:
         sizes.append(low)
         low *= factor
