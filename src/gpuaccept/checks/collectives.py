@@ -478,11 +478,10 @@ class CollectivesCheck(DistributedCheck):
 
     @classmethod
     def estimate_s(cls, params: dict[str, Any], device: str, gpus: int) -> float:
-        top = int(params["max_bytes"] if device == "cuda" else params["cpu_max_bytes"])
+        top = int(params["max_bytes" if device == "cuda" else "cpu_max_bytes"])
         rows = len(params["dtypes"]) * sum(len(placements_for(op, params["placements"])) for op in params["ops"])
-        ops = int(params["warmup"]) + int(params["iters"]) + int(bool(params["check"]))
-        return estimates.collective_sweep(sweep_sizes(min(int(params["min_bytes"]), top), top,
-                                                      int(params["step_factor"])), rows, ops, device)
+        sizes = sweep_sizes(min(int(params["min_bytes"]), top), top, int(params["step_factor"]))
+        return estimates.collective_sweep(sizes, rows, int(params["warmup"]) + int(params["iters"]) + 1, device)
 
     def run_rank(self, ctx: CheckContext, rc: RankContext) -> Outcome:
         p = ctx.params
