@@ -116,7 +116,7 @@ class NoEstimate(Check):
 
 
 def test_a_check_without_an_estimate_counts_its_timeout() -> None:
-    reg = {**registry(), "noestimate": NoEstimate}
+    reg: dict[str, type[Check]] = {**registry(), "noestimate": NoEstimate}
     plan = plan_suite(RunOptions(profile="quick", checks=["env", "noestimate"]), Config(), reg, "cpu")
     cands = candidates(plan, Config(), reg, 0)
     last = cands[-1]
