@@ -129,3 +129,18 @@ def test_a_suspect_result_is_run_again_deeper_and_the_report_says_why(tmp_path: 
     assert trains[1]["metrics"][0]["tags"]["steps"] == 200  # it did run the deeper level
     assert report["budget"]["reruns"] == [rerun]
     assert [c["name"] for c in report["checks"]].count("memory") == 1  # only what was suspect
+
+
+def test_a_budget_is_refused_under_distributed(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2",
+                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}.items():
+        monkeypatch.setenv(name, value)
+    assert run_main("run", "--plan", "--distributed", "--device", "cpu").rc == 0  # the environment is a rank's
+    line = run_main("run", "--plan", "--distributed", "--device", "cpu", "--budget", "10m").one_line_error()
+    assert "--budget is for a run on one node; under --distributed" in line, line
+
+
+def test_help_describes_the_budget() -> None:
+    r = run_main("run", "--help")
+    text = " ".join(r.out.split())  # as wide as the terminal
+    assert r.rc == 0 and "--budget DURATION" in text and "fit the run in this window (90s, 10m, 1h30m" in text
