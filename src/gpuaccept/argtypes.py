@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Callable
 
 
@@ -57,3 +58,36 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
         return int(text)
 
     return convert
+
+
+MAX_DURATION_S = 7 * 24 * 3600.0
+"""The longest ``duration`` accepted (a week)."""
+_SPAN_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_SPAN_PART = re.compile(r"(\d{1,9}(?:\.\d{1,6})?)([smhd])")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``90s``, ``10m``, ``1h30m``, ``2d`` or a bare number of seconds (``600``); ValueError with a
+    one-line reason when the text is not one, is not more than 0 or exceeds :data:`MAX_DURATION_S`."""
+    t = text.strip().lower()
+    if re.fullmatch(r"-(?:\d|\.\d).*", t):
+        raise ValueError(f"{text!r} must be more than 0 seconds")
+    if re.fullmatch(r"\d{1,9}(?:\.\d{1,6})?", t):
+        seconds = float(t)
+    elif re.fullmatch(f"(?:{_SPAN_PART.pattern})+", t):
+        seconds = sum(float(n) * _SPAN_S[u] for n, u in _SPAN_PART.findall(t))
+    else:
+        raise ValueError(f"{text!r} is not a duration such as 90s, 10m, 1h30m or 2d")
+    if not seconds > 0:
+        raise ValueError(f"{text!r} must be more than 0 seconds")
+    if seconds > MAX_DURATION_S:
+        raise ValueError(f"{text!r} is longer than the maximum, 7d ({MAX_DURATION_S:g} s)")
+    return seconds
+
+
+def duration(text: str) -> float:
+    """argparse converter for :func:`parse_duration`."""
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

@@ -18,12 +18,14 @@ import importlib
 import json
 import os
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from gpuaccept import __version__
 from gpuaccept.argtypes import csv as _csv
+from gpuaccept.argtypes import duration as _duration
 from gpuaccept.argtypes import nonneg_int as _nonneg_int
 from gpuaccept.argtypes import positive_float as _positive_float
 from gpuaccept.argtypes import positive_int as _positive_int
@@ -79,6 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_suite_options(run)
     run.add_argument("--json", default=None, metavar="PATH", help="also write the report here ('-' for stdout)")
     run.add_argument("--plan", action="store_true", help="print the suite plan as JSON and run nothing")
+    run.add_argument("--budget", type=_duration, default=None, metavar="DURATION",
+                     help="fit the run in this window (90s, 10m, 1h30m; at most 7d): the checks and their depth are "
+                          "chosen to fit, those that do not are left out (--plan shows which and why), and suspect "
+                          "results are run again, deeper, with what is left")
     run.add_argument("--run-id", default=None, help=argparse.SUPPRESS)
     run.add_argument("--verbose", "-v", action="store_true", help="more detail, tracebacks of internal errors")
     from gpuaccept.results.autosave import add_history_options
@@ -222,15 +228,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
     """``gpuaccept run``: the warm process starts first, so that it imports torch while the run is planned."""
     from gpuaccept.warm import start_warm
 
+    started = time.monotonic()  # a --budget counts from here
     warm = None if args.plan else start_warm()
     try:
-        return _run(args, warm)
+        return _run(args, warm, started)
     finally:
         if warm is not None:
             warm.close()  # the runner has closed it already, unless the run never started
 
 
-def _run(args: argparse.Namespace, warm: Any) -> int:
+def _run(args: argparse.Namespace, warm: Any, started: float) -> int:
     from gpuaccept.checks import registry
     from gpuaccept.checks.base import host_memory_mib
     from gpuaccept.hw.devices import resolve_device
@@ -254,6 +261,15 @@ def _run(args: argparse.Namespace, warm: Any) -> int:
     _check_expect_gpus(plan)
     check_host_fit(plan, cfg, reg, host_memory_mib())
     check_gpu_fit(plan, cfg, reg, _selected_gpu_memory(plan))
+    budget: Any = None
+    if args.budget is not None:
+        if info is not None:
+            from gpuaccept.errors import UsageError
+
+            raise UsageError("--budget is for a run on one node; under --distributed every rank would plan its own "
+                             "second pass (give the job a --profile and --checks that fit instead)")
+        plan, budget = _budget(plan, cfg, reg, opts.timeout_scale, args.budget)
+        _check_expect_gpus(plan)
     nproc = 1
     if info is None and any(is_distributed(c) for c in plan.checks):
         from gpuaccept.distributed.local import default_nproc
@@ -265,6 +281,8 @@ def _run(args: argparse.Namespace, warm: Any) -> int:
             shown["distributed"] = info.to_dict()
         else:
             shown["nproc"] = nproc
+        if budget is not None:
+            shown["budget"] = budget[0].to_dict()
         print(json.dumps(shown, indent=2, allow_nan=False))
         return EXIT_OK
 
@@ -290,10 +308,22 @@ def _run(args: argparse.Namespace, warm: Any) -> int:
         if leader:
             console.header(plan, str(runner.run_dir))
     else:
-        runner = Runner(plan, Path(report_dir), run_id=args.run_id, argv=sys.argv[1:],
-                        events=console.events(), verbose=args.verbose, nproc=nproc,
-                        dist_timeout_s=args.dist_timeout, warm=warm)
+        common: dict[str, Any] = dict(run_id=args.run_id, argv=sys.argv[1:], events=console.events(),
+                                      verbose=args.verbose, nproc=nproc, dist_timeout_s=args.dist_timeout, warm=warm)
+        if budget is not None:
+            from gpuaccept.budget_run import WindowRunner
+
+            def say(line: str) -> None:
+                print(f"[BUDGET] {line}", file=stream, flush=True)
+
+            runner = WindowRunner(plan, Path(report_dir), deadline=started + args.budget, budget=budget[0],
+                                  candidates=budget[1], registry=reg, config=cfg, timeout_scale=opts.timeout_scale,
+                                  say=say, **common)
+        else:
+            runner = Runner(plan, Path(report_dir), **common)
         console.header(plan, str(runner.run_dir))
+        for line in budget[0].lines() if budget is not None else []:
+            print(f"[BUDGET] {line}", file=stream, flush=True)
     console.verbose = args.verbose
     runner.baseline = baseline
     leads = info is None or info.rank == 0
@@ -361,6 +391,21 @@ def unapplied_options(plan: Any) -> list[str]:
         notes.append(f"--gpus/gpus {shown} did not apply: the run's device is {plan.device} (no usable GPU), "
                      "so no GPU was selected")
     return notes
+
+
+def _budget(plan: Any, cfg: Any, reg: Any, timeout_scale: float, budget_s: float) -> tuple[Any, tuple[Any, Any]]:
+    """(the plan cut to ``budget_s`` seconds, (its BudgetPlan, the candidates)); UsageError when nothing fits."""
+    from gpuaccept.budget import ASSUMED_GPUS, apply_budget, candidates, plan_budget, refuse_empty
+
+    gpus, assumed = 0, False
+    if plan.device == "cuda":
+        gpus = len(plan.gpus) if plan.gpus else len(_selected_gpu_memory(plan))
+        if gpus == 0:  # NVML cannot count them: plan for a full node
+            gpus, assumed = ASSUMED_GPUS, True
+    cands = candidates(plan, cfg, reg, gpus)
+    chosen = plan_budget(cands, budget_s, gpus, assumed)
+    refuse_empty(chosen, cands)
+    return apply_budget(plan, chosen, reg, cfg, timeout_scale), (chosen, cands)
 
 
 def _check_expect_gpus(plan: Any) -> None:
@@ -440,9 +485,21 @@ SUBCOMMAND_MODULES: tuple[str, ...] = ("gpuaccept.results.cli", "gpuaccept.launc
                                       "gpuaccept.launch.nodestatus_cli")
 
 
+def _negative_values(argv: Sequence[str], options: tuple[str, ...] = ("--budget",)) -> list[str]:
+    """``--budget -5m`` as ``--budget=-5m``, so that argparse hands the value to its converter, which says what is
+    wrong with it, instead of taking it for an option."""
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1] in options and arg[:1] == "-" and arg[1:2].isdigit():
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_negative_values(sys.argv[1:] if argv is None else argv))
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE

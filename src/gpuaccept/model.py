@@ -222,6 +222,9 @@ class NodeReport:
     """The container (Kubernetes or Run:ai pod) the report came from, when ``host`` names the node it ran on."""
     in_flight: str | None = None
     """The check that was running when the report was last written (a run stopped or killed during it)."""
+    budget: dict[str, Any] | None = None
+    """``run --budget``'s plan: the budget, the checks kept and their depth, those left out and why, and the
+    deeper re-runs of the second pass (:meth:`gpuaccept.budget.BudgetPlan.to_dict`)."""
 
     def __post_init__(self) -> None:
         self.argv = redact_argv(self.argv)  # nothing secret is written to report.json or the history
@@ -259,6 +262,8 @@ class NodeReport:
             d["pod"] = self.pod
         if self.in_flight is not None:
             d["in_flight"] = self.in_flight
+        if self.budget is not None:
+            d["budget"] = self.budget
         return d
 
     @classmethod
@@ -276,6 +281,7 @@ class NodeReport:
             version=d.get("version", ""),
             pod=d.get("pod"),
             in_flight=d.get("in_flight"),
+            budget=d.get("budget"),
         )
 
 

@@ -34,7 +34,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from types import FrameType
@@ -243,21 +243,33 @@ class Runner:
             with self.interruptible():
                 total = len(self.plan.checks)
                 for i, check in enumerate(self.plan.checks, 1):
-                    self.events.on_start(check, i, total)
-                    self.report.in_flight = check.name
-                    self._save()
-                    result = self._run_one(check)
-                    self.report.checks.append(result)
-                    self.report.in_flight = None
-                    self._append(result)
-                    self._save()
-                    self.events.on_end(check, result)
+                    self._run_recorded(check, i, total)
+                more = self.second_pass()
+                for i, check in enumerate(more, 1):
+                    self._run_recorded(check, total + i, total + len(more))
                 self.report.verdict = self.report.decide(self.inventory_checks())
                 self.report.finished = utc_now()
                 self._save()
         finally:
             self.close_warm()
         return self.report
+
+    def _run_recorded(self, check: PlannedCheck, i: int, total: int) -> None:
+        """Run ``check`` (number ``i`` of ``total``) and record its result as it ends."""
+        self.events.on_start(check, i, total)
+        self.report.in_flight = check.name
+        self._save()
+        result = self._run_one(check)
+        self.report.checks.append(result)
+        self.report.in_flight = None
+        self._append(result)
+        self._save()
+        self.events.on_end(check, result)
+
+    def second_pass(self) -> list[PlannedCheck]:
+        """Checks to run after the plan's, chosen from its results (``run --budget``'s deeper re-runs,
+        :mod:`gpuaccept.budget_run`). Default: none."""
+        return []
 
     def inventory_checks(self) -> set[str]:
         """Names of the planned checks that only take stock (see :meth:`NodeReport.decide`)."""
@@ -414,6 +426,28 @@ class Runner:
         except (KeyError, TypeError, ValueError) as exc:
             return CheckResult(check.name, Status.ERROR, f"malformed check result: {exc}", duration_s=elapsed)
         return self.judge_outcome(check, outcome, elapsed)
+
+
+MIN_SLICE_S = 1.0
+"""A check is not started with less than this left before a :class:`DeadlineRunner`'s deadline."""
+
+
+class DeadlineRunner(Runner):
+    """A :class:`Runner` whose checks all end by ``deadline`` (a ``time.monotonic()`` value): each gets what
+    is left at most, and a check the deadline leaves no time for is a FAIL ("not run"), never a silent pass."""
+
+    def __init__(self, plan: SuitePlan, report_dir: Path, *, deadline: float, **kwargs: Any) -> None:
+        super().__init__(plan, report_dir, **kwargs)
+        self.deadline = deadline
+
+    def _run_one(self, check: PlannedCheck) -> CheckResult:
+        left = self.deadline - time.monotonic()
+        if left < MIN_SLICE_S:
+            return CheckResult(check.name, Status.FAIL, f"not run: the budget was spent ({left:.1f} s left)",
+                               details={"budget": True}, host=self.host)
+        if check.timeout_s > left:
+            check = replace(check, timeout_s=round(left, 1))
+        return super()._run_one(check)
 
 
 def measures(check: PlannedCheck) -> bool:

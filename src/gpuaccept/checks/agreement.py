@@ -37,6 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from gpuaccept.checks import estimates
 from gpuaccept.checks.base import (
     Check,
     CheckContext,
@@ -165,6 +166,10 @@ class AgreementCheck(Check):
     def required_metrics(cls, params: dict[str, Any], devices: list[str]) -> list[RequiredMetric]:
         """A match verdict and the fp64 error on every device."""
         return per_device(devices, "agreement_match", "agreement_ref_error")
+
+    @classmethod
+    def estimate_s(cls, params: dict[str, Any], device: str, gpus: int) -> float:
+        return estimates.agreement(params, device, gpus)
 
     def run(self, ctx: CheckContext) -> Outcome:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)  # before cuBLAS starts in this process

@@ -343,6 +343,19 @@ class Check(abc.ABC):
         return cls.timeout_s.get(profile, max(cls.timeout_s.values(), default=300.0))
 
     @classmethod
+    def estimate_s(cls, params: dict[str, Any], device: str, gpus: int) -> float | None:
+        """Seconds this check should take with these parameter values on ``device`` (``cuda`` with ``gpus``
+        selected GPUs, or ``cpu``), its process start not counted: a rough figure that ``run --budget`` plans
+        with (:mod:`gpuaccept.budget`). Default None: unknown, and the planner counts the timeout instead."""
+        return None
+
+    @classmethod
+    def budget_stretch(cls, params: dict[str, Any]) -> tuple[str, float] | None:
+        """``(parameter, shortest)``: a duration in seconds that the run time follows about linearly, which
+        ``run --budget`` may shorten, down to ``shortest``, to fit a window. Default None: none."""
+        return None
+
+    @classmethod
     def preflight(cls, params: dict[str, Any], source: str, key: str) -> None:
         """Raise :class:`ConfigError` (exit 2, before any check runs) when these parameter values cannot work on
         this machine, e.g. a scratch path that is not a writable directory. ``source`` and ``key`` name where

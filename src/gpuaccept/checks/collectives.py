@@ -52,6 +52,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from gpuaccept.checks import estimates
 from gpuaccept.checks.base import CheckContext, Outcome, Param, RequiredMetric, ThresholdRule, require
 from gpuaccept.checks.collectives_expect import (
     free_bytes,
@@ -474,6 +475,13 @@ class CollectivesCheck(DistributedCheck):
     }
     thresholds = (ThresholdRule(metric="*_wrong", max=0.0), *DELTA_RULES)
     timeout_s: ClassVar[dict[str, float]] = {"quick": 120.0, "standard": 600.0, "full": 3600.0}
+
+    @classmethod
+    def estimate_s(cls, params: dict[str, Any], device: str, gpus: int) -> float:
+        top = int(params["max_bytes" if device == "cuda" else "cpu_max_bytes"])
+        rows = len(params["dtypes"]) * sum(len(placements_for(op, params["placements"])) for op in params["ops"])
+        sizes = sweep_sizes(min(int(params["min_bytes"]), top), top, int(params["step_factor"]))
+        return estimates.collective_sweep(sizes, rows, int(params["warmup"]) + int(params["iters"]) + 1, device)
 
     def run_rank(self, ctx: CheckContext, rc: RankContext) -> Outcome:
         p = ctx.params

@@ -30,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from gpuaccept.checks import estimates
 from gpuaccept.checks.base import (
     Check,
     CheckContext,
@@ -416,6 +417,10 @@ class ComputeCheck(Check):
         """The same on a CPU run: N x N is ``cpu_size``, the dtypes those that run on CPU."""
         dtypes = [d for d in params["dtypes"] if d in CPU_DTYPES]
         return gemm_needs(dtypes, int(params["cpu_size"]), int(params["buffers"]), "cpu_size")
+
+    @classmethod
+    def estimate_s(cls, params: dict[str, Any], device: str, gpus: int) -> float:
+        return estimates.compute(params, device, gpus, CPU_DTYPES)
 
     def run(self, ctx: CheckContext) -> Outcome:
         devices = torch_devices_or_skip(ctx)

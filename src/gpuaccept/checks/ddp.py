@@ -26,6 +26,7 @@ import statistics
 import time
 from typing import Any, ClassVar
 
+from gpuaccept.checks import estimates
 from gpuaccept.checks.base import CheckContext, Outcome, Param, RequiredMetric, ThresholdRule
 from gpuaccept.distributed.group import Abandon, DistributedCheck, RankContext, first_line, process_group
 from gpuaccept.model import Metric, Status, Threshold
@@ -89,6 +90,10 @@ class DdpTrainCheck(DistributedCheck):
             out += [RequiredMetric(m) for m in ("ddp_loss_first", "ddp_loss_last", "ddp_loss_drop",
                                                 "ddp_samples_per_s", "ddp_param_mismatch_ranks")]
         return out
+
+    @classmethod
+    def estimate_s(cls, params: dict[str, Any], device: str, gpus: int) -> float:
+        return estimates.ddp(params, device, gpus)
 
     def run_rank(self, ctx: CheckContext, rc: RankContext) -> Outcome:
         p = ctx.params

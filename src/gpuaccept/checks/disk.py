@@ -24,6 +24,7 @@ import subprocess
 import tempfile
 from typing import Any, ClassVar
 
+from gpuaccept.checks import estimates
 from gpuaccept.checks.base import Check, CheckContext, Outcome, Param, RequiredMetric
 from gpuaccept.checks.disk_io import (
     MIB,
@@ -100,6 +101,14 @@ class DiskCheck(Check):
         """The four I/O figures and the free space (node-wide)."""
         return [RequiredMetric(m) for m in ("disk_seq_write_mbs", "disk_seq_read_mbs", "disk_rand_write_iops",
                                             "disk_rand_read_iops", "disk_free_gib")]
+
+    @classmethod
+    def estimate_s(cls, params: dict[str, Any], device: str, gpus: int) -> float:
+        return estimates.disk(params, device, gpus)
+
+    @classmethod
+    def budget_stretch(cls, params: dict[str, Any]) -> tuple[str, float] | None:
+        return "runtime_s", 2.0
 
     def run(self, ctx: CheckContext) -> Outcome:
         p = ctx.params

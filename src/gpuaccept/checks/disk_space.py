@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from gpuaccept.checks import estimates
 from gpuaccept.checks.base import Check, CheckContext, Outcome, Param, RequiredMetric
 from gpuaccept.model import Metric, Status
 
@@ -76,6 +77,10 @@ class DiskSpaceCheck(Check):
     @classmethod
     def required_metrics(cls, params: dict[str, Any], devices: list[str]) -> list[RequiredMetric]:
         return [RequiredMetric("disk_free_gib", tags=(("path", p),)) for p in params["paths"]]
+
+    @classmethod
+    def estimate_s(cls, params: dict[str, Any], device: str, gpus: int) -> float:
+        return estimates.disk_space(params, device, gpus)
 
     def run(self, ctx: CheckContext) -> Outcome:
         paths = list(ctx.params["paths"])

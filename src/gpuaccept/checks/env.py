@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any, ClassVar
 
+from gpuaccept.checks import estimates
 from gpuaccept.checks.base import PROFILES, Check, CheckContext, Outcome, Param, ThresholdRule
 from gpuaccept.model import Metric, Status, worst
 
@@ -353,6 +354,10 @@ class EnvCheck(Check):
     thresholds: ClassVar[tuple[ThresholdRule, ...]] = ()
     timeout_s: ClassVar[dict[str, float]] = {"quick": 60.0, "standard": 60.0, "full": 120.0, "burnin": 120.0}
     key_metric = "gpu_count"
+
+    @classmethod
+    def estimate_s(cls, params: dict[str, Any], device: str, gpus: int) -> float:
+        return estimates.env(params, device, gpus)
 
     def run(self, ctx: CheckContext) -> Outcome:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from gpuaccept.checks import estimates
 from gpuaccept.checks.base import Check, CheckContext, Outcome, Param, RequiredMetric, ThresholdRule, require
 from gpuaccept.hw.nccl_env import parse_list
 from gpuaccept.hw.rdma import (
@@ -269,6 +270,10 @@ class FabricCheck(Check):
         """The count of active ports (the per-port state of every port found is required where the
         ports are known: :func:`evaluate_fabric`)."""
         return [RequiredMetric("rdma_ports_active")]
+
+    @classmethod
+    def estimate_s(cls, params: dict[str, Any], device: str, gpus: int) -> float:
+        return estimates.fabric(params, device, gpus)
 
     def run(self, ctx: CheckContext) -> Outcome:
         root = str(ctx.params.get("root", "/"))

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, ClassVar
 
+from gpuaccept.checks import estimates
 from gpuaccept.checks.base import PROFILES, Check, CheckContext, Outcome, Param, ThresholdRule
 from gpuaccept.errors import GpuacceptError, InputError
 from gpuaccept.hw.gpumap import normalize_pci_bus_id
@@ -481,6 +482,10 @@ class HealthCheck(Check):
     # nvmlInit can take seconds per GPU when persistence mode is off.
     timeout_s: ClassVar[dict[str, float]] = {"quick": 60.0, "standard": 60.0, "full": 120.0, "burnin": 120.0}
     key_metric = "temperature_c"
+
+    @classmethod
+    def estimate_s(cls, params: dict[str, Any], device: str, gpus: int) -> float:
+        return estimates.health(params, device, gpus)
 
     def run(self, ctx: CheckContext) -> Outcome:
         from gpuaccept.hw.nvml import read_visible_snapshot

@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from gpuaccept.checks import estimates
 from gpuaccept.checks.base import (
     Check,
     CheckContext,
@@ -333,6 +334,10 @@ class MemoryCheck(Check):
             return per_device(devices, "stream_copy_gbs", "stream_triad_gbs")
         pcie = ("h2d_pinned_gbs", "d2h_pinned_gbs") if params.get("pcie") else ()
         return per_device(devices, "d2d_copy_gbs", *pcie)
+
+    @classmethod
+    def estimate_s(cls, params: dict[str, Any], device: str, gpus: int) -> float:
+        return estimates.memory(params, device, gpus)
 
     def run(self, ctx: CheckContext) -> Outcome:
         devices = torch_devices_or_skip(ctx)

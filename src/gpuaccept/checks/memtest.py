@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from gpuaccept.checks import estimates
 from gpuaccept.checks.base import (
     Check,
     CheckContext,
@@ -271,6 +272,10 @@ class MemtestCheck(Check):
         """Errors, bytes tested and verify rate on every device asked for (each is reported even when
         its allocation came up short)."""
         return per_device(devices, "memtest_errors", "memtest_bytes_tested", "memtest_gbs")
+
+    @classmethod
+    def estimate_s(cls, params: dict[str, Any], device: str, gpus: int) -> float:
+        return estimates.memtest(params, device, gpus)
 
     def run(self, ctx: CheckContext) -> Outcome:
         devices = torch_devices_or_skip(ctx)

@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from gpuaccept.checks import estimates
 from gpuaccept.checks.base import (
     Check,
     CheckContext,
@@ -282,6 +283,10 @@ class NBodyCheck(Check):
         return [MemoryNeed((name,), -(-int(params[name]) * SEED_BYTES // (1 << 20)),
                            f"{int(params[name])} bodies seeded in fp64, {SEED_BYTES} bytes each")
                 for name in ("bodies", "cpu_bodies")]
+
+    @classmethod
+    def estimate_s(cls, params: dict[str, Any], device: str, gpus: int) -> float:
+        return estimates.nbody(params, device, gpus)
 
     def run(self, ctx: CheckContext) -> Outcome:
         devices = torch_devices_or_skip(ctx)

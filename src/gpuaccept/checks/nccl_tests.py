@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 from typing import Any, ClassVar
 
+from gpuaccept.checks import estimates
 from gpuaccept.checks.base import Check, CheckContext, Outcome, Param, RequiredMetric
 from gpuaccept.checks.fabric_watch import DELTA_RULES, FABRIC_ROOT, FabricWatch
 from gpuaccept.errors import InputError
@@ -87,6 +88,10 @@ class NcclTestsCheck(Check):
         """The judged busbw of every test run (``<op>_busbw_large_gbs``); the footer figures (wrong,
         average busbw, out of bounds) depend on the nccl-tests build and are not required."""
         return [RequiredMetric(f"{OP_NAMES.get(t, t)}_busbw_large_gbs") for t in params.get("tests", [])]
+
+    @classmethod
+    def estimate_s(cls, params: dict[str, Any], device: str, gpus: int) -> float | None:
+        return estimates.nccl_tests(params, device, gpus)
 
     def run(self, ctx: CheckContext) -> Outcome:
         env = dict(os.environ)

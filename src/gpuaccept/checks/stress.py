@@ -45,6 +45,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from gpuaccept.checks import estimates
 from gpuaccept.checks.base import (
     Check,
     CheckContext,
@@ -257,6 +258,14 @@ class StressCheck(Check):
         is optional (NVML may be missing)."""
         return per_device(devices, "stress_tflops", "stress_throughput_drop", "stress_mismatches",
                           "stress_ref_error")
+
+    @classmethod
+    def estimate_s(cls, params: dict[str, Any], device: str, gpus: int) -> float:
+        return estimates.stress(params, device, gpus)
+
+    @classmethod
+    def budget_stretch(cls, params: dict[str, Any]) -> tuple[str, float] | None:
+        return "duration_s", max(10.0, 2 * float(params["window_s"]))
 
     def run(self, ctx: CheckContext) -> Outcome:
         devices = torch_devices_or_skip(ctx)

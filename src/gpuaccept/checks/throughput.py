@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from gpuaccept.checks import estimates
 from gpuaccept.checks.base import (
     Check,
     CheckContext,
@@ -216,6 +217,14 @@ class ThroughputCheck(Check):
                      max(8, int(p["image"]) // s), max(2, int(p["tf_batch"]) // s),
                      max(64, int(p["tf_dim"]) // s // 64 * 64), max(1, int(p["tf_layers"]) // (1 if on_gpu else 2)),
                      max(8, int(p["tf_seq"]) // s))
+
+    @classmethod
+    def estimate_s(cls, params: dict[str, Any], device: str, gpus: int) -> float:
+        return estimates.throughput(params, device, gpus)
+
+    @classmethod
+    def budget_stretch(cls, params: dict[str, Any]) -> tuple[str, float] | None:
+        return "measure_s", 2.0
 
     def run(self, ctx: CheckContext) -> Outcome:
         devices = torch_devices_or_skip(ctx)

@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from gpuaccept.checks import estimates
 from gpuaccept.checks.base import (
     Check,
     CheckContext,
@@ -159,6 +160,10 @@ class TrainCheck(Check):
         only with ``all_gpus: false``)."""
         chosen = devices if params.get("all_gpus", True) else devices[:1]
         return per_device(chosen, "train_loss_first", "train_loss_last", "train_loss_drop", "train_step_ms")
+
+    @classmethod
+    def estimate_s(cls, params: dict[str, Any], device: str, gpus: int) -> float:
+        return estimates.train(params, device, gpus)
 
     def run(self, ctx: CheckContext) -> Outcome:
         devices = torch_devices_or_skip(ctx)

@@ -55,6 +55,11 @@ def metric_line(m: Metric) -> str:
             + (f" {tags}" if tags else ""))
 
 
+def shown_name(result: CheckResult) -> str:
+    """The check's name, marked ``(re-run)`` for a deeper re-run of ``run --budget``'s second pass."""
+    return f"{result.name} (re-run)" if "rerun" in result.details else result.name
+
+
 def result_line(report: NodeReport) -> str:
     if report.verdict is Verdict.SUCCESS:
         return "[RESULT] SUCCESS"
@@ -99,7 +104,7 @@ class PlainConsole:
     def summary(self, report: NodeReport, tags: dict[str, str]) -> None:
         for r in report.checks:
             value, expect = describe_key(r, self.keys.get(r.name))
-            self._print(f"[RESULT] {r.name:<12} {r.status.value.upper():<5} {value} {expect}".rstrip())
+            self._print(f"[RESULT] {shown_name(r):<12} {r.status.value.upper():<5} {value} {expect}".rstrip())
         self._print(f"[RESULT] report: {report.run_id}")
         self._print(result_line(report))
 
@@ -148,7 +153,7 @@ class RichConsole:
             table.add_column(col)
         for r in report.checks:
             value, expect = describe_key(r, self.keys.get(r.name))
-            table.add_row(escape(r.name), f"[{_STYLE[r.status]}]{r.status.value.upper()}[/]", escape(value),
+            table.add_row(escape(shown_name(r)), f"[{_STYLE[r.status]}]{r.status.value.upper()}[/]", escape(value),
                           escape(expect),
                           f"{r.duration_s:.1f}s")
         self.console.print(table)
