@@ -144,3 +144,34 @@ def test_help_describes_the_budget() -> None:
     r = run_main("run", "--help")
     text = " ".join(r.out.split())  # as wide as the terminal
     assert r.rc == 0 and "--budget DURATION" in text and "fit the run in this window (90s, 10m, 1h30m" in text
+
+
+def test_launch_passes_the_budget_to_each_node_of_a_per_node_run(tmp_path: Path) -> None:
+    r = run_main("launch", "local", "--nodes", "2", "--per-node-only", "--device", "cpu", "--budget", "1h30m",
+                 "--results-dir", str(tmp_path), "--dry-run")
+    assert r.rc == 0, r.err
+    runs = [line for line in r.out.splitlines() if " -m gpuaccept run " in line]
+    assert len(runs) == 2 and all(" --budget 5400 " in line for line in runs), r.out
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("backend: local\nnodes: 1\nsuite:\n  device: cpu\n  budget: 90.5\n")
+    r = run_main("launch", "local", "--spec", str(spec), "--results-dir", str(tmp_path), "--dry-run")
+    assert r.rc == 0 and " --budget 90.500 " in r.out, r.out + r.err
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--nodes", "2"], "--budget fits one node's run in a window; under --distributed every rank"),
+    (["--nodes", "1", "--", "true"], "--budget is a suite option; it does not apply to a command after --"),
+    (["--nodes", "1", "--budget", "8d"], "is longer than the maximum, 7d"),
+])
+def test_launch_refuses_a_budget_it_cannot_honour(tmp_path: Path, args: list[str], words: str) -> None:
+    more = [] if "--budget" in args else ["--budget", "10m"]
+    line = run_main("launch", "local", *more, "--results-dir", str(tmp_path), "--dry-run", *args).one_line_error()
+    assert words in line, line
+
+
+def test_a_budgeted_node_launched_locally_reports_its_plan(tmp_path: Path) -> None:
+    r = gpuaccept("launch", "local", "--nodes", "1", "--device", "cpu", "--profile", "quick", "--checks",
+                  "env,compute", "--budget", "60s", "--results-dir", str(tmp_path), "--run-id", "b", timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    report = validate_report(next((tmp_path / "b").rglob("report.json")))
+    assert report["budget"]["budget_s"] == 60.0 and [c["name"] for c in report["budget"]["kept"]] == ["env", "compute"]

@@ -69,6 +69,10 @@ def add_suite_options(p: argparse.ArgumentParser) -> None:
                    help="scratch directory of the disk check (its path parameter, over --config; default: the "
                         "system temp directory); must exist and be writable, and the disk check must be selected "
                         "(--profile full or burnin, or --checks disk)")
+    g.add_argument("--budget", type=_duration, default=None, metavar="DURATION",
+                   help="fit the run in this window (90s, 10m, 1h30m; at most 7d): the checks and their depth are "
+                        "chosen to fit, those that do not are left out (--plan shows which and why), and suspect "
+                        "results are run again, deeper, with what is left (one node: not with --distributed)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,10 +85,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_suite_options(run)
     run.add_argument("--json", default=None, metavar="PATH", help="also write the report here ('-' for stdout)")
     run.add_argument("--plan", action="store_true", help="print the suite plan as JSON and run nothing")
-    run.add_argument("--budget", type=_duration, default=None, metavar="DURATION",
-                     help="fit the run in this window (90s, 10m, 1h30m; at most 7d): the checks and their depth are "
-                          "chosen to fit, those that do not are left out (--plan shows which and why), and suspect "
-                          "results are run again, deeper, with what is left")
     run.add_argument("--run-id", default=None, help=argparse.SUPPRESS)
     run.add_argument("--verbose", "-v", action="store_true", help="more detail, tracebacks of internal errors")
     from gpuaccept.results.autosave import add_history_options

@@ -64,7 +64,7 @@ BACKEND_HELP = {
 SHARED_FS_BACKENDS = ("local", "slurm", "mpi")
 #: Suite option dests (``gpuaccept run`` flags) other than --report-dir.
 SUITE_DESTS = ("profile", "checks", "skip", "device", "gpus", "expect_gpus", "require_gpu", "timeout_scale", "config",
-               "baseline", "baseline_thresholds", "disk_path")
+               "baseline", "baseline_thresholds", "disk_path", "budget")
 
 
 def _count(text: str) -> int:
@@ -262,6 +262,9 @@ def suite_args(args: argparse.Namespace) -> list[str]:
         out += ["--baseline-thresholds", os.path.abspath(args.baseline_thresholds)]
     if getattr(args, "disk_path", None) is not None:  # a directory on the node: passed as given
         out += ["--disk-path", args.disk_path]
+    budget = getattr(args, "budget", None)
+    if budget is not None:  # seconds, as gpuaccept run reads them back
+        out += ["--budget", str(int(budget)) if float(budget).is_integer() else f"{budget:.3f}"]
     return out
 
 
@@ -324,6 +327,9 @@ def build_spec(args: argparse.Namespace, backend_cls: Any) -> Any:
     else:
         distributed = not args.no_torchrun
     s_args = suite_args(args) if command is None else []
+    if command is None and distributed and getattr(args, "budget", None) is not None:
+        raise UsageError("--budget fits one node's run in a window; under --distributed every rank would plan its "
+                         "own: add --per-node-only (or launch one node)")
     if command is None and distributed:
         if not _run_supports_distributed():
             raise UsageError("--distributed: this gpuaccept's 'run' has no --distributed mode")

@@ -40,7 +40,7 @@ JOB_KEYS = frozenset({
 #: Keys of the ``suite:`` section (``gpuaccept run`` options).
 SUITE_KEYS = frozenset({
     "profile", "checks", "skip", "device", "gpus", "expect_gpus", "require_gpu", "timeout_scale", "config",
-    "disk_path",
+    "disk_path", "budget",
 })
 _ALIASES = {"mounts": "mount", "time_limit_min": "time", "gpus_per_node": "gpus_per_node"}
 
