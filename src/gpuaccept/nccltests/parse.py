@@ -191,6 +191,13 @@ class _Layout:
                    in_place=_measure(tokens[n + 4:n + 8], lineno, self.check_column), timestamp=stamp)
 
 
+def runs_in(text: str) -> int:
+    """How many nccl-tests runs a log holds: its ``# nThread .. nGpus .. minBytes`` lines, prefixes removed (pure).
+
+    One MPI job prints one (rank 0's); tasks started without MPI print one each."""
+    return sum(1 for raw in text.splitlines() if _CONFIG.match(_unprefix(raw).strip()))
+
+
 def parse_text(text: str) -> NcclTestsResult:
     """Parse the stdout of one nccl-tests binary (see the module docstring). Raises InputError."""
     devices: list[Device] = []
