@@ -24,11 +24,10 @@ small sizes drag it down). Equivalent reference: ``all_reduce_perf -b 4K -e 256M
 The busbw at large sizes is judged like the nccl_tests check's
 (:mod:`gpuaccept.nccltests.busbw`): a baseline, else ``min_busbw_gbs``, else the
 expectation derived from the fabric the ranks report (:mod:`gpuaccept.hw.fabric_expect`),
-which is shown as the metric's expected value. Off GPU there is no expectation: the
-check passes when every element is right. Rank 0's details hold every rank's time per row, so a slow
-rank is visible. Local rank 0 reads the RDMA counters before and after the sweep
-(``fabric_root``; :mod:`gpuaccept.checks.fabric_watch`): errors that rose under the
-sweep's load are reported per port, judged by the fabric check's rules.
+which is shown as the metric's expected value. Off GPU there is no expectation: the check passes
+when every element is right. Rank 0's details hold every rank's time per row, so a slow rank is
+visible. Local rank 0 reads the RDMA counters before and after the sweep (``fabric_root``;
+:mod:`gpuaccept.checks.fabric_watch`): errors that rose under the load are reported per port.
 
 On GPUs the largest size is capped at a quarter of the free memory (two
 buffer pools plus verification slices); with gloo on CPU at ``cpu_max_bytes``.
