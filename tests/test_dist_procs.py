@@ -422,8 +422,10 @@ def test_cuda_node_runs_the_distributed_checks_with_nccl_or_skips_with_one_gpu(t
                   "--report-dir", str(tmp_path), timeout=600)
     report = validate_report(only_run_dir(tmp_path) / "report.json")
     coll, = _checks(report, "collectives")
-    if torch.cuda.device_count() < 2:
-        assert r.returncode == 0 and coll["status"] == "skip" and "needs at least 2 ranks" in coll["reason"]
+    if torch.cuda.device_count() < 2:  # both checks skip: nothing measured (exit 5), not a pass
+        assert r.returncode == 5 and coll["status"] == "skip" and "needs at least 2 ranks" in coll["reason"], \
+            r.stdout + r.stderr
+        assert report["verdict"] == "nothing_measured"
         return
     assert r.returncode == 0, r.stdout + r.stderr
     assert coll["status"] == "pass" and coll["details"]["ranks"]["0"]["backend"] == "nccl"

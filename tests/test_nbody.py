@@ -192,7 +192,33 @@ def test_failed_compilation_falls_back_to_eager_unless_strict() -> None:
     assert res.ok and res.kernel == "eager"
     assert "torch.compile failed on cpu: RuntimeError: inductor said no" in res.kernel_note
     with pytest.raises(KernelUnavailable):
-        Kernel("compiled", "fused", broken, strict=True).prepare(CPU, torch.float32, (8,))
+        Kernel("compiled", "fused", broken, strict=True).prepare(CPU, torch.float32, (8,), 1e-3)
+
+
+def test_every_compilation_happens_in_prepare() -> None:
+    """dynamo specializes on the softening (a Python float): prepare must compile with the value the runs
+    pass, or each size compiles again in the untimed checks, outside compile_s."""
+    from torch._dynamo.testing import CompileCounter
+
+    from gpuaccept.checks.nbody_kernel import Kernel, fused_accelerations
+
+    counter = CompileCounter()  # counts the graphs dynamo compiles, runs them eagerly (no C++ compiler needed)
+    fn = torch.compile(fused_accelerations, dynamic=False, fullgraph=True, backend=counter)
+    kernel = Kernel("compiled", "fused", fn, strict=True)
+    seen: list[int] = []
+    real_prepare = Kernel.prepare
+
+    def prepare(self: Kernel, *args: Any) -> Kernel:
+        out = real_prepare(self, *args)
+        seen.append(counter.frame_count)
+        return out
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Kernel, "prepare", prepare)
+        res = measure_nbody(CPU, 96, steps=2, warmup=1, kernel=kernel)
+    assert res.kernel == "compiled" and res.ok, res
+    assert seen == [2]  # the check's small case and the timed size
+    assert counter.frame_count == 2, "a size compiled again after prepare"
 
 
 def test_quick_profile_times_eager_and_says_why() -> None:

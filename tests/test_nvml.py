@@ -362,6 +362,19 @@ def test_dump_cli_without_driver() -> None:
     assert "NVML not available" in proc.stderr and proc.stdout == ""
 
 
+def test_memory_temperature_with_a_binding_lacking_newer_value_types(monkeypatch: pytest.MonkeyPatch) -> None:
+    """nvidia-ml-py before NVML_VALUE_TYPE_UNSIGNED_SHORT (or an old ``pynvml`` package shadowing it):
+    the field still reads, and a value of a type the binding does not know is unsupported, not a crash."""
+    fake = FakeNvml([h100(0), h100(1, nvmlDeviceGetFieldValues=lambda ids: [types.SimpleNamespace(
+        nvmlReturn=pynvml.NVML_SUCCESS, valueType=6, value=types.SimpleNamespace(usVal=40))])])
+    del fake.module.NVML_VALUE_TYPE_UNSIGNED_SHORT  # type: ignore[attr-defined]
+    fake.install(monkeypatch)
+    g0, g1 = nvml.read_snapshot().gpus
+    assert g0.memory_temperature_c == 47
+    assert g1.memory_temperature_c == UNSUPPORTED and "unknown NVML value type 6" in g1.errors["memory_temperature_c"]
+    assert g1.temperature_c == 45  # the rest of the GPU is read as before
+
+
 @pytest.mark.gpu
 def test_read_snapshot_on_gpu() -> None:
     import os

@@ -80,6 +80,14 @@ def test_unknown_or_ambiguous_names_do_not_match(gpu_name: str) -> None:
     assert match_sku(gpu_name) is None
 
 
+@pytest.mark.parametrize("gpu_name", ["NVIDIA A100-SXM4-40GB MIG 1g.5gb", "NVIDIA H100 80GB HBM3 MIG 3g.40gb",
+                                      "NVIDIA H100 80GB HBM3 MIG 7g.80gb", "NVIDIA H200 MIG 1g.18gb"])
+def test_mig_instances_match_no_sku(gpu_name: str) -> None:
+    """A MIG slice has a share of the GPU's SMs and bandwidth: the whole GPU's peaks must not judge it."""
+    assert match_sku(gpu_name.replace(" MIG", "").rsplit(" ", 1)[0]) is not None  # the parent GPU is known
+    assert match_sku(gpu_name) is None
+
+
 def test_matching_ignores_case_and_separators() -> None:
     sku = match_sku("nvidia a100_sxm4-80gb")
     assert sku is not None and sku.id == "a100_sxm4_80gb"

@@ -343,7 +343,8 @@ def test_gpuaccept_zygote_0_runs_the_cli_the_old_way(tmp_path: Path) -> None:
 @pytest.mark.gpu
 def test_the_warm_process_holds_no_gpu_memory(tmp_path: Path) -> None:
     """Once its imports are done, nvidia-smi does not list the warm process (no CUDA context, no GPU memory),
-    and a process forked from it finds CUDA not initialised."""
+    a process forked from it finds CUDA not initialised, and one forked after the warm process imported
+    torch._dynamo (train's warm import) runs a CUDA kernel: the driver was not started before the fork."""
     runner = _runner(tmp_path, ["probe"])
     runner.prepare()
     try:
@@ -353,5 +354,6 @@ def test_the_warm_process_holds_no_gpu_memory(tmp_path: Path) -> None:
         assert str(runner.warm.proc.pid) not in apps
     finally:
         runner.close_warm()
-    probe, = _runner(tmp_path / "run", ["probe"]).run().checks
+    probe, kernel = _runner(tmp_path / "run", ["probe", "cuda_kernel"]).run().checks
     assert _forked(probe) and probe.details["state"]["cuda_initialized"] is False
+    assert _forked(kernel) and kernel.details["cuda_initialized_before"] is False

@@ -3,7 +3,7 @@
 ``leaky`` changes every piece of process-wide state it can reach; ``probe`` (and ``probe2``, the
 same under another name) reports that state, and who forked it, in its details; ``segv`` and
 ``exits`` end their process without a result, a segfault and an ``os._exit``; ``stuck`` hangs the
-warm process before it forks.
+warm process before it forks; ``cuda_kernel`` runs a CUDA kernel (GPU only).
 """
 
 from __future__ import annotations
@@ -143,4 +143,28 @@ class Stuck(Check):
         return Outcome.passed("started", [])
 
 
-CHECKS = (Probe, Probe2, Leaky, Segv, Exits, Stuck)
+class CudaKernel(Check):
+    """Runs one CUDA kernel in its process: where the warm process had started the CUDA driver before
+    forking (``cuInit``, which ``torch.cuda.is_available()`` runs, unlike ``is_initialized``), it fails."""
+
+    name = "cuda_kernel"
+    tag = "ENV"
+    summary = "runs a tiny CUDA kernel"
+    profiles = ()
+    warm_imports = ("torch._dynamo",)  # as train and ddp_train ask the warm process to import
+
+    def run(self, ctx: CheckContext) -> Outcome:
+        import torch
+
+        from gpuaccept.checks.env import tiny_kernel
+
+        before = torch.cuda.is_initialized()
+        ok, error = tiny_kernel()
+        parent = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        if not ok:
+            return Outcome.failed(f"no CUDA kernel ran here: {error or 'CUDA not available'}", parent=parent)
+        return Outcome.passed("a CUDA kernel ran", [Metric("cuda_kernel_ok", 1.0, "bool", "cuda:0")],
+                              parent=parent, cuda_initialized_before=before)
+
+
+CHECKS = (Probe, Probe2, Leaky, Segv, Exits, Stuck, CudaKernel)

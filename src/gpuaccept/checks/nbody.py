@@ -232,7 +232,8 @@ def measure_nbody(device: torch.device, bodies: int, *, steps: int, warmup: int,
     import torch
 
     kernel = kernel or eager_kernel("eager kernel (asked for)")
-    kernel = kernel.prepare(device, {"fp32": torch.float32, "fp64": torch.float64}[dtype], (CHECK_BODIES, bodies))
+    kernel = kernel.prepare(device, {"fp32": torch.float32, "fp64": torch.float64}[dtype], (CHECK_BODIES, bodies),
+                            SOFTENING * SOFTENING)  # what NBodySystem passes
     small_acc, small_pos = verify_small(device, dtype, kernel=kernel)
     system = NBodySystem(device, bodies, dtype, seed, kernel=kernel)
     pos, _, mass = system.state()

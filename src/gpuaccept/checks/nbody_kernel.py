@@ -94,9 +94,11 @@ class Kernel:
     compile_s: float = 0.0  # seconds of the untimed first calls that compiled it
     strict: bool = False  # a failed compilation raises (True) or falls back to eager (False)
 
-    def prepare(self, device: torch.device, dtype: torch.dtype, sizes: tuple[int, ...]) -> Kernel:
+    def prepare(self, device: torch.device, dtype: torch.dtype, sizes: tuple[int, ...], softening2: float) -> Kernel:
         """Compile for each of ``sizes`` bodies by calling once (untimed), adding to ``compile_s``.
 
+        ``softening2`` must be the value the runs pass: dynamo specializes on a
+        Python float, so another value would compile again, outside ``compile_s``.
         Returns this kernel, or an eager one whose note says why compilation
         failed (:class:`KernelUnavailable` when ``strict``).
         """
@@ -109,7 +111,7 @@ class Kernel:
             mass = torch.full((n,), 1.0 / n, device=device, dtype=dtype)
             t0 = time.perf_counter()
             try:
-                self.fn(pos, mass, 1e-3)
+                self.fn(pos, mass, softening2)
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
             except Exception as exc:  # inductor, Triton and C++ compiler errors have no common base

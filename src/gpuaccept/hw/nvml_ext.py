@@ -59,12 +59,20 @@ def read_nvlink_errors(nvml: Any, handle: Any, active: list[bool]) -> tuple[dict
     return out, ("" if out else last)
 
 
+VALUE_FIELDS: Final[dict[str, str]] = {
+    "NVML_VALUE_TYPE_DOUBLE": "dVal", "NVML_VALUE_TYPE_UNSIGNED_INT": "uiVal",
+    "NVML_VALUE_TYPE_UNSIGNED_LONG": "ulVal", "NVML_VALUE_TYPE_UNSIGNED_LONG_LONG": "ullVal",
+    "NVML_VALUE_TYPE_SIGNED_LONG_LONG": "sllVal", "NVML_VALUE_TYPE_SIGNED_INT": "siVal",
+    "NVML_VALUE_TYPE_UNSIGNED_SHORT": "usVal",
+}
+"""``nvmlValueType_t`` constant -> ``c_nvmlValue_t`` member. An older binding lacks the newest
+constants (UNSIGNED_SHORT): those types then read as unknown, never as an AttributeError."""
+
+
 def field_value(nvml: Any, value: Any) -> float | None:
-    """The number in one ``c_nvmlFieldValue_t`` by its ``valueType``, None for an unknown type."""
-    attr = {nvml.NVML_VALUE_TYPE_DOUBLE: "dVal", nvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
-            nvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal", nvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
-            nvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal", nvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
-            nvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal"}.get(int(value.valueType))
+    """The number in one ``c_nvmlFieldValue_t`` by its ``valueType``, None for a type unknown to this binding."""
+    by_type = {getattr(nvml, const): member for const, member in VALUE_FIELDS.items() if hasattr(nvml, const)}
+    attr = by_type.get(int(value.valueType))
     return None if attr is None else float(getattr(value.value, attr))
 
 

@@ -22,6 +22,8 @@ import yaml
 from gpuaccept.errors import ConfigError
 
 DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8")
+MIG_WORD = "MIG"
+"""The word in the name of a MIG instance (``... MIG 1g.10gb``), which no SKU describes."""
 
 # PCIe transfer rate per lane in GT/s and line-code efficiency, by generation.
 _PCIE_GTS = {1: (2.5, 8 / 10), 2: (5.0, 8 / 10), 3: (8.0, 128 / 130), 4: (16.0, 128 / 130),
@@ -257,8 +259,12 @@ def _load(path: str | Path | None) -> dict[str, Sku]:
 def match_sku(gpu_name: str, skus: Mapping[str, Sku] | None = None) -> Sku | None:
     """The SKU whose most specific pattern matches ``gpu_name`` (None if none or a tie).
 
-    ``"NVIDIA H100 80GB HBM3"`` -> ``h100_sxm``; ``"NVIDIA H100 NVL"`` -> ``h100_nvl``.
+    ``"NVIDIA H100 80GB HBM3"`` -> ``h100_sxm``; ``"NVIDIA H100 NVL"`` -> ``h100_nvl``. A MIG
+    instance (``"NVIDIA H100 80GB HBM3 MIG 3g.40gb"``, as CUDA names it) matches nothing: it has
+    a share of the GPU's SMs and memory bandwidth, so the whole GPU's peaks do not apply to it.
     """
+    if MIG_WORD in _words(gpu_name):
+        return None
     table = _load_packaged() if skus is None else skus
     ranked = sorted(((s.match_rank(gpu_name), s) for s in table.values()), key=lambda t: -t[0])
     if not ranked or ranked[0][0] == 0:
