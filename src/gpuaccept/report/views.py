@@ -107,6 +107,11 @@ def problems(nodes: Sequence[NodeView]) -> list[tuple[NodeView, CheckResult]]:
     return sorted(rows, key=lambda r: (-r[1].status.severity, r[0].host, r[1].name))
 
 
+def shown_name(result: CheckResult) -> str:
+    """The check's name, marked ``(re-run)`` for a deeper re-run of ``run --budget``'s second pass."""
+    return f"{result.name} (re-run)" if result.is_rerun else result.name
+
+
 def tags_key(tags: dict[str, Any]) -> str:
     """Canonical text of a tag dict (sorted keys): equal tags give equal keys."""
     return json.dumps(tags, sort_keys=True, separators=(",", ":"), default=str)
