@@ -13,12 +13,13 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from gpuaccept.model import Metric, NodeReport
+from gpuaccept.model import ClusterReport, Metric, NodeEntry, NodeReport, NodeState
 from gpuaccept.report.budget_view import budget_view
 from gpuaccept.report.html import render_html
 from gpuaccept.report.junit import render_junit
 from gpuaccept.report.markdown import render_markdown
 from gpuaccept.report.prometheus import render_prometheus
+from gpuaccept.report.views import heatmap, node_views, sweeps
 from tests.chromium import render
 from tests.helpers import gpuaccept, validate_report
 from tests.report_data import NODE_BUDGET, node_budget, node_cpu, write_json
@@ -232,3 +233,30 @@ def test_a_metric_tag_named_rerun_does_not_take_the_label() -> None:
     metric = _parse(render_prometheus(rep))["gpuaccept_metric"]
     odd = {(s.labels["rerun"], s.labels["tag_rerun"]): s.value for s in metric if s.labels["metric"] == "odd"}
     assert odd == {("", "7"): 1.0, ("", "8"): 2.0}  # told apart by the tag, renamed; neither is a re-run
+
+
+def test_heatmap_and_curves_compare_each_nodes_first_pass() -> None:
+    """A node's re-run is shown with its check, never in the node x metric heatmap or a bandwidth curve, where
+    its values (another depth) would stand for the node or join its first-pass curve."""
+    nodes = []
+    for i in (1, 2):
+        rep = _without_rerun(node_budget())
+        rep.host = f"vm{i}"
+        for c in rep.checks:
+            c.host = None
+            for m in c.metrics:
+                m.value *= 1 + i / 100
+        nodes.append(NodeEntry(rep.host, NodeState.REPORTED, rep, node_rank=i - 1))
+    plain = ClusterReport("c", "local", "2026-11-24T11:29:29Z", expected_nodes=2, nodes=nodes)
+    with_rerun = copy.deepcopy(plain)
+    rep = with_rerun.nodes[0].report
+    assert rep is not None
+    again = copy.deepcopy(next(c for c in rep.checks if c.name == "collectives"))
+    again.details = {"rerun": {"name": "collectives", "level": "standard", "why": "it warned"}}
+    for m in again.metrics:
+        m.value *= 0.1
+    rep.checks.append(again)
+    assert heatmap(node_views(with_rerun)) == heatmap(node_views(plain))
+    assert sweeps(node_views(with_rerun)) == sweeps(node_views(plain)) != []
+    html = render_html(with_rerun)
+    assert html.count('<span class="badge rerun">re-run</span>') == 2  # the check's table and its details

@@ -380,6 +380,9 @@ def _raw_details(check: CheckResult) -> str:
     return f'<details class="raw"><summary>details</summary><pre>{e(text)}</pre></details>'
 
 
+_NO_OUTLIERS = OutlierIndex([])
+
+
 def _check_section(name: str, nodes: Sequence[NodeView], idx: OutlierIndex, swept: set[str],
                    detail_hosts: set[str] | None, cluster: bool) -> str:
     entries = [(n, c) for n in nodes for c in n.checks if c.name == name]
@@ -407,10 +410,12 @@ def _check_section(name: str, nodes: Sequence[NodeView], idx: OutlierIndex, swep
         if detail_hosts is not None and host not in detail_hosts:
             left_out += 1
             continue
-        inner = _bar_groups(c, host, idx, swept) + _metrics_table(c, host, idx) + _raw_details(c)
+        own = idx if not c.is_rerun else _NO_OUTLIERS  # the analysis judged the first pass, not a re-run
+        inner = _bar_groups(c, host, own, swept if not c.is_rerun else set()) + _metrics_table(c, host, own) + \
+            _raw_details(c)
         if not inner:
             continue
-        flagged = any(idx.for_host_metric(host, c.name, m.name) for m in c.metrics)
+        flagged = any(own.for_host_metric(host, c.name, m.name) for m in c.metrics)
         node_ok = c.status in (Status.PASS, Status.SKIP) and not flagged
         opened = " open" if not cluster or not node_ok else ""
         mark = f' {_badge("outlier")}' if flagged else ""

@@ -135,7 +135,8 @@ def render_junit(report: NodeReport | ClusterReport, analysis: dict[str, Any] | 
             lines = [f"OUTLIER: {o.metric}" + (f" on {o.device}" if o.device else "")
                      + f" = {o.value:g} (median {o.median if o.median is not None else float('nan'):g}, "
                      f"z={o.z if o.z is not None else float('nan'):.2f})"
-                     for o in outs if o.host == check_host(check, node) and o.check == check.name]
+                     for o in outs if o.host == check_host(check, node) and o.check == check.name
+                     and not check.is_rerun]  # the analysis judged the first pass
             if check.name in not_rerun and not check.is_rerun:
                 lines.append(f"BUDGET: suspect: {not_rerun[check.name]}")
             _testcase(suite, node, check, lines)
