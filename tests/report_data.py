@@ -13,6 +13,7 @@ DATA = Path(__file__).resolve().parent / "data" / "reports"
 CLUSTER = DATA / "cluster-h100.json"
 NODE_CPU = DATA / "node-cpu.json"
 NODE_COLLECTIVES = DATA / "node-cpu-collectives.json"
+NODE_BUDGET = DATA / "node-cpu-budget.json"
 
 HOSTILE_REASON = 'rate "low" | <script>console.error("injected")</script> & <b>bold</b>'
 HOSTILE_HOST = 'gpu-node-99"><img src=x onerror="console.error(1)">'
@@ -26,6 +27,13 @@ def cluster() -> ClusterReport:
 
 def node_cpu() -> NodeReport:
     rep = load_file(NODE_CPU)
+    assert isinstance(rep, NodeReport)
+    return rep
+
+
+def node_budget() -> NodeReport:
+    """A real ``run --budget`` (see the README): ``stress`` left out, ``train`` run again deeper."""
+    rep = load_file(NODE_BUDGET)
     assert isinstance(rep, NodeReport)
     return rep
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import sys
@@ -274,3 +275,26 @@ def test_bench_runs_and_finds_what_was_planted(capsys: pytest.CaptureFixture[str
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("BENCH_ANALYSIS "))
     out = json.loads(line.split(" ", 1)[1])
     assert out["planted_missed"] == [] and out["unexpected_hosts"] == [] and out["values"] == 40 * 8 * 50 + 40 * 3
+
+
+def _with_rerun(c: ClusterReport, node: int, factor: float) -> ClusterReport:
+    """``c`` with a deeper ``run --budget`` re-run of node ``node``'s compute check, its values times ``factor``."""
+    out = copy.deepcopy(c)
+    rep = out.nodes[node].report
+    assert rep is not None
+    first = next(x for x in rep.checks if x.name == "compute")
+    rerun = copy.deepcopy(first)
+    rerun.details = {"rerun": {"name": "compute", "level": "full", "why": "it warned"}}
+    for m in rerun.metrics:
+        m.value *= factor
+    rep.checks.append(rerun)
+    return out
+
+
+def test_a_budget_rerun_is_not_a_sample() -> None:
+    """The analysis judges each node's first pass: a re-run (another depth, a node already suspect) would
+    count the node twice; here its values at half speed would flag the node on its own re-run."""
+    c = fleet(16, nodes=6)
+    plain = analyze(c)
+    assert plain["outliers"] == []
+    assert analyze(_with_rerun(c, 2, 0.5)) == plain

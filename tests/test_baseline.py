@@ -501,3 +501,19 @@ def test_bounds_stay_inside_the_metric_domain() -> None:
     b = Baseline(skus={"cpu": (BaselineEntry("stream_copy_gbs", 26.33, "GB/s", 0.2, 40),)})
     m = apply_baseline(rep, b).checks[0].metrics[0]
     assert m.threshold is not None and m.threshold.value > 0 and not m.threshold.clamped
+
+
+def test_learning_leaves_budget_reruns_out() -> None:
+    """Each run counts once, with its first pass: a re-run (``details.rerun``) of a suspect node, measured at
+    another depth, would add a second, lower value of that node to its group."""
+    rng = np.random.default_rng(29)
+    reports = [node_report(f"h{i}", rng, gpus=1, run_id=f"r{i}") for i in range(4)]
+    plain = learn_baseline(reports, min_samples=3, created="2026-11-24T00:00:00Z")
+    rerun = copy.deepcopy(reports[0].checks[1])
+    rerun.details = {"rerun": {"name": rerun.name, "level": "full", "why": "it warned"}}
+    for m in rerun.metrics:
+        m.value *= 0.5
+    reports[0].checks.append(rerun)
+    learned = learn_baseline(reports, min_samples=3, created="2026-11-24T00:00:00Z")
+    assert learned.skus == plain.skus and learned.runs == 4
+    assert all(e.n == 4 for e in learned.skus["h100_sxm"])

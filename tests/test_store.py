@@ -180,7 +180,7 @@ def _write_v1(url: str, rep: NodeReport) -> None:
     ex(f"INSERT INTO runs (id, {', '.join(cols)}) VALUES (1, {', '.join('?' * len(cols))})", tuple(vals))
     for i, fc in enumerate(flat.checks, 1):
         ex("INSERT INTO checks (id, run, name, status, reason, duration_s, rank, host) VALUES (?, 1, ?, ?, ?, ?, ?, ?)",
-           (i, *fc.row))
+           (i, *fc.row[:6]))  # v1's check columns
         for m in fc.metrics:
             ex("INSERT INTO metrics (run, check_id, host, check_name, name, device, value, unit, expected, "
                "threshold_op, threshold_value, dtype, size_bytes, tags_json) "

@@ -132,7 +132,7 @@ def _write_v2(url: str, reps: list[NodeReport]) -> None:
         for fc in flat.checks:
             check_id += 1
             ex("INSERT INTO checks (id, run, name, status, reason, duration_s, rank, host) "
-               "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (check_id, run_pk, *fc.row))
+               "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (check_id, run_pk, *fc.row[:6]))
             for m in fc.metrics:
                 ex(f"INSERT INTO metrics (run, check_id, {', '.join(v2_metric_cols)}) "
                    f"VALUES (?, ?, {', '.join('?' * len(v2_metric_cols))})",

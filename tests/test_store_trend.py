@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import random
 
@@ -157,3 +158,22 @@ def test_compare_cluster_runs_by_host() -> None:
     assert sorted({x["host"] for x in cmp.only_a}) == ["n2"]
     assert sorted({x["host"] for x in cmp.only_b}) == ["n3"]
     assert [d.host for d in compare_reports(a, b, host="n1").deltas if d.metric == "gpu_count"] == ["n1"]
+
+
+def test_compare_holds_each_runs_first_pass() -> None:
+    """A ``run --budget`` re-run (another depth, on one side only) is not compared: the first passes are."""
+    from tests.report_data import node_budget
+
+    a = node_budget()
+    b = copy.deepcopy(a)
+    b.run_id += "-b"
+    first = next(c for c in b.checks if c.name == "train")
+    first.metrics[2].value = 0.5  # the first pass's train_loss_drop moved; the re-run's did not
+    cmp = compare_reports(a, b, check="train")
+    assert cmp.only_a == [] and cmp.only_b == []
+    drop = next(d for d in cmp.deltas if d.metric == "train_loss_drop")
+    assert (drop.a, drop.b) == (a.checks[3].metrics[2].value, 0.5) and drop.worse
+    assert len(cmp.deltas) == len(first.metrics)  # one delta per metric, not one per result
+    plain = copy.deepcopy(a)
+    plain.checks = [c for c in plain.checks if not c.is_rerun]
+    assert compare_reports(plain, a).only_b == []  # a re-run's own depth (steps=200) is not a metric of its own

@@ -85,6 +85,17 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
+def fmt_s(seconds: float, up: bool = True) -> str:
+    """``45s``, ``6m12s``, ``1h30m``, ``2d3h``: whole seconds, rounded up (a need), or down (``up=False``:
+    what is left)."""
+    s = max(0, math.ceil(seconds - 1e-9) if up else math.floor(seconds + 1e-9))
+    for unit, size, sub, sub_size in (("d", 86400, "h", 3600), ("h", 3600, "m", 60), ("m", 60, "s", 1)):
+        if s >= size:
+            rest = (s % size) // sub_size
+            return f"{s // size}{unit}" + (f"{rest}{sub}" if rest else "")
+    return f"{s}s"
+
+
 def duration(text: str) -> float:
     """argparse converter for :func:`parse_duration`."""
     try:

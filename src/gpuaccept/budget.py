@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gpuaccept.argtypes import fmt_s as fmt_s  # the one format of a duration, beside its parser
 from gpuaccept.checks.base import PROFILES, Check
 from gpuaccept.config import Config
 from gpuaccept.errors import UsageError
@@ -46,17 +47,6 @@ NEAR_FRACTION = 0.05
 """A metric within this fraction of its bound (of the bound's size) is near it (:func:`suspect`)."""
 ASSUMED_GPUS = 8
 """GPUs a CUDA run is planned for when NVML cannot count the selected ones."""
-
-
-def fmt_s(seconds: float, up: bool = True) -> str:
-    """``45s``, ``6m12s``, ``1h30m``, ``2d3h``: whole seconds, rounded up (a need), or down (``up=False``:
-    what is left)."""
-    s = max(0, math.ceil(seconds - 1e-9) if up else math.floor(seconds + 1e-9))
-    for unit, size, sub, sub_size in (("d", 86400, "h", 3600), ("h", 3600, "m", 60), ("m", 60, "s", 1)):
-        if s >= size:
-            rest = (s % size) // sub_size
-            return f"{s // size}{unit}" + (f"{rest}{sub}" if rest else "")
-    return f"{s}s"
 
 
 @dataclass(frozen=True)

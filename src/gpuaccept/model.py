@@ -174,6 +174,12 @@ class CheckResult:
     rank: int | None = None
     host: str | None = None
 
+    @property
+    def is_rerun(self) -> bool:
+        """A deeper re-run from ``run --budget``'s second pass (``details.rerun``): a second result under the
+        check's name, after the first pass's. Series, baselines and comparisons use the first pass only."""
+        return isinstance(self.details, dict) and "rerun" in self.details
+
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
             "name": self.name,

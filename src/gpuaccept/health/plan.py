@@ -4,6 +4,14 @@ The plan is the ordinary suite plan (:func:`gpuaccept.suite.plan_suite`) of four
 ``quick`` parameters, made shorter where a health check allows it, with every timeout cut so that
 the whole run fits in the budget. Configuration files (``--config``) apply as for ``gpuaccept run``:
 their parameters, thresholds and timeouts win over these.
+
+The budget here is a deadline, not a choice: every check not ``--skip``-ped runs, and one the budget
+leaves no time for is a FAIL. ``run --budget``'s planner (:mod:`gpuaccept.budget`) is not used: it
+leaves out what its estimates say does not fit and calls the run a success without it, and its
+estimates are deliberately long (on 8 GPUs it would keep only ``disk_space`` at ``--budget 10`` and
+leave out ``health`` and ``compute`` at 20, where the checks take about 7 s), so a node would be called
+healthy without its GPU checks; and each check has one level here (these parameters), so there is no
+depth to choose.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from rich.markup import escape
 
 from gpuaccept.model import CheckResult, Metric, NodeReport, Status, Verdict
 from gpuaccept.report.units import fmt_value
-from gpuaccept.report.views import bound_text, headline_metric, reference_text
+from gpuaccept.report.views import bound_text, headline_metric, reference_text, shown_name
 from gpuaccept.runner import RunEvents
 from gpuaccept.suite import PlannedCheck, SuitePlan
 
@@ -53,11 +53,6 @@ def metric_line(m: Metric) -> str:
     tags = " ".join(f"{k}={v}" for k, v in m.tags.items())
     return (f"{m.name}{where} = {fmt_value(m.value, m.unit)}" + (f" ({', '.join(extra)})" if extra else "")
             + (f" {tags}" if tags else ""))
-
-
-def shown_name(result: CheckResult) -> str:
-    """The check's name, marked ``(re-run)`` for a deeper re-run of ``run --budget``'s second pass."""
-    return f"{result.name} (re-run)" if "rerun" in result.details else result.name
 
 
 def result_line(report: NodeReport) -> str:

@@ -2,9 +2,11 @@
 
 Sections: the verdict and run facts; what needs attention (failed, errored
 and warned checks, missing nodes); outliers from the cluster analysis; a node
-× metric heatmap (cluster reports); value-vs-message-size curves for swept
-metrics such as collectives' bus bandwidth; and a section per check with a
-table of nodes, per-GPU bars against the expectation and threshold, and the
+× metric heatmap (cluster reports); the time budget of a ``run --budget``
+(each check kept at which level, those left out and why, the deeper re-runs);
+value-vs-message-size curves for swept metrics such as collectives' bus
+bandwidth; and a section per check with a table of nodes (a deeper re-run
+badged ``re-run``), per-GPU bars against the expectation and threshold, and the
 metrics. Every string from a report is HTML-escaped, and a
 Content-Security-Policy allows no network access and no script but the
 page's own.
@@ -23,6 +25,7 @@ from typing import Any
 from gpuaccept import __version__
 from gpuaccept.model import CheckResult, ClusterReport, Metric, NodeReport, Status
 from gpuaccept.report import svg
+from gpuaccept.report.budget_view import BudgetView, budget_view, budget_views
 from gpuaccept.report.html_assets import CSS, JS
 from gpuaccept.report.svg import e
 from gpuaccept.report.units import display_unit
@@ -131,6 +134,9 @@ def _header(report: NodeReport | ClusterReport, nodes: Sequence[NodeView]) -> st
         facts.append(("GPUs measured", str(len(gpus))))
     facts.append(("checks", " ".join(_badge(s, f"{counts[s]} {s.value}") for s in STATUS_ORDER if counts[s])
                   or "none"))
+    budget = budget_view(report) if isinstance(report, NodeReport) else None
+    if budget is not None:
+        facts.append(("time budget", f'<a href="#budget">{e(budget.summary())}</a>'))
     version = report.version if isinstance(report, NodeReport) else ""
     if version:
         facts.append(("gpuaccept", e(version)))
@@ -139,6 +145,34 @@ def _header(report: NodeReport | ClusterReport, nodes: Sequence[NodeView]) -> st
     return (f'<header><h1>gpuaccept {kind} report</h1>'
             f'<div id="verdict" class="verdict {e(verdict)}" data-verdict="{e(verdict)}">{e(verdict.upper())}</div>'
             f'<dl class="facts">{dl}</dl></header>')
+
+
+def _rerun_mark(c: CheckResult) -> str:
+    """A ``re-run`` badge for a deeper re-run of ``run --budget``'s second pass (empty for others)."""
+    return f' {_badge("rerun", "re-run")}' if c.is_rerun else ""
+
+
+_BUDGET_CLASS = {"kept": "ok", "re-run": "rerun", "left out": "left-out", "not re-run": "not-rerun"}
+
+
+def _budget_section(views: Sequence[BudgetView], cluster: bool) -> str:
+    rows = []
+    for v in views:
+        for r in v.rows:
+            state = _badge(_BUDGET_CLASS[r.state], r.state) if r.state != "kept" else "kept"
+            host = f"<td>{e(v.host)}</td>" if cluster else ""
+            link = f'<a href="#check-{e(r.name)}">{e(r.name)}</a>' if r.state != "left out" else e(r.name)
+            rows.append(f'<tr class="{_BUDGET_CLASS[r.state]}" data-budget="{e(r.state)}">{host}<td>{link}</td>'
+                        f'<td>{state}</td><td>{e(r.level_text)}</td>{_num_td(r.estimate_s, r.estimate_text)}'
+                        f'<td class="reason">{e(r.why)}</td></tr>')
+    summary = "".join(f"<p>{e((v.host + ': ') if cluster else '')}{e(v.summary())}</p>" for v in views)
+    return ('<section id="budget"><h2>Time budget</h2>'
+            f'{summary}<p class="muted">Each check at the level the budget chose (a profile\'s values), the checks '
+            'it left out and why, and the deeper re-runs of suspect results (a re-run adds a result; the first '
+            'pass\'s stays).</p>'
+            f'<table class="sortable budget"><thead><tr>{"<th>host</th>" if cluster else ""}<th>check</th>'
+            '<th>budget</th><th>level</th><th>estimate</th><th>why</th></tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table></section>')
 
 
 def _problems_section(nodes: Sequence[NodeView]) -> str:
@@ -150,7 +184,8 @@ def _problems_section(nodes: Sequence[NodeView]) -> str:
     for n, c in problems(nodes):
         hm = headline_metric(c)
         rows.append(f'<tr class="st-{c.status.value}"><td>{e(check_host(c, n))}</td><td>{_st(c.status)}</td>'
-                    f'<td><a href="#check-{e(c.name)}">{e(c.name)}</a></td><td class="reason">{e(c.reason)}</td>'
+                    f'<td><a href="#check-{e(c.name)}">{e(c.name)}</a>{_rerun_mark(c)}</td>'
+                    f'<td class="reason">{e(c.reason)}</td>'
                     f'<td>{e(_describe_metric(hm)) if hm is not None else ""}</td></tr>')
     if not rows:
         body = '<p class="ok-note">Nothing failed, errored or warned.</p>'
@@ -345,6 +380,9 @@ def _raw_details(check: CheckResult) -> str:
     return f'<details class="raw"><summary>details</summary><pre>{e(text)}</pre></details>'
 
 
+_NO_OUTLIERS = OutlierIndex([])
+
+
 def _check_section(name: str, nodes: Sequence[NodeView], idx: OutlierIndex, swept: set[str],
                    detail_hosts: set[str] | None, cluster: bool) -> str:
     entries = [(n, c) for n in nodes for c in n.checks if c.name == name]
@@ -359,7 +397,7 @@ def _check_section(name: str, nodes: Sequence[NodeView], idx: OutlierIndex, swep
         hm = headline_metric(c)
         cls = "ok" if c.status in (Status.PASS, Status.SKIP) else f"st-{c.status.value}"
         rank = f" rank {c.rank}" if c.rank is not None else ""
-        rows.append(f'<tr class="{cls}"><td>{e(host)}{e(rank)}</td><td>{_st(c.status)}</td>'
+        rows.append(f'<tr class="{cls}"><td>{e(host)}{e(rank)}{_rerun_mark(c)}</td><td>{_st(c.status)}</td>'
                     f'{_num_td(c.duration_s, fmt_duration(c.duration_s))}'
                     f'<td>{e(_describe_metric(hm)) if hm is not None else ""}</td>'
                     f'<td class="reason">{e(c.reason)}</td></tr>')
@@ -372,15 +410,18 @@ def _check_section(name: str, nodes: Sequence[NodeView], idx: OutlierIndex, swep
         if detail_hosts is not None and host not in detail_hosts:
             left_out += 1
             continue
-        inner = _bar_groups(c, host, idx, swept) + _metrics_table(c, host, idx) + _raw_details(c)
+        own = idx if not c.is_rerun else _NO_OUTLIERS  # the analysis judged the first pass, not a re-run
+        inner = _bar_groups(c, host, own, swept if not c.is_rerun else set()) + _metrics_table(c, host, own) + \
+            _raw_details(c)
         if not inner:
             continue
-        flagged = any(idx.for_host_metric(host, c.name, m.name) for m in c.metrics)
+        flagged = any(own.for_host_metric(host, c.name, m.name) for m in c.metrics)
         node_ok = c.status in (Status.PASS, Status.SKIP) and not flagged
         opened = " open" if not cluster or not node_ok else ""
         mark = f' {_badge("outlier")}' if flagged else ""
         parts.append(f'<details class="node {"ok" if node_ok else "bad"}"{opened} data-host="{e(host)}">'
-                     f'<summary><b>{e(host)}</b> {_st(c.status)}{mark} <span class="muted">{e(c.reason)}</span>'
+                     f'<summary><b>{e(host)}</b>{_rerun_mark(c)} {_st(c.status)}{mark} '
+                     f'<span class="muted">{e(c.reason)}</span>'
                      f'</summary>{inner}</details>')
     note = (f'<p class="muted">Metrics of {left_out} healthy nodes are left out of this page; render one with '
             '<code>gpuaccept report RUN --host HOST</code>.</p>' if left_out else "")
@@ -414,6 +455,10 @@ def render_html(report: NodeReport | ClusterReport, *, analysis: dict[str, Any] 
     if cluster:
         sections.append(_heatmap_section(heatmap(nodes), nodes, idx))
         nav.append('<a href="#heatmap">heatmap</a>')
+    budgets = budget_views(nodes)
+    if budgets:
+        sections.append(_budget_section(budgets, cluster))
+        nav.append('<a href="#budget">time budget</a>')
     if sweep_list:
         sections.append(_sweep_section(sweep_list, highlight))
         nav.append('<a href="#collectives">bandwidth vs size</a>')

@@ -32,6 +32,8 @@ dl.facts dt { color: var(--muted); } dl.facts dd { margin: 0; }
 .badge.fail { background: var(--fail); } .badge.error { background: var(--error); }
 .badge.skip { background: var(--skip); } .badge.missing { background: #37474f; }
 .badge.outlier { background: var(--outlier); }
+.badge.rerun { background: #1565c0; } .badge.left-out, .badge.not-rerun { background: #37474f; }
+tr.left-out td, tr.not-rerun td { background: #eceff1; }
 nav { margin: 8px 0; } nav a { margin-right: 14px; }
 table { border-collapse: collapse; margin: 6px 0 10px; }
 th, td { border: 1px solid var(--line); padding: 3px 8px; text-align: left; vertical-align: top; }

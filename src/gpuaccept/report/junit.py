@@ -8,6 +8,12 @@ out-of-bound metrics as text; ``warn`` passes with the reason in
 ``<system-out>``. A node of a cluster that never reported is a testcase named
 ``report`` with an ``<error>``. Characters XML 1.0 cannot hold (terminal
 escapes from tool output) are replaced.
+
+A ``run --budget`` report: each check the budget left out is a testcase with
+``<skipped>`` whose message says why (so a CI dashboard shows it was not run,
+rather than dropping it), a deeper re-run is a testcase of its own named
+``CHECK (re-run)``, a suspect result that was not re-run says why in its
+testcase's output, and the node's ``budget`` property sums the plan up.
 """
 
 from __future__ import annotations
@@ -17,7 +23,9 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Any
 
+from gpuaccept.argtypes import fmt_s
 from gpuaccept.model import CheckResult, ClusterReport, NodeReport, Status
+from gpuaccept.report.budget_view import budget_view
 from gpuaccept.report.views import (
     NodeView,
     bound_text,
@@ -74,7 +82,8 @@ def _fabric_lines(check: CheckResult) -> list[str]:
 
 def _testcase(suite: ET.Element, node: NodeView, check: CheckResult, outlier_lines: list[str]) -> None:
     host = check_host(check, node)
-    name = check.name + (f" rank {check.rank}" if check.rank is not None else "")
+    name = check.name + (f" rank {check.rank}" if check.rank is not None else "") + \
+        (" (re-run)" if check.is_rerun else "")
     case = ET.SubElement(suite, "testcase", classname=xml_text(host), name=xml_text(name),
                          time=_seconds(check.duration_s))
     reason = xml_text(check.reason)
@@ -118,17 +127,32 @@ def render_junit(report: NodeReport | ClusterReport, analysis: dict[str, Any] | 
             ET.SubElement(case, "error", message=msg, type="missing").text = msg
             counts["tests"] += 1
             counts["errors"] += 1
+        budget = budget_view(node.report) if node.report is not None else None
+        if budget is not None:
+            ET.SubElement(props, "property", name="budget", value=xml_text(budget.summary()))
+        not_rerun = {r.name: r.why for r in budget.by_state("not re-run")} if budget is not None else {}
         for check in node.checks:
             lines = [f"OUTLIER: {o.metric}" + (f" on {o.device}" if o.device else "")
                      + f" = {o.value:g} (median {o.median if o.median is not None else float('nan'):g}, "
                      f"z={o.z if o.z is not None else float('nan'):.2f})"
-                     for o in outs if o.host == check_host(check, node) and o.check == check.name]
+                     for o in outs if o.host == check_host(check, node) and o.check == check.name
+                     and not check.is_rerun]  # the analysis judged the first pass
+            if check.name in not_rerun and not check.is_rerun:
+                lines.append(f"BUDGET: suspect: {not_rerun[check.name]}")
             _testcase(suite, node, check, lines)
             counts["tests"] += 1
             counts["failures"] += check.status is Status.FAIL
             counts["errors"] += check.status is Status.ERROR
             counts["skipped"] += check.status is Status.SKIP
             time_s += check.duration_s if math.isfinite(check.duration_s) else 0.0
+        for left in budget.by_state("left out") if budget is not None else []:
+            assert budget is not None
+            case = ET.SubElement(suite, "testcase", classname=xml_text(node.host), name=xml_text(left.name),
+                                 time="0.000")
+            why = f"left out by --budget {fmt_s(budget.budget_s)}: {left.why}"
+            ET.SubElement(case, "skipped", message=xml_text(why))
+            counts["tests"] += 1
+            counts["skipped"] += 1
         for key, value in counts.items():
             suite.set(key, str(value))
             totals[key] += value

@@ -1,9 +1,11 @@
 """The Markdown report, for tickets and pull requests (GitHub-flavoured tables).
 
 Order: the verdict and run facts, then what failed (failed and errored
-checks first, then warnings, then missing nodes), outliers, a node summary for
-cluster runs, and a table per node (nodes with problems first). Text from
-reports is escaped so that a reason cannot break a table or inject markup.
+checks first, then warnings, then missing nodes), outliers, the time budget of
+a ``run --budget`` (each check kept at which level, those left out and why, the
+deeper re-runs), a node summary for cluster runs, and a table per node (nodes
+with problems first; a re-run marked ``(re-run)``). Text from reports is
+escaped so that a reason cannot break a table or inject markup.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gpuaccept.model import ClusterReport, Metric, NodeReport, Status, Verdict
+from gpuaccept.model import CheckResult, ClusterReport, Metric, NodeReport, Status, Verdict
+from gpuaccept.report.budget_view import BudgetRow, BudgetView, budget_views
 from gpuaccept.report.views import (
     STATUS_ORDER,
     NodeView,
@@ -72,11 +75,30 @@ def _counts_line(nodes: list[NodeView]) -> str:
     return ", ".join(f"{counts[s]} {s.value}" for s in STATUS_ORDER if counts[s]) or "none"
 
 
+def _name(c: CheckResult) -> str:
+    """The check's name as code, with its rank and a ``(re-run)`` mark."""
+    return code(c.name) + (f" rank {c.rank}" if c.rank is not None else "") + (" (re-run)" if c.is_rerun else "")
+
+
+def _budget_cells(r: BudgetRow) -> list[str]:
+    state = f"**{r.state}**" if r.state in ("left out", "not re-run") else r.state
+    return [code(r.name), state, md(r.level_text), md(r.estimate_text), md(r.why)]
+
+
+def _budget_section(views: list[BudgetView], cluster: bool) -> list[str]:
+    lines = ["### Time budget", ""]
+    if not cluster:
+        lines += [md(views[0].summary()), ""]
+    head = ["check", "budget", "level", "estimate", "why"]
+    rows = [([code(v.host)] if cluster else []) + _budget_cells(r) for v in views for r in v.rows]
+    return lines + _table((["host"] if cluster else []) + head, rows)
+
+
 def _node_table(node: NodeView) -> list[str]:
     if node.missing:
         return [f"No report: {md(node.reason or 'missing')}", ""]
     order = sorted(node.checks, key=lambda c: -c.status.severity if c.status is not Status.SKIP else 0)
-    rows = [[code(c.name) + (f" rank {c.rank}" if c.rank is not None else ""), f"**{c.status.value.upper()}**"
+    rows = [[_name(c), f"**{c.status.value.upper()}**"
              if c.status.is_failure else c.status.value.upper(), _key(headline_metric(c)),
              md(fmt_duration(c.duration_s)), md(c.reason)] for c in order]
     return _table(["check", "status", "key metric", "time", "reason"], rows)
@@ -99,7 +121,10 @@ def render_markdown(report: NodeReport | ClusterReport, analysis: dict[str, Any]
     facts.append(f"started {md(report.started)}")
     if report.finished:
         facts.append(f"finished {md(report.finished)}")
-    lines += [" · ".join(facts), "", f"Checks: {_counts_line(nodes)}", ""]
+    budgets = budget_views(nodes)
+    dropped = [r for v in budgets for r in v.by_state("left out")]
+    note = f"; {len(dropped)} left out by the budget ({', '.join(code(r.name) for r in dropped)})" if dropped else ""
+    lines += [" · ".join(facts), "", f"Checks: {_counts_line(nodes)}{note}", ""]
 
     bad = problems(nodes)
     missing = [n for n in nodes if n.missing]
@@ -107,7 +132,7 @@ def render_markdown(report: NodeReport | ClusterReport, analysis: dict[str, Any]
         lines += ["### Failures and warnings", ""]
         rows = [[code(n.host), "**MISSING**", "", md(n.reason or "no report"), ""] for n in missing]
         rows += [[code(check_host(c, n)), f"**{c.status.value.upper()}**" if c.status.is_failure
-                  else c.status.value.upper(), code(c.name), md(c.reason), _key(headline_metric(c))]
+                  else c.status.value.upper(), _name(c), md(c.reason), _key(headline_metric(c))]
                  for n, c in bad]
         lines += _table(["host", "status", "check", "reason", "key metric"], rows)
     else:
@@ -122,6 +147,9 @@ def render_markdown(report: NodeReport | ClusterReport, analysis: dict[str, Any]
                  md(fmt_number(o.z)), md(o.direction)]
                 for o in outs]
         lines += _table(["host", "GPU", "check", "metric", "value", "median", "z", "direction"], rows)
+
+    if budgets:
+        lines += _budget_section(budgets, cluster)
 
     if cluster:
         lines += ["### Nodes", ""]

@@ -13,7 +13,18 @@ for node-wide values):
 - ``gpuaccept_node_reported{host}``: 0 for a node of a cluster run that sent no report;
 - ``gpuaccept_run_timestamp_seconds{host}`` and ``gpuaccept_run_duration_seconds{host}``;
 - ``gpuaccept_run_info{host,run_id,profile,version}`` = 1;
-- ``gpuaccept_cluster_nodes{state}`` and ``gpuaccept_cluster_verdict{verdict}`` for a cluster run.
+- ``gpuaccept_cluster_nodes{state}`` and ``gpuaccept_cluster_verdict{verdict}`` for a cluster run;
+- ``gpuaccept_budget_seconds{host}`` and ``gpuaccept_budget_left_out{host,check}`` = 1 for a ``run --budget``:
+  its window, and each check the budget left out (it has no status series: it did not run).
+
+**Re-runs** (``run --budget``'s deeper second pass: a second result under a check's name) carry the label
+``rerun="1"`` on their ``gpuaccept_metric*``, ``gpuaccept_check_status`` and
+``gpuaccept_check_duration_seconds`` samples; first-pass samples have ``rerun=""``, which Prometheus
+treats as no label at all. So a first-pass series keeps its identity from run to run, whether or not a
+run had re-runs, and stays comparable over time (``{rerun=""}`` selects it); the re-run, measured at
+another depth on a node that looked suspect, is a series of its own and never overwrites or averages into
+it. Re-runs are labelled, not left out, because a re-run can be what failed the node: an alert on
+``gpuaccept_check_status{status="fail"} == 1`` must see it, as ``gpuaccept_node_verdict`` does.
 
 Labels beyond ``host,gpu,check,metric,unit`` come from a metric's tags:
 ``op`` and ``dtype`` whenever present, others (``size_bytes`` of a collective
@@ -37,12 +48,15 @@ from typing import Any
 
 from gpuaccept.errors import InputError
 from gpuaccept.model import ClusterReport, Metric, NodeReport, NodeState, Status, Verdict
+from gpuaccept.report.budget_view import budget_view
 from gpuaccept.report.views import OutlierIndex, outliers
 
 PREFIX = "gpuaccept_"
 _LABEL_OK = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _BASE_METRIC_LABELS = ("host", "gpu", "check", "metric", "unit")
-_ALWAYS_TAGS = ("op", "dtype")
+_ALWAYS_TAGS = ("rerun", "op", "dtype")
+_RERUN = {"rerun": "1"}
+"""The extra label of a re-run's samples (the module's docstring says why)."""
 _FIRST_EXTRA_TAGS = ("size_bytes", "rank")
 
 
@@ -78,7 +92,7 @@ def label_name(key: str) -> str:
     name = re.sub(r"[^a-zA-Z0-9_]", "_", key) or "tag"
     if not _LABEL_OK.match(name) or name.startswith("__"):
         name = "tag_" + name.lstrip("_")
-    if name in (*_BASE_METRIC_LABELS, "bound", "status", "verdict"):
+    if name in (*_BASE_METRIC_LABELS, "bound", "status", "verdict", "rerun"):
         name = "tag_" + name
     return name
 
@@ -151,7 +165,8 @@ def _uniform(samples: list[tuple[dict[str, str], float, dict[str, str]]], base: 
     return out
 
 
-def _metric_families(entries: Sequence[tuple[str, str, Metric, int | None]], idx: OutlierIndex) -> list[Family]:
+def _metric_families(entries: Sequence[tuple[str, str, Metric, int | None, bool]],
+                     idx: OutlierIndex) -> list[Family]:
     value_f = Family(PREFIX + "metric", "Measured value of a gpuaccept metric, in the unit of the 'unit' label.")
     expected_f = Family(PREFIX + "metric_expected", "Reference value (SKU spec or baseline) of a gpuaccept metric.")
     threshold_f = Family(PREFIX + "metric_threshold", "Bound a gpuaccept metric was judged against "
@@ -160,11 +175,13 @@ def _metric_families(entries: Sequence[tuple[str, str, Metric, int | None]], idx
                                                    "analysis.")
     raw: dict[str, list[tuple[dict[str, str], float, dict[str, str]]]] = {f.name: [] for f in
                                                                          (value_f, expected_f, threshold_f, z_f)}
-    for host, check, m, rank in entries:
+    for host, check, m, rank, rerun in entries:
         labels = {"host": host, "gpu": gpu_label(m.device), "check": check, "metric": m.name, "unit": m.unit}
         extra = {label_name(k): _tag_value(v) for k, v in m.tags.items()}
         if rank is not None:
             extra["rank"] = str(rank)
+        if rerun:
+            extra.update(_RERUN)
         if math.isfinite(m.value) or math.isinf(m.value):
             raw[value_f.name].append((labels, m.value, extra))
         if m.expected is not None and not math.isnan(m.expected):
@@ -172,7 +189,7 @@ def _metric_families(entries: Sequence[tuple[str, str, Metric, int | None]], idx
         if m.threshold is not None and not math.isnan(m.threshold.value):
             bound = "min" if m.threshold.op == ">=" else "max"
             raw[threshold_f.name].append(({**labels, "bound": bound}, m.threshold.value, extra))
-        hit = idx.find(host, check, m)
+        hit = None if rerun else idx.find(host, check, m)  # the analysis judged the first pass
         if hit is not None and hit.z is not None:
             raw[z_f.name].append((labels, hit.z, extra))
     fams = []
@@ -198,12 +215,16 @@ def families(node_reports: Sequence[NodeReport], cluster: ClusterReport | None =
     reported_f = Family(PREFIX + "node_reported", "1 when the host sent a report, 0 when a cluster run is missing it.")
     status_f = Family(PREFIX + "check_status", "1 for the check's status in the host's latest run, 0 for the others.")
     cdur = Family(PREFIX + "check_duration_seconds", "Time the check took on the host, in seconds.")
+    budget_f = Family(PREFIX + "budget_seconds", "The time budget of the host's latest run (run --budget), in "
+                                                 "seconds.")
+    left_out_f = Family(PREFIX + "budget_left_out", "1 for each check the time budget of the host's latest run "
+                                                    "left out (it did not run).")
     if analysis is None:
         analysis = cluster.analysis if cluster is not None else {}
     idx = OutlierIndex(outliers(cluster or NodeReport("", "", "", ""), analysis))
 
     seen: set[str] = set()
-    entries: list[tuple[str, str, Metric, int | None]] = []
+    entries: list[tuple[str, str, Metric, int | None, bool]] = []
     check_rows: list[tuple[dict[str, str], float, dict[str, str]]] = []
     dur_rows: list[tuple[dict[str, str], float, dict[str, str]]] = []
     for rep in node_reports:
@@ -219,19 +240,27 @@ def families(node_reports: Sequence[NodeReport], cluster: ClusterReport | None =
         for v in Verdict:
             verdict_f.add(1 if rep.verdict is v else 0, host=rep.host, verdict=v.value)
         reported_f.add(1, host=rep.host)
+        budget = budget_view(rep)
+        if budget is not None:
+            budget_f.add(budget.budget_s, host=rep.host)
+            for row in budget.by_state("left out"):
+                left_out_f.add(1, host=rep.host, check=row.name)
         for c in rep.checks:
             host = c.host or rep.host
             extra = {"rank": str(c.rank)} if c.rank is not None else {}
+            if c.is_rerun:
+                extra.update(_RERUN)
             for s in Status:
                 check_rows.append(({"host": host, "check": c.name, "status": s.value}, 1 if c.status is s else 0,
                                    extra))
             if math.isfinite(c.duration_s):
                 dur_rows.append(({"host": host, "check": c.name}, c.duration_s, extra))
-            entries.extend((host, c.name, m, c.rank) for m in c.metrics)
-    status_f.samples = _uniform(check_rows, ("host", "check", "status"), ())
-    cdur.samples = _uniform(dur_rows, ("host", "check"), ())
+            entries.extend((host, c.name, m, c.rank, c.is_rerun) for m in c.metrics)
+    status_f.samples = _uniform(check_rows, ("host", "check", "status"), ("rerun",))
+    cdur.samples = _uniform(dur_rows, ("host", "check"), ("rerun",))
 
-    fams = [info, ts, dur, verdict_f, reported_f, status_f, cdur, *_metric_families(entries, idx)]
+    fams = [info, ts, dur, verdict_f, reported_f, status_f, cdur, budget_f, left_out_f,
+            *_metric_families(entries, idx)]
     if cluster is not None:
         for entry in cluster.nodes:
             if entry.host in seen or (entry.state is NodeState.REPORTED and entry.report is not None):

@@ -107,6 +107,11 @@ def problems(nodes: Sequence[NodeView]) -> list[tuple[NodeView, CheckResult]]:
     return sorted(rows, key=lambda r: (-r[1].status.severity, r[0].host, r[1].name))
 
 
+def shown_name(result: CheckResult) -> str:
+    """The check's name, marked ``(re-run)`` for a deeper re-run of ``run --budget``'s second pass."""
+    return f"{result.name} (re-run)" if result.is_rerun else result.name
+
+
 def tags_key(tags: dict[str, Any]) -> str:
     """Canonical text of a tag dict (sorted keys): equal tags give equal keys."""
     return json.dumps(tags, sort_keys=True, separators=(",", ":"), default=str)
@@ -409,11 +414,13 @@ def sweeps(nodes: Sequence[NodeView]) -> list[Sweep]:
     rank, when set). A metric measured at one size (a memory copy) is not a
     sweep. When bus bandwidths (``*_busbw_gbs``) are among them, only those are
     returned: algorithm bandwidth and time are the same measurement (nccl-tests
-    plots busbw).
+    plots busbw). A ``run --budget`` re-run is left out: its points would join the first pass's curve.
     """
     groups: dict[tuple[str, str, str], Sweep] = {}
     for n in nodes:
         for c in n.checks:
+            if c.is_rerun:
+                continue
             for m in c.metrics:
                 size = size_of(m)
                 if size is None:
@@ -480,7 +487,8 @@ def heatmap(nodes: Sequence[NodeView], max_columns: int = 80) -> Heatmap:
     For a swept metric, the largest size measured on every node is used. The
     cell is the node's worst value over its devices (min where larger is
     better, max where smaller is better, median when unknown). Columns whose
-    value is the same on every node are left out (counted in ``hidden_constant``).
+    value is the same on every node are left out (counted in ``hidden_constant``), and so are
+    ``run --budget`` re-runs (each node's first pass is compared).
     """
     sweep_pairs = swept_names(sweeps(nodes))
     # (column key) -> host -> values; and the size chosen for sweeps
@@ -488,6 +496,8 @@ def heatmap(nodes: Sequence[NodeView], max_columns: int = 80) -> Heatmap:
     units: dict[tuple[str, str, str], Metric] = {}
     for n in nodes:
         for c in n.checks:
+            if c.is_rerun:
+                continue
             for m in c.metrics:
                 if not math.isfinite(m.value):
                     continue

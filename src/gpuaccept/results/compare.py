@@ -5,6 +5,8 @@ either run is a cluster run; two node runs are compared across hosts, so
 node A can be held against node B). ``delta`` is ``B - A`` in the metric's
 unit, ``change`` is ``B/A - 1``; ``worse`` says whether B is worse than A
 in the metric's direction (lower throughput, higher time or error count).
+Each run's first pass is compared: a ``run --budget`` deeper re-run is left out
+(it ran at another depth, and on one side only).
 """
 
 from __future__ import annotations
@@ -71,6 +73,8 @@ def _metrics(report: Report, by_host: bool) -> dict[Key, tuple[str, Metric]]:
     out: dict[Key, tuple[str, Metric]] = {}
     for node in _node_reports(report):
         for check in node.checks:
+            if check.is_rerun:
+                continue
             host = check.host or node.host
             for m in check.metrics:
                 tags = {k: v for k, v in m.tags.items() if k not in VOLATILE_TAGS}

@@ -159,11 +159,37 @@ def _backfill_hardware(execute: Exec) -> None:
                                                           *([device] if device is not None else [])))
 
 
+_V4 = (
+    "ALTER TABLE checks ADD COLUMN rerun INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE metrics ADD COLUMN rerun INTEGER NOT NULL DEFAULT 0",
+)
+
+
+def _backfill_rerun(execute: Exec) -> None:
+    """Flag the ``run --budget`` re-runs of runs stored before v4 (``details.rerun``): their checks rows,
+    matched to the stored report's checks in order, and those checks' metrics."""
+    for run_pk, text in execute("SELECT id, report_json FROM runs WHERE kind = 'node' AND report_json LIKE ?",
+                                ('%"rerun":%',)):
+        try:
+            checks = NodeReport.from_dict(json.loads(text)).checks
+        except (ValueError, KeyError, TypeError, AttributeError, GpuacceptError):
+            continue  # an unreadable stored report: its rows stay first-pass, as they were read before
+        ids = [r[0] for r in execute("SELECT id FROM checks WHERE run = ? ORDER BY id", (run_pk,))]
+        if len(ids) != len(checks):
+            continue
+        for check_pk, check in zip(ids, checks, strict=True):
+            if check.is_rerun:
+                execute("UPDATE checks SET rerun = 1 WHERE id = ?", (check_pk,))
+                execute("UPDATE metrics SET rerun = 1 WHERE check_id = ?", (check_pk,))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "runs, checks and metrics", _V1),
     Migration(2, "node GPU SKU on runs; indexes for history, compare and trend", _V2, _backfill_sku),
     Migration(3, "hardware identity (GPU UUID, port GUID, board serial) of metrics, and per run", _V3,
               _backfill_hardware),
+    Migration(4, "run --budget re-runs flagged on checks and metrics (series read the first pass)", _V4,
+              _backfill_rerun),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -8,7 +8,12 @@ measured (``hw_kind``, ``hw_id``, ``hw_serial``: :mod:`gpuaccept.results.hwid`;
 NULL where unknown), and one ``hardware`` row per piece of hardware the node
 report names (kind, id, serial, device, beside the host). NaN and infinite values
 are stored as NULL. The full report JSON is kept on the run row so a stored run
-reads back exactly as it was written.
+reads back exactly as it was written (``budget`` included).
+
+A deeper re-run of ``run --budget``'s second pass (:attr:`~gpuaccept.model.CheckResult.is_rerun`) is
+stored like any result, its ``checks`` and ``metrics`` rows flagged ``rerun = 1``: the history keeps
+it, and the queries that build series (trends, baselines) read the first pass only (``rerun = 0``),
+so each run is one value of a series, measured as planned, not two.
 """
 
 from __future__ import annotations
@@ -24,9 +29,9 @@ from gpuaccept.results.timespec import iso_to_epoch
 
 RUN_COLUMNS = ("run_id", "kind", "host", "profile", "backend", "job_id", "started", "started_ts", "finished",
                "verdict", "device", "version", "expected_nodes", "sku", "report_json", "stored_at")
-CHECK_COLUMNS = ("name", "status", "reason", "duration_s", "rank", "host")
+CHECK_COLUMNS = ("name", "status", "reason", "duration_s", "rank", "host", "rerun")
 METRIC_COLUMNS = ("host", "check_name", "name", "device", "value", "unit", "expected", "threshold_op",
-                  "threshold_value", "dtype", "size_bytes", "tags_json", "hw_kind", "hw_id", "hw_serial")
+                  "threshold_value", "dtype", "size_bytes", "tags_json", "rerun", "hw_kind", "hw_id", "hw_serial")
 HARDWARE_COLUMNS = ("host", "kind", "hw_id", "serial", "device")
 
 
@@ -95,7 +100,7 @@ def node_sku(report: dict[str, Any]) -> str | None:
     return found.pop() if len(found) == 1 else "mixed"
 
 
-def _metric_row(host: str, check_name: str, m: Any, hw: HwId | None) -> tuple[Any, ...]:
+def _metric_row(host: str, check_name: str, m: Any, hw: HwId | None, rerun: bool) -> tuple[Any, ...]:
     tags = dict(m.tags)
     dtype = tags.get("dtype")
     size = tags.get("size_bytes")
@@ -104,7 +109,7 @@ def _metric_row(host: str, check_name: str, m: Any, hw: HwId | None) -> tuple[An
     thr = m.threshold
     return (host, check_name, m.name, m.device, finite(m.value), m.unit, finite(m.expected),
             thr.op if thr else None, finite(thr.value) if thr else None,
-            str(dtype) if dtype is not None else None, size_bytes, tags_json(tags),
+            str(dtype) if dtype is not None else None, size_bytes, tags_json(tags), int(rerun),
             hw.kind if hw else None, hw.id if hw else None, hw.serial if hw else None)
 
 
@@ -121,8 +126,8 @@ def flatten_node(report: NodeReport, stored_at: str) -> FlatRun:
         host = c.host or report.host
         ours = host == report.host  # a check merged from another host's ranks measured that host's hardware
         checks.append(FlatCheck(
-            row=(c.name, c.status.value, c.reason, finite(c.duration_s), c.rank, host),
-            metrics=[_metric_row(host, c.name, m, hw.lookup(c.name, m.device) if ours else None)
+            row=(c.name, c.status.value, c.reason, finite(c.duration_s), c.rank, host, int(c.is_rerun)),
+            metrics=[_metric_row(host, c.name, m, hw.lookup(c.name, m.device) if ours else None, c.is_rerun)
                      for m in c.metrics]))
     hardware = [(report.host, h.kind, h.id, h.serial, device) for h, device in hw.identities()]
     return FlatRun(row=row, checks=checks, hardware=hardware)

@@ -3,8 +3,12 @@
 Baselines and the outlier analysis read reports the same way: every finite
 metric of a check that ran (not ``skip`` or ``error``) becomes one sample with
 its node, SKU, device and a key (check, metric name, unit and the tags that
-define what was measured). :class:`Samples` holds them as numpy columns so the
-statistics run vectorised over a thousand nodes at once.
+define what was measured). A ``run --budget`` deeper re-run
+(:attr:`~gpuaccept.model.CheckResult.is_rerun`) is not a sample: it is a second
+measurement, at another depth, of a node that already looked suspect, and would
+count that node twice and pull the fleet's statistics toward its own.
+:class:`Samples` holds them as numpy columns so the statistics run vectorised
+over a thousand nodes at once.
 
 **SKU of a metric** (:class:`SkuResolver`): ``device: cpu`` is ``cpu``; a GPU
 device takes the SKU the check itself recorded (``details.sku[device]``,
@@ -304,7 +308,7 @@ class _Builder:
         isfinite = math.isfinite
         start = len(self.values)
         for check in report.checks:
-            if check.status in _SKIPPED_STATUSES or not check.metrics:
+            if check.status in _SKIPPED_STATUSES or not check.metrics or check.is_rerun:
                 continue
             cname = check.name
             dev_place: dict[str | None, int] = {}

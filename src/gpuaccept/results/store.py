@@ -9,6 +9,8 @@ contention (SQLite ``busy``, PostgreSQL serialization failures) until
 ``retry_s`` runs out, so many nodes can write at once.
 
 Storing a report again (same run id, kind and host) replaces the stored copy.
+A ``run --budget`` re-run is stored and flagged (:mod:`gpuaccept.results.rows`); :meth:`Store.metric_points`
+leaves it out unless asked (``reruns=True``), so trends and baselines read one first-pass value per run.
 Each metric is stored with the hardware it measured (GPU UUID, port GUID, board
 serial: :mod:`gpuaccept.results.hwid`) beside the host, so histories can follow
 a GPU from host to host (:meth:`Store.sightings`, ``hw_ids`` of :meth:`Store.metric_points`).
@@ -99,7 +101,8 @@ class MetricPoint:
     ``value`` is None where the report had NaN or infinity; ``started`` is the
     run's start (ISO 8601 UTC) and ``started_ts`` the same in epoch seconds.
     ``hw_kind``/``hw_id``/``hw_serial``: the hardware measured (gpu, nic or
-    node; GPU UUID, port GUID or board serial), None where unknown.
+    node; GPU UUID, port GUID or board serial), None where unknown. ``rerun``: the value
+    is from a ``run --budget`` deeper re-run, not the run's first pass.
     """
 
     run_id: str
@@ -121,6 +124,7 @@ class MetricPoint:
     hw_kind: str | None = None
     hw_id: str | None = None
     hw_serial: str | None = None
+    rerun: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -151,7 +155,7 @@ _SUMMARY_SQL = """SELECT r.id, r.run_id, r.kind, r.host, r.started, r.finished, 
 
 _POINT_SQL = """SELECT r.run_id, m.host, r.sku, r.started, r.started_ts, m.check_name, m.name, m.device, m.value,
     m.unit, m.expected, m.threshold_op, m.threshold_value, m.dtype, m.size_bytes, m.tags_json,
-    m.hw_kind, m.hw_id, m.hw_serial
+    m.hw_kind, m.hw_id, m.hw_serial, m.rerun
     FROM metrics m JOIN runs r ON r.id = m.run"""
 
 
@@ -373,11 +377,11 @@ class Store(abc.ABC):
         cluster_pks = [pk for pk in pks if kinds[pk] == "cluster"]
         for chunk in _chunks(node_pks):
             marks = ",".join("?" * len(chunk))
-            for run_pk, name, status in self._execute(
-                    f"SELECT run, name, status FROM checks WHERE run IN ({marks}) ORDER BY id", list(chunk)):
+            for run_pk, name, status, rerun in self._execute(
+                    f"SELECT run, name, status, rerun FROM checks WHERE run IN ({marks}) ORDER BY id", list(chunk)):
                 counts[run_pk][status] = counts[run_pk].get(status, 0) + 1
                 if status in ("fail", "error"):
-                    failed[run_pk].append(name)
+                    failed[run_pk].append(f"{name} (re-run)" if rerun else name)
         for chunk in _chunks(cluster_pks):
             marks = ",".join("?" * len(chunk))
             for parent, host, verdict in self._execute(
@@ -455,14 +459,16 @@ class Store(abc.ABC):
     def metric_points(self, metric: str | None = None, hosts: Sequence[str] | None = None,
                       since: float | None = None, until: float | None = None, check: str | None = None,
                       device: str | None = None, sku: str | None = None,
-                      run_ids: Sequence[str] | None = None, hw_ids: Sequence[str] | None = None) -> list[MetricPoint]:
+                      run_ids: Sequence[str] | None = None, hw_ids: Sequence[str] | None = None,
+                      reruns: bool = False) -> list[MetricPoint]:
         """Stored metric values matching every filter given, oldest run first.
 
         ``since``/``until`` bound the run's start (epoch seconds); ``sku`` is
         the node's GPU SKU id; ``hw_ids`` the hardware measured. For baselines
-        learnt from history and for trends.
+        learnt from history and for trends: the first pass of each run only, unless ``reruns``
+        (then a ``run --budget`` re-run's values come too, ``rerun=True``).
         """
-        where: list[str] = []
+        where: list[str] = [] if reruns else ["m.rerun = 0"]
         params: list[Any] = []
         for col, value in (("m.name", metric), ("m.check_name", check), ("m.device", device), ("r.sku", sku)):
             if value is not None:
@@ -488,7 +494,7 @@ class Store(abc.ABC):
             return [MetricPoint(run_id=r[0], host=r[1], sku=r[2], started=r[3], started_ts=float(r[4]), check=r[5],
                                 name=r[6], device=r[7], value=r[8], unit=r[9], expected=r[10], threshold_op=r[11],
                                 threshold_value=r[12], dtype=r[13], size_bytes=r[14], tags=json.loads(r[15]),
-                                hw_kind=r[16], hw_id=r[17], hw_serial=r[18])
+                                hw_kind=r[16], hw_id=r[17], hw_serial=r[18], rerun=bool(r[19]))
                     for r in self._execute(sql, params)]
 
         return self._retrying(read, write=False)
