@@ -18,7 +18,7 @@ from gpuaccept.errors import GpuacceptError, InputError
 from gpuaccept.model import NodeReport, Verdict
 from gpuaccept.results import migrations
 from gpuaccept.results.history import open_store, record
-from gpuaccept.results.rows import RUN_COLUMNS, flatten_node
+from gpuaccept.results.rows import CHECK_COLUMNS, METRIC_COLUMNS, RUN_COLUMNS, flatten_node
 from gpuaccept.results.store import StoreError
 from gpuaccept.results.store_sqlite import APPLICATION_ID
 from tests.pg_server import shared_server
@@ -165,35 +165,50 @@ def _raw(url: str) -> tuple[Callable[[str, tuple[Any, ...]], list[Any]], Callabl
     return ex, pg.close, "postgresql"
 
 
-def _write_v1(url: str, rep: NodeReport) -> None:
-    """A history as gpuaccept wrote it at schema v1 (no runs.sku column), written with the driver alone."""
+#: The columns each schema version added (results/migrations.py), left out of a history written at an older one.
+ADDED_BY = {2: {"runs": {"sku"}}, 3: {"metrics": {"hw_kind", "hw_id", "hw_serial"}},
+            4: {"checks": {"rerun"}, "metrics": {"rerun"}}}
+
+
+def write_old_history(url: str, reps: list[NodeReport], version: int, stamp: str = "2026-01-01T00:00:00Z") -> None:
+    """A history as gpuaccept wrote it at schema ``version`` (its migrations, without the columns later ones
+    added), written with the driver alone."""
     if url.startswith("sqlite:"):
         Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    later = [ADDED_BY.get(v, {}) for v in range(version + 1, migrations.LATEST + 1)]
+
+    def kept(table: str, columns: tuple[str, ...]) -> list[str]:
+        return [c for c in columns if not any(c in added.get(table, set()) for added in later)]
+
+    def insert(table: str, lead: dict[str, Any], columns: tuple[str, ...], row: Any) -> None:
+        values = dict(zip(columns, row, strict=True))
+        cols = [*lead, *kept(table, columns)]
+        ex(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+           (*lead.values(), *(values[c] for c in kept(table, columns))))
+
     ex, close, dialect = _raw(url)
-    v1 = migrations.MIGRATIONS[0]
-    for stmt in v1.ddl(dialect):
-        ex(stmt, ())
-    ex("INSERT INTO schema_version VALUES (1, ?, ?)", (v1.description, "2026-01-01T00:00:00Z"))
-    flat = flatten_node(rep, "2026-01-01T00:00:00Z")
-    cols = [c for c in RUN_COLUMNS if c != "sku"]
-    vals = [v for c, v in zip(RUN_COLUMNS, flat.row, strict=True) if c != "sku"]
-    ex(f"INSERT INTO runs (id, {', '.join(cols)}) VALUES (1, {', '.join('?' * len(cols))})", tuple(vals))
-    for i, fc in enumerate(flat.checks, 1):
-        ex("INSERT INTO checks (id, run, name, status, reason, duration_s, rank, host) VALUES (?, 1, ?, ?, ?, ?, ?, ?)",
-           (i, *fc.row[:6]))  # v1's check columns
-        for m in fc.metrics:
-            ex("INSERT INTO metrics (run, check_id, host, check_name, name, device, value, unit, expected, "
-               "threshold_op, threshold_value, dtype, size_bytes, tags_json) "
-               "VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", (i, *m[:12]))  # v1's metric columns
+    for m in migrations.MIGRATIONS[:version]:
+        for stmt in m.ddl(dialect):
+            ex(stmt, ())
+        ex("INSERT INTO schema_version VALUES (?, ?, ?)", (m.version, m.description, stamp))
+    check_id = 0
+    for run_pk, rep in enumerate(reps, 1):
+        flat = flatten_node(rep, stamp)
+        insert("runs", {"id": run_pk}, RUN_COLUMNS, flat.row)
+        for fc in flat.checks:
+            check_id += 1
+            insert("checks", {"id": check_id, "run": run_pk}, CHECK_COLUMNS, fc.row)
+            for m in fc.metrics:
+                insert("metrics", {"run": run_pk, "check_id": check_id}, METRIC_COLUMNS, m)
     if dialect == "sqlite":
         ex(f"PRAGMA application_id = {APPLICATION_ID}", ())
-        ex("PRAGMA user_version = 1", ())
+        ex(f"PRAGMA user_version = {version}", ())
     close()
 
 
 def test_v1_history_is_migrated(url: str) -> None:
     old = node_report("oldnode", "old-run", T0, tflops=555.0)
-    _write_v1(url, old)
+    write_old_history(url, [old], 1)
     with open_store(url) as store:
         assert store.schema_version() == migrations.LATEST
         assert store.get_run("old-run").report.to_dict() == old.to_dict()
@@ -475,7 +490,7 @@ def test_read_only_open_of_an_empty_postgres_creates_nothing() -> None:
 
 def test_read_only_open_of_an_older_postgres_history_migrates_nothing() -> None:
     url = shared_server().new_database()
-    _write_v1(url, node_report("oldnode", "old-run", T0))
+    write_old_history(url, [node_report("oldnode", "old-run", T0)], 1)
     with pytest.raises(InputError, match=r"older schema \(v1\); run a writing command first"):
         open_store(url, read_only=True)
     ex, close, _ = _raw(url)

@@ -17,12 +17,10 @@ from gpuaccept.errors import InputError
 from gpuaccept.model import NodeReport
 from gpuaccept.results import migrations
 from gpuaccept.results.history import open_store
-from gpuaccept.results.rows import METRIC_COLUMNS, RUN_COLUMNS, flatten_node
 from gpuaccept.results.store import Store
-from gpuaccept.results.store_sqlite import APPLICATION_ID
 from gpuaccept.results.trend import TrendRule, build_trends
 from tests.pg_server import shared_server
-from tests.test_store import _raw
+from tests.test_store import _raw, write_old_history
 
 HISTORY = Path(__file__).resolve().parent / "data" / "history"
 UA0, UA1 = "GPU-5c1b7e2a-3d4f-4a61-9b8c-0e1f2a3b4c50", "GPU-5c1b7e2a-3d4f-4a61-9b8c-0e1f2a3b4c51"
@@ -116,33 +114,6 @@ def test_a_replaced_board_starts_a_new_node_history(url: str) -> None:
 
 
 # ---- an existing history migrates ----
-def _write_v2(url: str, reps: list[NodeReport]) -> None:
-    """A history as gpuaccept wrote it at schema v2 (no hardware table or columns), with the driver alone."""
-    ex, close, dialect = _raw(url)
-    v2_metric_cols = METRIC_COLUMNS[:METRIC_COLUMNS.index("tags_json") + 1]
-    for m in migrations.MIGRATIONS[:2]:
-        for stmt in m.ddl(dialect):
-            ex(stmt, ())
-        ex("INSERT INTO schema_version VALUES (?, ?, ?)", (m.version, m.description, "2026-01-01T00:00:00Z"))
-    check_id = 0
-    for run_pk, rep in enumerate(reps, 1):
-        flat = flatten_node(rep, "2026-01-01T00:00:00Z")
-        ex(f"INSERT INTO runs (id, {', '.join(RUN_COLUMNS)}) VALUES (?, {', '.join('?' * len(RUN_COLUMNS))})",
-           (run_pk, *flat.row))
-        for fc in flat.checks:
-            check_id += 1
-            ex("INSERT INTO checks (id, run, name, status, reason, duration_s, rank, host) "
-               "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (check_id, run_pk, *fc.row[:6]))
-            for m in fc.metrics:
-                ex(f"INSERT INTO metrics (run, check_id, {', '.join(v2_metric_cols)}) "
-                   f"VALUES (?, ?, {', '.join('?' * len(v2_metric_cols))})",
-                   (run_pk, check_id, *m[:len(v2_metric_cols)]))
-    if dialect == "sqlite":
-        ex(f"PRAGMA application_id = {APPLICATION_ID}", ())
-        ex("PRAGMA user_version = 2", ())
-    close()
-
-
 def _migrates_and_keeps_following_the_gpu(url: str) -> None:
     with pytest.raises(InputError, match="older schema \\(v2\\)"):
         open_store(url, read_only=True)  # a reading command migrates nothing
@@ -169,7 +140,7 @@ def _migrates_and_keeps_following_the_gpu(url: str) -> None:
 
 
 def test_a_history_written_at_v2_migrates(url: str) -> None:
-    _write_v2(url, reports(range(4)))
+    write_old_history(url, reports(range(4)), 2)
     _migrates_and_keeps_following_the_gpu(url)
 
 

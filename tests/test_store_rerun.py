@@ -13,12 +13,10 @@ import pytest
 from gpuaccept.model import NodeReport, Status
 from gpuaccept.results import migrations
 from gpuaccept.results.history import open_store
-from gpuaccept.results.rows import CHECK_COLUMNS, METRIC_COLUMNS, RUN_COLUMNS, flatten_node
-from gpuaccept.results.store_sqlite import APPLICATION_ID
 from gpuaccept.results.trend import TrendRule, build_trends
 from tests.pg_server import shared_server
 from tests.report_data import node_budget
-from tests.test_store import _raw
+from tests.test_store import _raw, write_old_history
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -85,40 +83,9 @@ def test_series_hold_the_first_pass_and_the_rerun_is_kept_flagged(url: str) -> N
         close()
 
 
-def _write_v3(url: str, reps: list[NodeReport]) -> None:
-    """A history as gpuaccept wrote it at schema v3 (no rerun columns), with the driver alone."""
-    if url.startswith("sqlite:"):
-        Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-    ex, close, dialect = _raw(url)
-    for m in migrations.MIGRATIONS[:3]:
-        for stmt in m.ddl(dialect):
-            ex(stmt, ())
-        ex("INSERT INTO schema_version VALUES (?, ?, ?)", (m.version, m.description, "2026-11-24T00:00:00Z"))
-    check_cols = [c for c in CHECK_COLUMNS if c != "rerun"]
-    metric_cols = [c for c in METRIC_COLUMNS if c != "rerun"]
-    check_id = 0
-    for run_pk, rep in enumerate(reps, 1):
-        flat = flatten_node(rep, "2026-11-24T00:00:00Z")
-        ex(f"INSERT INTO runs (id, {', '.join(RUN_COLUMNS)}) VALUES (?, {', '.join('?' * len(RUN_COLUMNS))})",
-           (run_pk, *flat.row))
-        for fc in flat.checks:
-            check_id += 1
-            ex(f"INSERT INTO checks (id, run, {', '.join(check_cols)}) "
-               f"VALUES (?, ?, {', '.join('?' * len(check_cols))})",
-               (check_id, run_pk, *(v for c, v in zip(CHECK_COLUMNS, fc.row, strict=True) if c != "rerun")))
-            for m in fc.metrics:
-                ex(f"INSERT INTO metrics (run, check_id, {', '.join(metric_cols)}) "
-                   f"VALUES (?, ?, {', '.join('?' * len(metric_cols))})",
-                   (run_pk, check_id, *(v for c, v in zip(METRIC_COLUMNS, m, strict=True) if c != "rerun")))
-    if dialect == "sqlite":
-        ex(f"PRAGMA application_id = {APPLICATION_ID}", ())
-        ex("PRAGMA user_version = 3", ())
-    close()
-
-
 def test_a_v3_history_holding_reruns_is_migrated_and_flagged(url: str) -> None:
     reps = _runs(2)
-    _write_v3(url, reps)
+    write_old_history(url, reps, 3, "2026-11-24T00:00:00Z")
     with open_store(url) as store:
         assert store.schema_version() == migrations.LATEST == 4
         first = store.metric_points(metric="train_loss_drop")
