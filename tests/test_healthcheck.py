@@ -281,7 +281,9 @@ def test_keep_prunes_old_runs(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("args", "words"), [
     (["--budget", "2"], "--budget 2: must be between 5 and 3600 seconds"),
     (["--budget", "-1"], "--budget"),
-    (["--skip", "memtest"], "--skip: 'memtest' is not one of env, health, compute, disk_space"),
+    (["--skip", "nbody"], "--skip: 'nbody' is not one of env, health, compute, disk_space, fabric, memory, memtest"),
+    (["--skip", "memtest"], "--skip memtest: the extras (fabric, memory, memtest) run only with --budget"),
+    (["--skip", "env,health,compute,disk_space", "--budget", "30"], "--skip leaves none of the four checks"),
     (["--skip", "env", "--expect-gpus", "8"], "--expect-gpus is enforced by the env check"),
     (["--slurm", "drain", "--node", "gpu[1-2]"], "is not a Slurm node name"),
     (["--mode", "prolog", "--budget", "1"], "--budget 1"),

@@ -103,6 +103,15 @@ class Candidate:
     planned: int
     measures: bool = True
     estimated: bool = True
+    required: bool = False
+    """Kept whatever its estimate (the healthcheck's own checks: a node is never called healthy without them)."""
+    ceiling: int | None = None
+    """The deepest level the depth step may reach (None: ``planned``); the healthcheck plans its fast level and
+    lets a budget with room go deeper."""
+
+    @property
+    def top(self) -> int:
+        return self.planned if self.ceiling is None else self.ceiling
 
     def seconds(self, depth: Depth) -> float:
         return self.levels[depth.level].at(depth.value)[1]
@@ -173,6 +182,8 @@ class BudgetPlan:
     kept: list[Choice]
     left_out: list[LeftOut]
     reruns: list[dict[str, Any]] = field(default_factory=list)
+    calibration: dict[str, Any] | None = None
+    """Where the estimates came from (:meth:`gpuaccept.calibrate.Calibration.to_dict`); None: the built-in ones."""
 
     @property
     def estimate_s(self) -> float:
@@ -183,12 +194,18 @@ class BudgetPlan:
         return {"budget_s": self.budget_s, "estimate_s": round(self.estimate_s, 1),
                 "overhead_s": self.overhead_s, "reserve_s": round(self.reserve_s, 1), "gpus": self.gpus,
                 "gpus_assumed": self.gpus_assumed, "kept": [c.to_dict() for c in self.kept],
-                "left_out": [c.to_dict() for c in self.left_out], "reruns": list(self.reruns)}
+                "left_out": [c.to_dict() for c in self.left_out], "reruns": list(self.reruns),
+                **({"calibration": self.calibration} if self.calibration is not None else {})}
 
     def lines(self) -> list[str]:
         """What the plan says, one line each, for the console."""
         out = [f"budget {fmt_s(self.budget_s)}: {len(self.kept)} of {len(self.kept) + len(self.left_out)} checks "
                f"fit, ~{fmt_s(self.estimate_s)} estimated; the rest is kept for deeper re-runs of suspect results"]
+        if self.estimate_s > self.budget_s:
+            out.append(f"the checks that always run need ~{fmt_s(self.estimate_s)}, more than the budget: they run "
+                       "anyway, and one the deadline stops is a FAIL")
+        if self.calibration is not None:
+            out.append(str(self.calibration.get("summary", "")))
         out += [f"{c.name}: {c.why}" for c in self.kept if c.changed or c.level != c.planned_level]
         out += [f"left out: {c.name}: {c.why}" for c in self.left_out]
         return out
@@ -211,6 +228,17 @@ def _candidate(cls: type[Check], name: str, planned: dict[str, Any], profile: st
     mine = levels[0]
     levels.sort(key=lambda lv: lv.estimate_s)
     return Candidate(name, tuple(levels), levels.index(mine), measures)
+
+
+def estimates_of(cands: Sequence[Candidate], chosen: BudgetPlan | None = None) -> dict[str, float]:
+    """Each estimated check's built-in seconds (its process start included) as planned, or at the depth
+    ``chosen`` keeps it: the report's ``estimates``, which later plans calibrate against
+    (:mod:`gpuaccept.calibrate`). ``cands`` must be the uncalibrated ones, so that factors do not compound."""
+    if chosen is None:
+        return {c.name: round(c.levels[c.planned].estimate_s, 3) for c in cands if c.estimated}
+    by_name = {c.name: c for c in cands}
+    return {k.name: round(by_name[k.name].seconds(k.depth), 3) for k in chosen.kept
+            if k.name in by_name and by_name[k.name].estimated}
 
 
 def _stretch(cls: type[Check], params: dict[str, Any],
@@ -257,6 +285,9 @@ def _choice(c: Candidate, depth: Depth) -> Choice:
         why = "as planned (no estimate: its timeout counts)"
     elif depth.level == c.planned and depth.value is None:
         why = "as planned"
+    elif level.estimate_s > planned.estimate_s:
+        why = (f"{c.describe(depth)}, ~{fmt_s(seconds)} (deeper than the {planned.profile} level planned, "
+               f"~{fmt_s(planned.estimate_s)}: the budget has room)")
     else:
         why = (f"{c.describe(depth)}, ~{fmt_s(seconds)} "
                f"({planned.profile}, as planned, needs ~{fmt_s(planned.estimate_s)})")
@@ -264,10 +295,10 @@ def _choice(c: Candidate, depth: Depth) -> Choice:
 
 
 def _next(c: Candidate, depth: Depth) -> Depth | None:
-    """One step deeper toward the planned level: the level unshortened, else the next level."""
+    """One step deeper toward the planned level (or the ceiling): the level unshortened, else the next level."""
     if depth.value is not None:
         return Depth(depth.level)
-    return Depth(depth.level + 1) if depth.level < c.planned else None
+    return Depth(depth.level + 1) if depth.level < c.top else None
 
 
 def plan_budget(cands: Sequence[Candidate], budget_s: float, gpus: int = 0, gpus_assumed: bool = False,
@@ -279,12 +310,12 @@ def plan_budget(cands: Sequence[Candidate], budget_s: float, gpus: int = 0, gpus
     for c in cands:
         depth = c.shallowest()
         need = c.seconds(depth)
-        if need <= left:
+        if need <= left or c.required:
             state[c.name] = depth
             left -= need
         else:
             left_out.append(LeftOut(c.name, need, f"needs ~{fmt_s(need)} at its shallowest ({c.describe(depth)}); "
-                                                  f"{fmt_s(left, up=False)} of the budget was left"))
+                                                  f"{fmt_s(max(left, 0.0), up=False)} of the budget was left"))
     kept = [c for c in cands if c.name in state]
     spend = left - RESERVE_FRACTION * budget_s
     grew = True
@@ -300,7 +331,7 @@ def plan_budget(cands: Sequence[Candidate], budget_s: float, gpus: int = 0, gpus
     for i, c in enumerate(short):  # step 3: lengthen the shortened durations with what is left, shared equally
         now = c.seconds(state[c.name])
         share = max(spend, 0.0) / (len(short) - i)
-        options = [d for d in c.stretched_within(now + share, range(state[c.name].level, c.planned + 1))
+        options = [d for d in c.stretched_within(now + share, range(state[c.name].level, c.top + 1))
                    if c.seconds(d) > now]
         if options:
             best = max(options, key=lambda d: (c.seconds(d), d.level))

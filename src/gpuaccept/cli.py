@@ -260,7 +260,8 @@ def _run(args: argparse.Namespace, warm: Any, started: float) -> int:
     preflight(plan, cfg, reg)
     _check_expect_gpus(plan)
     check_host_fit(plan, cfg, reg, host_memory_mib())
-    check_gpu_fit(plan, cfg, reg, _selected_gpu_memory(plan))
+    gpu_memory = _selected_gpu_memory(plan)
+    check_gpu_fit(plan, cfg, reg, gpu_memory)
     budget: Any = None
     if args.budget is not None:
         if info is not None:
@@ -268,8 +269,14 @@ def _run(args: argparse.Namespace, warm: Any, started: float) -> int:
 
             raise UsageError("--budget is for a run on one node; under --distributed every rank would plan its own "
                              "second pass (give the job a --profile and --checks that fit instead)")
-        plan, budget = _budget(plan, cfg, reg, opts.timeout_scale, args.budget)
+        plan, budget = _budget(plan, cfg, reg, opts.timeout_scale, args.budget, len(gpu_memory), args.db or None,
+                               "--no-history" if args.no_history else "")
         _check_expect_gpus(plan)
+        estimates = budget[2]
+    else:
+        from gpuaccept.budget import candidates, estimates_of
+
+        estimates = estimates_of(candidates(plan, cfg, reg, _gpus_for(plan, len(gpu_memory))[0]))
     nproc = 1
     if info is None and any(is_distributed(c) for c in plan.checks):
         from gpuaccept.distributed.local import default_nproc
@@ -326,6 +333,7 @@ def _run(args: argparse.Namespace, warm: Any, started: float) -> int:
             print(f"[BUDGET] {line}", file=stream, flush=True)
     console.verbose = args.verbose
     runner.baseline = baseline
+    runner.report.estimates = estimates
     leads = info is None or info.rank == 0
     try:
         report = runner.run()
@@ -393,19 +401,34 @@ def unapplied_options(plan: Any) -> list[str]:
     return notes
 
 
-def _budget(plan: Any, cfg: Any, reg: Any, timeout_scale: float, budget_s: float) -> tuple[Any, tuple[Any, Any]]:
-    """(the plan cut to ``budget_s`` seconds, (its BudgetPlan, the candidates)); UsageError when nothing fits."""
-    from gpuaccept.budget import ASSUMED_GPUS, apply_budget, candidates, plan_budget, refuse_empty
+def _gpus_for(plan: Any, counted: int) -> tuple[int, bool]:
+    """(GPUs an estimate plans for, whether assumed): the selection, else what NVML counted, else a full node."""
+    from gpuaccept.budget import ASSUMED_GPUS
 
-    gpus, assumed = 0, False
-    if plan.device == "cuda":
-        gpus = len(plan.gpus) if plan.gpus else len(_selected_gpu_memory(plan))
-        if gpus == 0:  # NVML cannot count them: plan for a full node
-            gpus, assumed = ASSUMED_GPUS, True
-    cands = candidates(plan, cfg, reg, gpus)
+    if plan.device != "cuda":
+        return 0, False
+    gpus = len(plan.gpus) if plan.gpus else counted
+    return (gpus, False) if gpus > 0 else (ASSUMED_GPUS, True)
+
+
+def _budget(plan: Any, cfg: Any, reg: Any, timeout_scale: float, budget_s: float, counted: int,
+            db: str | None, off: str) -> tuple[Any, tuple[Any, Any, dict[str, float]]]:
+    """(the plan cut to ``budget_s`` seconds, (its BudgetPlan, the calibrated candidates, the built-in estimates
+    of what it keeps)); the estimates are calibrated from this host's runs in the history at ``db`` (None: the
+    default one) unless ``off`` says why not. UsageError when nothing fits."""
+    from gpuaccept.budget import apply_budget, candidates, estimates_of, plan_budget, refuse_empty
+    from gpuaccept.calibrate import planned_with_history
+    from gpuaccept.runner import this_host
+
+    gpus, assumed = _gpus_for(plan, counted)
+    raw = candidates(plan, cfg, reg, gpus)
+    cands, calibration, warning = planned_with_history(raw, plan.device, db, this_host(), off)
+    if warning:
+        print(f"gpuaccept: warning: {warning}", file=sys.stderr)
     chosen = plan_budget(cands, budget_s, gpus, assumed)
+    chosen.calibration = calibration
     refuse_empty(chosen, cands)
-    return apply_budget(plan, chosen, reg, cfg, timeout_scale), (chosen, cands)
+    return apply_budget(plan, chosen, reg, cfg, timeout_scale), (chosen, cands, estimates_of(raw, chosen))
 
 
 def _check_expect_gpus(plan: Any) -> None:

@@ -231,6 +231,9 @@ class NodeReport:
     budget: dict[str, Any] | None = None
     """``run --budget``'s plan: the budget, the checks kept and their depth, those left out and why, and the
     deeper re-runs of the second pass (:meth:`gpuaccept.budget.BudgetPlan.to_dict`)."""
+    estimates: dict[str, float] = field(default_factory=dict)
+    """Each check's estimated seconds as planned, its process start included (:func:`gpuaccept.budget.estimates_of`):
+    what later ``--budget`` plans calibrate against (:mod:`gpuaccept.calibrate`)."""
 
     def __post_init__(self) -> None:
         self.argv = redact_argv(self.argv)  # nothing secret is written to report.json or the history
@@ -270,6 +273,8 @@ class NodeReport:
             d["in_flight"] = self.in_flight
         if self.budget is not None:
             d["budget"] = self.budget
+        if self.estimates:
+            d["estimates"] = dict(self.estimates)
         return d
 
     @classmethod
@@ -288,7 +293,17 @@ class NodeReport:
             pod=d.get("pod"),
             in_flight=d.get("in_flight"),
             budget=d.get("budget"),
+            estimates=_estimates(d.get("estimates")),
         )
+
+
+def _estimates(raw: Any) -> dict[str, float]:
+    """A report's ``estimates``, keeping only finite, non-negative numbers under string names (a hand-edited or
+    damaged report loses the odd entry, never the report)."""
+    if not isinstance(raw, dict):
+        return {}
+    return {k: float(v) for k, v in raw.items() if isinstance(k, str) and isinstance(v, (int, float))
+            and not isinstance(v, bool) and math.isfinite(v) and v >= 0}
 
 
 class NodeState(str, enum.Enum):

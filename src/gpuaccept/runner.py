@@ -103,6 +103,11 @@ def writing(path: Path, report: NodeReport | None = None) -> Iterator[None]:
         raise ReportWriteError(f"cannot write {path}: {exc.strerror or exc}", report, exc) from None
 
 
+def this_host() -> str:
+    """The host name reports carry: ``$GPUACCEPT_HOSTNAME``, else the short host name."""
+    return os.environ.get("GPUACCEPT_HOSTNAME") or socket.gethostname().split(".")[0]
+
+
 class Runner:
     """Executes a :class:`SuitePlan` and maintains the report files."""
 
@@ -113,7 +118,7 @@ class Runner:
         self.plan = plan
         self.nproc = nproc
         self.dist_timeout_s = dist_timeout_s
-        self.host = host or os.environ.get("GPUACCEPT_HOSTNAME") or socket.gethostname().split(".")[0]
+        self.host = host or this_host()
         self.run_id = run_id or new_run_id(self.host)
         self.run_dir = Path(report_dir) / self.run_id
         self.events = events or RunEvents()

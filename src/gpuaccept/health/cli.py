@@ -27,16 +27,18 @@ SCONTROL_TIMEOUT_S = 10.0
 
 
 def register(subparsers: Any) -> None:
-    from gpuaccept.health.plan import DEFAULT_BUDGET_S, MIN_BUDGET_S, MODES
+    from gpuaccept.health.plan import CHECKS, DEFAULT_BUDGET_S, EXTRAS, MIN_BUDGET_S, MODES
 
     p = subparsers.add_parser(
         "healthcheck", help="fast node health check for Slurm (HealthCheckProgram, Prolog, Epilog)",
         description="env and GPU count, NVML health, a short verified GEMM and free disk space within a budget; "
                     "one summary line. With --slurm drain: drain this node on a fault, resume it when healthy "
                     "if the drain was gpuaccept's (never an admin's).")
-    p.add_argument("--budget", type=positive_float, default=DEFAULT_BUDGET_S, metavar="SECONDS",
-                   help=f"the whole run ends within this (at least {MIN_BUDGET_S:g}; default {DEFAULT_BUDGET_S:g}; "
-                        "Slurm kills HealthCheckProgram after 60 s)")
+    p.add_argument("--budget", type=positive_float, default=None, metavar="SECONDS",
+                   help=f"plan this window (at least {MIN_BUDGET_S:g}): the four checks always, then the extras "
+                        f"({', '.join(EXTRAS)}) and deeper levels that fit, estimated from this host's past runs in "
+                        f"--db, with a fifth kept to re-run suspect results deeper. Without it: the four checks at "
+                        f"their fastest, ended at {DEFAULT_BUDGET_S:g} s. Slurm kills HealthCheckProgram after 60 s")
     p.add_argument("--slurm", choices=("drain", "print"), default=None,
                    help="drain: drain this node on a fault and resume gpuaccept's own drain when healthy; "
                         "print: say which scontrol command that would run, run none")
@@ -49,7 +51,8 @@ def register(subparsers: Any) -> None:
                    help="cuda (default: no usable GPU is a fault), cpu, or auto")
     p.add_argument("--gpus", default=None, metavar="0,1", help="torch CUDA ordinals to test (default: all)")
     p.add_argument("--expect-gpus", type=nonneg_int, default=None, metavar="N", help="a fault unless N GPUs are seen")
-    p.add_argument("--skip", default=None, metavar="C,D", help="leave out these of env, health, compute, disk_space")
+    p.add_argument("--skip", default=None, metavar="C,D",
+                   help=f"leave out these of {', '.join(CHECKS)} (and, with --budget, of {', '.join(EXTRAS)})")
     p.add_argument("--config", default=None, metavar="YAML",
                    help="parameters, thresholds and timeouts of the four checks (as for gpuaccept run)")
     p.add_argument("--report-dir", default=None, metavar="DIR",
@@ -57,7 +60,8 @@ def register(subparsers: Any) -> None:
                         "<tmp>/gpuaccept-healthcheck)")
     p.add_argument("--keep", type=nonneg_int, default=20, metavar="N",
                    help="keep the newest N healthcheck runs in the report directory (default 20; 0: keep all)")
-    p.add_argument("--db", default=None, metavar="URL", help="also store the run in this history database")
+    p.add_argument("--db", default=None, metavar="URL",
+                   help="also store the run in this history database; --budget estimates from its past runs here")
     p.add_argument("--verbose", "-v", action="store_true", help="a line per check as well")
     p.set_defaults(handler=cmd_healthcheck)
 
@@ -130,16 +134,19 @@ def prune_runs(report_dir: Path, keep: int) -> None:
 def _usage(args: argparse.Namespace) -> tuple[float, Any, list[int] | None, list[str]]:
     """Everything decided from the flags alone (UsageError/ConfigError before anything runs)."""
     from gpuaccept.config import parse_gpus
-    from gpuaccept.health.plan import CHECKS, check_budget
+    from gpuaccept.health.plan import CHECKS, DEFAULT_BUDGET_S, EXTRAS, check_budget
 
-    budget = check_budget(args.budget)
+    budget = check_budget(DEFAULT_BUDGET_S if args.budget is None else args.budget)
     gpus = parse_gpus(args.gpus, "--gpus", "") if args.gpus is not None else None
     skip = [s.strip() for s in (args.skip or "").split(",") if s.strip()]
-    bad = [s for s in skip if s not in CHECKS]
+    bad = [s for s in skip if s not in CHECKS + EXTRAS]
     if bad:
-        raise UsageError(f"--skip: {bad[0]!r} is not one of {', '.join(CHECKS)}")
-    if len(skip) == len(CHECKS):
-        raise UsageError("--skip leaves no check to run")
+        raise UsageError(f"--skip: {bad[0]!r} is not one of {', '.join(CHECKS + EXTRAS)}")
+    extra = [s for s in skip if s in EXTRAS]
+    if extra and args.budget is None:
+        raise UsageError(f"--skip {extra[0]}: the extras ({', '.join(EXTRAS)}) run only with --budget")
+    if all(c in skip for c in CHECKS):
+        raise UsageError("--skip leaves none of the four checks to run")
     if args.expect_gpus is not None and "env" in skip:
         raise UsageError("--expect-gpus is enforced by the env check, which --skip leaves out")
     from gpuaccept.config import Config, load_config
@@ -194,25 +201,42 @@ def cmd_healthcheck(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, cfg: Any, gpus: list[int] | None, skip: list[str],
          deadline: float) -> tuple[Any, Path | None, str]:
     """Run the plan; (report or None, report path, "" | "interrupted" | "write")."""
+    from gpuaccept.budget import estimates_of
     from gpuaccept.checks import registry
-    from gpuaccept.health.plan import plan_health
+    from gpuaccept.health.plan import health_candidates, plan_health
     from gpuaccept.health.run import BudgetRunner
     from gpuaccept.hw.devices import resolve_device
-    from gpuaccept.runner import Interrupted, new_run_id
+    from gpuaccept.runner import DeadlineRunner, Interrupted, new_run_id, this_host
 
     reg = registry()
     device = resolve_device(args.device)
+    planned = args.budget is not None
     plan = plan_health(cfg, reg, device, budget_s=max(deadline - time.monotonic(), 0.0), gpus=gpus,
-                       expect_gpus=args.expect_gpus, require_gpu=args.device == "cuda", skip=skip)
+                       expect_gpus=args.expect_gpus, require_gpu=args.device == "cuda", skip=skip, extras=planned)
+    n_gpus, assumed = _gpus_for(device, gpus)
+    raw = health_candidates(plan, cfg, reg, n_gpus)
+    budget_lines: list[str] = []
+    if planned:
+        plan, runner_kw, estimates, budget_lines = _planned(args, plan, cfg, reg, raw, deadline, n_gpus, assumed)
+    else:
+        estimates, runner_kw = estimates_of(raw), {}
     report_dir = _report_dir(args)
     events = None
     if args.verbose:
         from gpuaccept.report.console import PlainConsole
 
         events = PlainConsole(sys.stdout, {c.name: c.key_metric for c in plan.checks}).events()
-    host = socket.gethostname().split(".")[0]
-    runner = BudgetRunner(plan, report_dir, deadline=deadline, run_id=RUN_PREFIX + new_run_id(host),
-                          argv=["healthcheck", *sys.argv[2:]], events=events)
+        for line in budget_lines:
+            print(f"[BUDGET] {line}", flush=True)
+    host = this_host()
+    cls: type[DeadlineRunner] = BudgetRunner
+    if planned:
+        from gpuaccept.health.run import WindowHealthRunner
+
+        cls = WindowHealthRunner
+    runner = cls(plan, report_dir, deadline=deadline, run_id=RUN_PREFIX + new_run_id(host),
+                 argv=["healthcheck", *sys.argv[2:]], events=events, **runner_kw)
+    runner.report.estimates = estimates
     try:
         report = runner.run()
     except Interrupted as exc:
@@ -228,6 +252,40 @@ def _run(args: argparse.Namespace, cfg: Any, gpus: list[int] | None, skip: list[
         save(report, args, runner.report_path)
     prune_runs(report_dir, args.keep)
     return report, runner.report_path, ""
+
+
+def _gpus_for(device: str, gpus: list[int] | None) -> tuple[int, bool]:
+    """(GPUs the estimates plan for, whether assumed): the ``--gpus`` selection, else a full node. NVML is not
+    asked (its start can take seconds); calibration learns the node's real times under the same assumption."""
+    from gpuaccept.budget import ASSUMED_GPUS
+
+    if device != "cuda":
+        return 0, False
+    return (len(gpus), False) if gpus else (ASSUMED_GPUS, True)
+
+
+def _planned(args: argparse.Namespace, plan: Any, cfg: Any, reg: Any, raw: list[Any], deadline: float,
+             gpus: int, assumed: bool) -> tuple[Any, dict[str, Any], dict[str, float], list[str]]:
+    """``--budget``: (the planned window's plan, the runner's keyword arguments, the built-in estimates of what
+    it keeps, the plan's lines)."""
+    from gpuaccept.budget import estimates_of
+    from gpuaccept.calibrate import planned_with_history
+    from gpuaccept.health.plan import plan_health_budget
+    from gpuaccept.runner import this_host
+
+    cands, calibration, warning = planned_with_history(raw, plan.device, args.db, this_host(),
+                                                       "" if args.db else "no --db")
+    if warning:
+        print(f"gpuaccept: warning: {warning}", file=sys.stderr)
+    plan, chosen = plan_health_budget(plan, cfg, reg, cands, deadline - time.monotonic(), gpus, assumed)
+    chosen.calibration = calibration
+
+    def say(line: str) -> None:
+        if args.verbose:
+            print(f"[BUDGET] {line}", flush=True)
+
+    kw = {"budget": chosen, "candidates": cands, "registry": reg, "config": cfg, "say": say}
+    return plan, kw, estimates_of(raw, chosen), chosen.lines()
 
 
 def _slurm_step(args: argparse.Namespace, scontrol: str | None, node: str | None, report: Any,

@@ -5,13 +5,17 @@ The plan is the ordinary suite plan (:func:`gpuaccept.suite.plan_suite`) of four
 the whole run fits in the budget. Configuration files (``--config``) apply as for ``gpuaccept run``:
 their parameters, thresholds and timeouts win over these.
 
-The budget here is a deadline, not a choice: every check not ``--skip``-ped runs, and one the budget
-leaves no time for is a FAIL. ``run --budget``'s planner (:mod:`gpuaccept.budget`) is not used: it
-leaves out what its estimates say does not fit and calls the run a success without it, and its
-estimates are deliberately long (on 8 GPUs it would keep only ``disk_space`` at ``--budget 10`` and
-leave out ``health`` and ``compute`` at 20, where the checks take about 7 s), so a node would be called
-healthy without its GPU checks; and each check has one level here (these parameters), so there is no
-depth to choose.
+Without ``--budget`` the run is this fast plan, ended at :data:`DEFAULT_BUDGET_S`: every check not
+``--skip``-ped runs, and one the deadline leaves no time for is a FAIL.
+
+With ``--budget SECONDS`` the window is planned (:func:`plan_health_budget`, :mod:`gpuaccept.budget`'s
+planner): the four checks always run, at this fast level at least (they are ``required``: a node is
+never called healthy without its GPU checks, whatever an estimate says); the time left adds the
+:data:`EXTRAS` that fit (``fabric``, ``memory``, ``memtest`` at their quick level) and takes the checks
+deeper, level by level (the ``quick``, ``standard`` and ``full`` profiles' values), keeping a fifth of the
+window for a second pass that runs suspect results again, deeper. The estimates are calibrated from this
+host's past runs in ``--db`` (:mod:`gpuaccept.calibrate`); the built-in ones are deliberately long, so
+without a history a short budget keeps the fast level.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from gpuaccept.budget import BudgetPlan, Candidate, apply_budget, candidates, plan_budget
 from gpuaccept.checks.base import Check, ThresholdRule
 from gpuaccept.config import CheckSettings, Config
 from gpuaccept.errors import UsageError
@@ -27,6 +32,11 @@ from gpuaccept.suite import RunOptions, SuitePlan, plan_suite
 
 PROFILE = "health"
 CHECKS = ("env", "health", "compute", "disk_space")
+EXTRAS = ("fabric", "memory", "memtest")
+"""Checks a ``--budget`` with room adds, in this order, at their quick level."""
+OVERHEAD_S = 1.0
+"""Seconds of a healthcheck outside its checks (planning, the report); the warm process's import of torch
+is waited for by the first check and counts in its time."""
 MIN_BUDGET_S = 5.0
 MAX_BUDGET_S = 3600.0
 DEFAULT_BUDGET_S = 45.0
@@ -64,8 +74,9 @@ def check_budget(budget_s: float) -> float:
 
 
 def health_config(user: Config) -> Config:
-    """``user``'s configuration over the healthcheck's own parameters, rules and timeouts."""
-    checks: dict[str, CheckSettings] = {}
+    """``user``'s configuration over the healthcheck's own parameters, rules and timeouts (the extras: the
+    user's alone)."""
+    checks: dict[str, CheckSettings] = {n: s for n, s in user.checks.items() if n in EXTRAS}
     for name in CHECKS:
         mine = CheckSettings(params=dict(PARAMS.get(name, {})), thresholds=list(RULES.get(name, [])),
                              timeout_s=TIMEOUTS[name])
@@ -81,16 +92,40 @@ def health_config(user: Config) -> Config:
 
 def plan_health(user: Config, registry: dict[str, type[Check]], device: str, *, budget_s: float,
                 gpus: list[int] | None = None, expect_gpus: int | None = None, require_gpu: bool = True,
-                skip: list[str] | None = None) -> SuitePlan:
-    """The healthcheck's suite plan (pure). Each check's timeout is at most ``budget_s``; the runner
-    also stops the run as a whole at the budget (see :mod:`gpuaccept.health.run`)."""
-    opts = RunOptions(profile="quick", checks=[c for c in CHECKS if c in registry], skip=list(skip or []),
+                skip: list[str] | None = None, extras: bool = False) -> SuitePlan:
+    """The healthcheck's suite plan (pure): the four checks, and with ``extras`` the :data:`EXTRAS` too (for a
+    budget to choose from). Each check's timeout is at most ``budget_s``; the runner also stops the run as a
+    whole at the budget (see :mod:`gpuaccept.health.run`)."""
+    names = CHECKS + (EXTRAS if extras else ())
+    opts = RunOptions(profile="quick", checks=[c for c in names if c in registry], skip=list(skip or []),
                       device=device, gpus=gpus, require_gpu=require_gpu, expect_gpus=expect_gpus)
     plan = plan_suite(opts, health_config(user), registry, device)
     plan.profile = PROFILE
     for check in plan.checks:
         check.timeout_s = min(check.timeout_s, budget_s)
     return plan
+
+
+def health_candidates(plan: SuitePlan, user: Config, registry: dict[str, type[Check]],
+                      gpus: int) -> list[Candidate]:
+    """The planned checks' depth levels (pure): the fast level planned, every profile's deeper, the four checks
+    required; the four first, then the extras (the order the budget covers them in)."""
+    cands = [replace(c, required=c.name in CHECKS, ceiling=len(c.levels) - 1)
+             for c in candidates(plan, user, registry, gpus)]
+    return sorted(cands, key=lambda c: not c.required)
+
+
+def plan_health_budget(plan: SuitePlan, user: Config, registry: dict[str, type[Check]], cands: list[Candidate],
+                       window_s: float, gpus: int, gpus_assumed: bool) -> tuple[SuitePlan, BudgetPlan]:
+    """``plan`` cut and deepened to ``window_s`` seconds (the checks' share of ``--budget``), and the budget plan
+    (pure). Each kept check's timeout is its level's (the user's configuration wins), at most the window; the
+    four checks run first, the extras after them."""
+    chosen = plan_budget(cands, window_s, gpus, gpus_assumed, overhead_s=OVERHEAD_S)
+    cut = apply_budget(plan, chosen, registry, user)
+    for check in cut.checks:
+        check.timeout_s = round(min(check.timeout_s, window_s), 1)
+    cut.checks.sort(key=lambda c: c.name not in CHECKS)  # an extra that runs long never delays the four
+    return cut, chosen
 
 
 def faulty(verdict: Verdict) -> bool:

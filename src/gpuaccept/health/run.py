@@ -1,13 +1,18 @@
 """The healthcheck's runner: :class:`~gpuaccept.runner.DeadlineRunner`, one deadline for the
-whole run. Each check gets what is left of the budget at most; a check the budget leaves no time for
-is a FAIL ("not run"), never a silent pass.
+whole run, or with ``--budget`` the planned window's runner (a second pass included). Each check gets what
+is left of the budget at most; a check the budget leaves no time for is a FAIL ("not run"), never a
+silent pass.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
 
+from gpuaccept.budget import fmt_s
+from gpuaccept.budget_run import WindowRunner
+from gpuaccept.health.plan import CHECKS
 from gpuaccept.model import CheckResult, Status
 from gpuaccept.runner import DeadlineRunner
 from gpuaccept.suite import PlannedCheck
@@ -26,13 +31,33 @@ def injected_fault(env: Mapping[str, str], check: str) -> str | None:
     return f"injected fault ({FAULT_ENV}): {why.strip() or 'test'}"
 
 
+def with_fault(result: CheckResult, host: str) -> CheckResult:
+    """``result``, or the FAIL :data:`FAULT_ENV` injects into it."""
+    why = injected_fault(os.environ, result.name)
+    if why is None:
+        return result
+    return CheckResult(result.name, Status.FAIL, why, duration_s=result.duration_s, metrics=result.metrics,
+                       details=result.details, host=host)
+
+
 class BudgetRunner(DeadlineRunner):
-    """A :class:`DeadlineRunner` with :data:`FAULT_ENV`'s injected faults."""
+    """The fast plan: a :class:`DeadlineRunner` with :data:`FAULT_ENV`'s injected faults."""
 
     def _run_one(self, check: PlannedCheck) -> CheckResult:
-        result = super()._run_one(check)
-        why = injected_fault(os.environ, check.name)
-        if why is not None:
-            result = CheckResult(check.name, Status.FAIL, why, duration_s=result.duration_s, metrics=result.metrics,
-                                 details=result.details, host=self.host)
-        return result
+        return with_fault(super()._run_one(check), self.host)
+
+
+class WindowHealthRunner(WindowRunner):
+    """``--budget``: the planned window with its second pass (:class:`~gpuaccept.budget_run.WindowRunner`) and
+    :data:`FAULT_ENV`'s injected faults. An extra (not one of the four checks) that the window no longer has
+    its estimated time for is a SKIP, not a FAIL: the plan chose it, not the node."""
+
+    def _run_one(self, check: PlannedCheck) -> CheckResult:
+        if check.name not in CHECKS and id(check) not in self._reruns:
+            need = next((k.estimate_s for k in self.budget.kept if k.name == check.name), 0.0)
+            left = self.deadline - time.monotonic()
+            if need > left:
+                return CheckResult(check.name, Status.SKIP, f"left out: ~{fmt_s(need)} estimated, "
+                                   f"{fmt_s(left, up=False)} of the budget left (an extra, not a fault)",
+                                   details={"budget": True}, host=self.host)
+        return with_fault(super()._run_one(check), self.host)

@@ -423,6 +423,23 @@ class Store(abc.ABC):
 
         return self._retrying(read, write=False)
 
+    def recent_reports(self, host: str, limit: int) -> list[NodeReport]:
+        """The newest ``limit`` node reports of ``host``, newest first; one whose stored JSON cannot be read is
+        passed over (calibration wants what can be read, not an error)."""
+        def read() -> list[NodeReport]:
+            out = []
+            for (pk,) in self._execute("SELECT id FROM runs WHERE kind = 'node' AND host = ? "
+                                       "ORDER BY started_ts DESC, id DESC LIMIT ?", (host, int(limit))):
+                try:
+                    report = self._load_report(pk, "node")
+                except (ValueError, KeyError, TypeError):
+                    continue
+                if isinstance(report, NodeReport):
+                    out.append(report)
+            return out
+
+        return self._retrying(read, write=False)
+
     def _find(self, run_id: str, host: str | None) -> list[tuple[Any, ...]]:
         host_sql, host_params = (" AND r.host = ?", [host]) if host is not None else ("", [])
         rows = self._execute(_SUMMARY_SQL + " WHERE r.run_id = ?" + host_sql, [run_id, *host_params])
