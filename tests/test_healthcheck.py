@@ -244,7 +244,7 @@ def _hc(tmp_path: Path, *args: str, timeout: float = 120, **env: str) -> tuple[i
 
 def test_healthy_cpu_run_prints_one_summary_line(tmp_path: Path) -> None:
     started = time.monotonic()
-    code, lines, err = _hc(tmp_path, "--budget", "40", "--skip", "env")
+    code, lines, err = _hc(tmp_path, "--deadline", "40", "--skip", "env")
     assert code == 0, (lines, err)
     assert len(lines) == 1 and lines[0].startswith("[HEALTHCHECK] HEALTHY in "), lines
     assert "health SKIP, disk_space PASS, compute PASS" in lines[0]
@@ -266,7 +266,7 @@ def test_the_budget_bounds_the_run_and_a_check_left_no_time_fails(tmp_path: Path
     cfg = tmp_path / "slow.yaml"
     cfg.write_text("checks:\n  compute: {params: {cpu_size: 1024, warmup_s: 60, warmup_max_s: 60}}\n")
     started = time.monotonic()
-    code, lines, _ = _hc(tmp_path, "--budget", "8", "--skip", "env", "--config", str(cfg), timeout=60)
+    code, lines, _ = _hc(tmp_path, "--deadline", "8", "--skip", "env", "--config", str(cfg), timeout=60)
     took = time.monotonic() - started
     assert took < 8 + 5, took  # + the interpreter's start-up
     assert code == 1 and lines[0].startswith("[HEALTHCHECK] FAULT compute: timed out after"), lines
@@ -287,6 +287,8 @@ def test_keep_prunes_old_runs(tmp_path: Path) -> None:
     (["--skip", "env", "--expect-gpus", "8"], "--expect-gpus is enforced by the env check"),
     (["--slurm", "drain", "--node", "gpu[1-2]"], "is not a Slurm node name"),
     (["--mode", "prolog", "--budget", "1"], "--budget 1"),
+    (["--deadline", "4000"], "--deadline 4000: must be between 5 and 3600 seconds"),
+    (["--deadline", "20", "--budget", "20"], "--budget and --deadline: give one"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], words: str) -> None:
     r = gpuaccept("healthcheck", "--device", "cpu", "--report-dir", str(tmp_path / "rep"), *args)

@@ -30,7 +30,7 @@ from tests.launch_support import require
 from tests.slurm_cluster import DAEMONS, LocalSlurm
 
 WAIT_S = 90.0
-HC_ARGS = "--device cpu --skip env,compute --budget 20 --slurm drain"
+HC_ARGS = "--device cpu --skip env,compute --deadline 20 --slurm drain"
 NODE = "node1"
 
 

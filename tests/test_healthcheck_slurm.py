@@ -27,7 +27,7 @@ from tests.slurm_cluster import DAEMONS, LocalSlurm
 
 INTERVAL_S = 3
 WAIT_S = 90.0
-HC_ARGS = "--device cpu --skip env,compute --budget 20 --slurm drain"
+HC_ARGS = "--device cpu --skip env,compute --deadline 20 --slurm drain"
 
 
 def _wrapper(base: Path) -> str:

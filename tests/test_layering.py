@@ -35,7 +35,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "launch": frozenset({"errors", "model", "argtypes", "results", "cli", "distributed.hostlist", "containers.sshd"}),
     "containers": frozenset({"errors", "model", "argtypes", "cli"}),
     "report": frozenset({"errors", "model", "argtypes", "inputs", "results", "runner", "suite", "__init__"}),
-    "health": frozenset({"errors", "model", "argtypes", "inputs", "checks", "config", "suite", "runner"}),
+    "health": frozenset({"errors", "model", "argtypes", "inputs", "checks", "config", "suite", "runner", "budget",
+                         "budget_run"}),
 }
 
 

@@ -38,7 +38,10 @@ def register(subparsers: Any) -> None:
                    help=f"plan this window (at least {MIN_BUDGET_S:g}): the four checks always, then the extras "
                         f"({', '.join(EXTRAS)}) and deeper levels that fit, estimated from this host's past runs in "
                         f"--db, with a fifth kept to re-run suspect results deeper. Without it: the four checks at "
-                        f"their fastest, ended at {DEFAULT_BUDGET_S:g} s. Slurm kills HealthCheckProgram after 60 s")
+                        "their fastest (see --deadline). Slurm kills HealthCheckProgram after 60 s")
+    p.add_argument("--deadline", type=positive_float, default=None, metavar="SECONDS",
+                   help=f"without --budget: the four checks at their fastest, ended within this (at least "
+                        f"{MIN_BUDGET_S:g}; default {DEFAULT_BUDGET_S:g}); for HealthCheckProgram and Prolog")
     p.add_argument("--slurm", choices=("drain", "print"), default=None,
                    help="drain: drain this node on a fault and resume gpuaccept's own drain when healthy; "
                         "print: say which scontrol command that would run, run none")
@@ -136,7 +139,13 @@ def _usage(args: argparse.Namespace) -> tuple[float, Any, list[int] | None, list
     from gpuaccept.config import parse_gpus
     from gpuaccept.health.plan import CHECKS, DEFAULT_BUDGET_S, EXTRAS, check_budget
 
-    budget = check_budget(DEFAULT_BUDGET_S if args.budget is None else args.budget)
+    if args.budget is not None and args.deadline is not None:
+        raise UsageError("--budget and --deadline: give one (--budget plans a window and fills it; --deadline "
+                         "ends the fast plan)")
+    if args.budget is not None:
+        budget = check_budget(args.budget)
+    else:
+        budget = check_budget(DEFAULT_BUDGET_S if args.deadline is None else args.deadline, "--deadline")
     gpus = parse_gpus(args.gpus, "--gpus", "") if args.gpus is not None else None
     skip = [s.strip() for s in (args.skip or "").split(",") if s.strip()]
     bad = [s for s in skip if s not in CHECKS + EXTRAS]

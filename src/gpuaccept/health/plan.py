@@ -5,8 +5,9 @@ The plan is the ordinary suite plan (:func:`gpuaccept.suite.plan_suite`) of four
 the whole run fits in the budget. Configuration files (``--config``) apply as for ``gpuaccept run``:
 their parameters, thresholds and timeouts win over these.
 
-Without ``--budget`` the run is this fast plan, ended at :data:`DEFAULT_BUDGET_S`: every check not
-``--skip``-ped runs, and one the deadline leaves no time for is a FAIL.
+Without ``--budget`` the run is this fast plan, ended at ``--deadline`` (default :data:`DEFAULT_BUDGET_S`):
+every check not ``--skip``-ped runs, and one the deadline leaves no time for is a FAIL. This is the
+mode for HealthCheckProgram and Prolog, which run often and beside jobs.
 
 With ``--budget SECONDS`` the window is planned (:func:`plan_health_budget`, :mod:`gpuaccept.budget`'s
 planner): the four checks always run, at this fast level at least (they are ``required``: a node is
@@ -65,10 +66,10 @@ EXIT_SLURM = 6
 EXIT_INTERRUPTED = 130
 
 
-def check_budget(budget_s: float) -> float:
+def check_budget(budget_s: float, flag: str = "--budget") -> float:
     """``budget_s``, or UsageError when it is outside [MIN_BUDGET_S, MAX_BUDGET_S] or not a number."""
     if not (MIN_BUDGET_S <= budget_s <= MAX_BUDGET_S):
-        raise UsageError(f"--budget {budget_s:g}: must be between {MIN_BUDGET_S:g} and {MAX_BUDGET_S:g} seconds "
+        raise UsageError(f"{flag} {budget_s:g}: must be between {MIN_BUDGET_S:g} and {MAX_BUDGET_S:g} seconds "
                          f"(Slurm kills HealthCheckProgram after 60 s; the default is {DEFAULT_BUDGET_S:g})")
     return budget_s
 
