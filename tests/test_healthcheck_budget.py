@@ -80,3 +80,18 @@ def test_an_extra_the_window_has_no_time_left_for_is_skipped_not_failed(tmp_path
     memtest = status["memtest"]
     assert memtest.status is Status.SKIP and "(an extra, not a fault)" in memtest.reason
     assert report.verdict.value == "success"
+
+
+def test_a_suspect_result_is_run_again_deeper_within_the_window(tmp_path: Path) -> None:
+    cfg = tmp_path / "warn.yaml"  # no CPU copies at 1 PB/s: memory warns on every run, and a WARN is suspect
+    cfg.write_text("checks:\n  memory:\n    thresholds:\n"
+                   "      - {metric: stream_copy_gbs, min: 1000000, severity: warn}\n")
+    code, lines, report = _hc(tmp_path, "--budget", "30", "--config", str(cfg), "--skip", "memtest,fabric")
+    assert code == 0, lines  # a warning is not a node fault
+    assert "memory WARN" in lines[-1] and "memory (re-run) WARN" in lines[-1], lines
+    memory = [c for c in report["checks"] if c["name"] == "memory"]
+    assert len(memory) == 2 and "rerun" in memory[1]["details"] and "rerun" not in memory[0].get("details", {})
+    rerun = report["budget"]["reruns"][0]
+    assert rerun["name"] == "memory" and rerun["why"].startswith("it warned: ") and rerun["first"]["status"] == "warn"
+    first = next(k for k in report["budget"]["kept"] if k["name"] == "memory")
+    assert rerun["level"] != first["level"]  # deeper than the first pass

@@ -345,7 +345,8 @@ def _summary(report: Any, elapsed: float, slurm_line: str, report_path: Path | N
         head = f"FAULT {check}: {why}" if check else "FAULT: nothing measured (every check skipped)"
     else:
         head = "HEALTHY"
-    checks = ", ".join(f"{c.name} {c.status.value.upper()}" for c in report.checks) if report is not None else ""
+    checks = ", ".join(f"{c.name}{' (re-run)' if c.is_rerun else ''} {c.status.value.upper()}"
+                       for c in report.checks) if report is not None else ""
     parts = [f"{TAG} {head} in {elapsed:.1f} s" + (f" ({checks})" if checks else "")]
     if slurm_line:
         parts.append(slurm_line)
