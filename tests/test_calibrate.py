@@ -76,14 +76,32 @@ def test_bad_estimates_in_a_stored_report_are_dropped_not_fatal() -> None:
     assert NodeReport.from_dict(raw).estimates == {}
 
 
-def test_calibrate_scales_every_level_and_stretch_of_a_calibrated_check_only() -> None:
+def test_calibrate_scales_the_levels_that_ran_here_and_their_stretch() -> None:
     st = Stretch("duration_s", 5.0, 2.0, 1.0)
     cands = [cand("stress", 12.0, 62.0, stretch=st), cand("env", 4.0)]
     cal = calibration([report("a", {"stress": 6.0}, {"stress": 12.0})], "cuda", "db")
     out = calibrate(cands, cal)
-    assert [lv.estimate_s for lv in out[0].levels] == [6.0, 31.0]
+    # the deeper level never ran here: a fast host does not shorten its fixed durations
+    assert [lv.estimate_s for lv in out[0].levels] == [6.0, 62.0]
     assert out[0].levels[0].at(10.0) == ({"i": 0, "duration_s": 10.0}, pytest.approx(6.0))  # (2 + 1 x 10) x 0.5
     assert out[1] is cands[1]
+
+
+def test_a_slow_host_lengthens_every_level_and_no_level_costs_more_than_a_deeper_one() -> None:
+    slow = calibrate([cand("memtest", 2.0, 10.0, 40.0)],
+                     calibration([report("a", {"memtest": 6.0}, {"memtest": 2.0})], "cuda", "db"))
+    assert [lv.estimate_s for lv in slow[0].levels] == [6.0, 30.0, 120.0]  # x3 where it never ran too
+    deep_seen = calibrate([cand("compute", 2.0, 10.0, 40.0)],
+                          calibration([report("a", {"compute": 1.0}, {"compute": 10.0})], "cuda", "db"))
+    assert [lv.estimate_s for lv in deep_seen[0].levels] == [1.0, 1.0, 40.0]
+
+
+def test_levels_are_told_apart_by_their_built_in_estimate() -> None:
+    reports = [report("a", {"compute": 1.0}, {"compute": 2.0}), report("b", {"compute": 30.0}, {"compute": 10.0})]
+    cal = calibration(reports, "cuda", "db")
+    assert cal.levels == {"compute": {2.0: 0.5, 10.0: 3.0}} and cal.factors == {"compute": 3.0}
+    out = calibrate([cand("compute", 2.0, 10.0, 40.0)], cal)
+    assert [lv.estimate_s for lv in out[0].levels] == [1.0, 30.0, 120.0]
 
 
 def test_a_calibrated_plan_keeps_what_the_built_in_estimates_leave_out() -> None:

@@ -34,7 +34,7 @@ def test_without_a_budget_the_fast_plan_runs_and_records_its_estimates(tmp_path:
 
 def test_a_budget_plans_extras_and_learns_from_the_history(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'h.db'}"
-    code, lines, first = _hc(tmp_path, "--budget", "40", "--db", db, "-v")
+    code, lines, first = _hc(tmp_path, "--budget", "20", "--db", db, "-v")
     assert code == 0, lines
     assert any(line.startswith("[BUDGET] estimates: built in (no past run of this host on this device in")
                for line in lines), lines
@@ -43,7 +43,7 @@ def test_a_budget_plans_extras_and_learns_from_the_history(tmp_path: Path) -> No
     assert "memtest" in names and first["budget"]["calibration"]["runs"] == 0
     kept = {k["name"] for k in first["budget"]["kept"]}
     assert set(first["estimates"]) == kept and set(CHECKS) <= kept
-    code, lines, second = _hc(tmp_path, "--budget", "40", "--db", db, "-v")
+    code, lines, second = _hc(tmp_path, "--budget", "20", "--db", db, "-v")
     assert code == 0, lines
     cal = second["budget"]["calibration"]
     assert cal["runs"] == 1 and {"env", "compute", "disk_space"} <= set(cal["factors"])

@@ -285,7 +285,7 @@ def _choice(c: Candidate, depth: Depth) -> Choice:
         why = "as planned (no estimate: its timeout counts)"
     elif depth.level == c.planned and depth.value is None:
         why = "as planned"
-    elif level.estimate_s > planned.estimate_s:
+    elif depth.level > c.planned:
         why = (f"{c.describe(depth)}, ~{fmt_s(seconds)} (deeper than the {planned.profile} level planned, "
                f"~{fmt_s(planned.estimate_s)}: the budget has room)")
     else:

@@ -2,13 +2,16 @@
 
 Every run records each check's built-in estimate as it ran (the report's ``estimates``,
 :func:`gpuaccept.budget.estimates_of`). A check's factor is the largest ratio of measured to
-estimated seconds over its newest :data:`NEWEST` first-pass results on this host and device (any but
-an ERROR, which may be a timeout or a crash; a check that skips on this host, such as ``health``
-without NVML, is learnt to be short), clamped to
-[:data:`MIN_FACTOR`, :data:`MAX_FACTOR`]. The largest and not the median, because a plan that runs
-late is stopped by its deadline (in the healthcheck, a FAIL), while one that runs early only leaves
-time unused. :func:`calibrate` scales every level of a check by its factor; a check without history
-keeps the built-in estimate. Pure, but for :func:`from_history`, the I/O edge.
+estimated seconds over its newest :data:`NEWEST` first-pass results at one level (the same built-in
+estimate: the same parameters, device and GPU count) on this host and device (any status but an
+ERROR, which may be a timeout or a crash; a check that skips on this host, such as ``health``
+without NVML, is learnt to be short), clamped to [:data:`MIN_FACTOR`, :data:`MAX_FACTOR`]. The
+largest and not the median, because a plan that runs late is stopped by its deadline (in the
+healthcheck, a FAIL), while one that runs early only leaves time unused. A factor is not carried to
+a level that never ran here, unless it says the host is slower than the built-in rates: a deeper
+level's fixed durations (a 5 s warm-up, a sampling time) do not shrink on a fast host (see
+:func:`calibrate`). A check without history keeps the built-in estimates. Pure, but for
+:func:`from_history`, the I/O edge.
 """
 
 from __future__ import annotations
@@ -58,17 +61,29 @@ def samples_of(report: NodeReport, device: str) -> list[Sample]:
     return out
 
 
+def level_key(estimate_s: float) -> float:
+    """A level's identity in the history: its built-in estimate (seconds, rounded as reports keep it). The
+    estimate follows from the check's parameters, the device and the GPU count, so equal keys ran alike."""
+    return round(estimate_s, 3)
+
+
 @dataclass(frozen=True)
 class Calibration:
-    """Each calibrated check's factor (measured / estimated) and how many results it rests on."""
+    """Per check and level (:func:`level_key`), the factor (measured / estimated seconds); per check, the
+    largest of them and how many results they rest on."""
 
-    factors: dict[str, float]
+    levels: dict[str, dict[float, float]]
     results: dict[str, int]
     runs: int
     source: str
 
+    @property
+    def factors(self) -> dict[str, float]:
+        """Each check's largest factor over its levels."""
+        return {n: max(f.values()) for n, f in self.levels.items()}
+
     def summary(self) -> str:
-        if not self.factors:
+        if not self.levels:
             return f"estimates: built in (no past run of this host on this device in {self.source})"
         shown = ", ".join(f"{n} x{f:.2g}" for n, f in sorted(self.factors.items()))
         return f"estimates: calibrated from {self.runs} past runs of this host in {self.source} ({shown})"
@@ -81,28 +96,35 @@ class Calibration:
 
 def calibration(reports: Sequence[NodeReport], device: str, source: str, newest: int = NEWEST) -> Calibration:
     """The factors from ``reports``, newest first (see the module's docstring). Pure."""
-    ratios: dict[str, list[float]] = {}
+    ratios: dict[str, dict[float, list[float]]] = {}
     runs = set()
     for report in reports:
         for s in samples_of(report, device):
-            mine = ratios.setdefault(s.name, [])
+            mine = ratios.setdefault(s.name, {}).setdefault(level_key(s.estimate_s), [])
             if len(mine) < newest:
                 mine.append(s.ratio)
                 runs.add(s.run_id)
-    factors = {n: min(MAX_FACTOR, max(MIN_FACTOR, max(r))) for n, r in ratios.items()}
-    return Calibration(factors, {n: len(r) for n, r in ratios.items()}, len(runs), source)
+    levels = {n: {k: min(MAX_FACTOR, max(MIN_FACTOR, max(r))) for k, r in by.items()} for n, by in ratios.items()}
+    return Calibration(levels, {n: sum(len(r) for r in by.values()) for n, by in ratios.items()}, len(runs), source)
 
 
 def calibrate(cands: Sequence[Candidate], cal: Calibration) -> list[Candidate]:
-    """``cands`` with every level (and its stretch) of each calibrated check scaled by the check's factor."""
+    """``cands`` with each level (and its stretch) of a check with history scaled: a level that ran here by its
+    own factor; one that did not by the check's largest factor where that is above 1 (this host is slower than
+    the built-in rates), else not at all, because a level's fixed durations (a warm-up, a sampling time) do not
+    shrink with a faster host. Then no level is estimated above a deeper one (it does less)."""
     out = []
     for c in cands:
-        f = cal.factors.get(c.name)
-        if f is None or not c.estimated:
+        mine = cal.levels.get(c.name)
+        if not mine or not c.estimated:
             out.append(c)
             continue
-        levels = tuple(_scaled(lv, f) for lv in c.levels)
-        out.append(replace(c, levels=levels))
+        slower = max(1.0, max(mine.values()))
+        levels = [_scaled(lv, mine.get(level_key(lv.estimate_s), slower)) for lv in c.levels]
+        for i in range(len(levels) - 2, -1, -1):
+            if levels[i].estimate_s > levels[i + 1].estimate_s:
+                levels[i] = replace(levels[i], estimate_s=levels[i + 1].estimate_s)
+        out.append(replace(c, levels=tuple(levels)))
     return out
 
 
