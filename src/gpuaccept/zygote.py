@@ -16,9 +16,15 @@ Protocol on the socket whose descriptor is in ``GPUACCEPT_ZYGOTE_FD``, one JSON 
 - runner to warm: ``{"id", "module", "request", "env", "log", "cwd", "imports"}``, one per process to
   fork (``imports``: the check's ``warm_imports``, imported here before the fork); ``{"cancel": id}``
   for a request whose check timed out before it was forked (read together with it: not forked);
+  ``{"preload": [module, ...]}``: import these now (a failed import is only reported), then go on
+  with the next message. The runner sends it right after a fork request for a check that one busy
+  CPU core does not disturb (``imports_beside``), naming the later checks' ``warm_imports``, so that
+  they are imported while that check runs; requests that come meanwhile wait in the socket, so an
+  import never runs beside a check that measures;
 - warm to runner: ``{"ready": pid, "rss_kib", "threads", "failed"}`` once, when the imports are done;
   ``{"id", "pid"}`` once the forked process has its own session; ``{"id", "exit"}`` when it ended
-  (the status as :class:`subprocess.Popen` gives it: negative for a signal).
+  (the status as :class:`subprocess.Popen` gives it: negative for a signal); ``{"preloaded": [module,
+  ...], "failed": ["module: error", ...], "seconds"}`` for each ``preload``, once it is done.
 
 End of file on the socket: the warm process kills what it forked and leaves.
 """
@@ -36,6 +42,7 @@ import select
 import signal
 import socket
 import sys
+import time
 import traceback
 import warnings
 from typing import Any, NoReturn
@@ -120,7 +127,9 @@ class Zygote:
                 msgs = [json.loads(line) for line in lines]
                 cancelled = {m["cancel"] for m in msgs if "cancel" in m}
                 for msg in msgs:
-                    if "cancel" not in msg and msg["id"] not in cancelled:
+                    if "preload" in msg:
+                        self.import_beside(msg["preload"])
+                    elif "cancel" not in msg and msg["id"] not in cancelled:
                         self.fork(msg)
                 self.reap()
         finally:
@@ -139,6 +148,20 @@ class Zygote:
             rid = self.children.pop(pid, None)
             if rid is not None:
                 self.send({"id": rid, "exit": _status_of(wait_status)})
+
+    def import_beside(self, names: list[str]) -> None:
+        """Import ``names`` now, beside a check that a busy CPU core does not disturb; report what it took."""
+        started = time.monotonic()
+        done: list[str] = []
+        failed: list[str] = []
+        for name in names:
+            try:
+                importlib.import_module(name)
+                done.append(name)
+            except Exception as exc:  # the check that needs it imports it again at its fork, and reports it
+                failed.append(f"{name}: {type(exc).__name__}: {str(exc)[:300]}")
+        self.send({"preloaded": done, "failed": failed, "seconds": round(time.monotonic() - started, 3)})
+        self.reap()  # a check that ended meanwhile is reported before the next fork
 
     def fork(self, msg: dict[str, Any]) -> None:
         for name in msg.get("imports", ()):  # the check's warm_imports: once per run, here
