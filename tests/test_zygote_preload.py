@@ -22,10 +22,10 @@ from gpuaccept.runner import Runner
 from gpuaccept.suite import RunOptions, plan_suite
 from gpuaccept.warm import WarmProcess
 from tests.helpers import ROOT, alive, cli_env, descendants, only_run_dir, validate_report
-from tests.plugins import preload_checks
+from tests.plugins import preload_checks, state_checks
 from tests.plugins.preload_checks import STAMPS_ENV
 
-REG: dict[str, type[Check]] = {c.name: c for c in preload_checks.CHECKS}
+REG: dict[str, type[Check]] = {c.name: c for c in (*preload_checks.CHECKS, state_checks.Stuck, state_checks.Probe)}
 STAMP = "tests.plugins.stamp_import"
 
 
@@ -39,18 +39,22 @@ def _stamps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return stamps
 
 
-def _run(tmp_path: Path, checks: list[str]) -> tuple[Runner, int, dict[str, CheckResult]]:
-    """Run ``checks`` in this order, forked from a warm process: (the runner, the warm process's pid, the
-    results by name); no process is left behind."""
+def _run(tmp_path: Path, checks: list[str], forked: bool = True, **timeouts: float) \
+        -> tuple[Runner, int, dict[str, CheckResult]]:
+    """Run ``checks`` in this order, forked from a warm process (all of them, unless ``forked`` is False),
+    with these timeouts (s): (the runner, the warm process's pid, the results by name); no process is left."""
     before = set(descendants(os.getpid()))
     plan = plan_suite(RunOptions(checks=checks), Config(), {n: REG[n] for n in checks}, "cpu")
     assert [c.name for c in plan.checks] == checks
+    for c in plan.checks:
+        c.timeout_s = timeouts.get(c.name, c.timeout_s)
     warm = WarmProcess()
     runner = Runner(plan, tmp_path / "reports", host="testhost", warm=warm)
     report = runner.run()
     assert not [p for p in descendants(os.getpid()) if p not in before and alive(p)]
     results = {c.name: c for c in report.checks}
-    assert all("gpuaccept.zygote" in r.details["parent"] for r in results.values()), "forked, not spawned"
+    if forked:
+        assert all("gpuaccept.zygote" in r.details["parent"] for r in results.values()), "forked, not spawned"
     return runner, warm.proc.pid, results
 
 
@@ -110,6 +114,21 @@ def test_a_preload_that_fails_to_import_breaks_nothing(tmp_path: Path) -> None:
     assert results["quiet"].status is Status.PASS
     assert results["needs_stamp"].status is Status.PASS and results["needs_stamp"].details["preloaded"]["failed"] == []
     assert results["needs_broken"].details["parent"] == results["needs_stamp"].details["parent"]
+
+
+def test_a_hung_import_beside_a_quiet_check_does_not_hold_up_its_end(tmp_path: Path, _stamps: Path) -> None:
+    """stuck's warm import never ends. Beside quiet, whose end the warm process still reports (quiet passes
+    within a timeout shorter than the import); stuck's own fork waits behind it and times out, the warm process
+    is killed as stuck, and the rest start the old way."""
+    runner, _, results = _run(tmp_path, ["quiet", "stuck", "probe"], forked=False, quiet=8.0, stuck=2.0)
+    assert [(p.beside, p.modules, p.seconds) for p in runner.preloads] == [
+        ("quiet", ["tests.plugins.hang_import"], None)], "never answered"
+    quiet = results["quiet"]
+    assert quiet.status is Status.PASS and "gpuaccept.zygote" in quiet.details["parent"], quiet.reason
+    assert results["stuck"].status is Status.FAIL and "timed out" in results["stuck"].reason
+    assert runner.warm_off is not None and "stopped" in runner.warm_off
+    probe = results["probe"]
+    assert probe.status is Status.PASS and "gpuaccept.zygote" not in probe.details["parent"]
 
 
 def test_the_checks_that_only_take_stock_let_the_warm_process_import_beside_them() -> None:

@@ -98,6 +98,7 @@ class Zygote:
         self.handlers = {s: signal.getsignal(s) for s in signal.valid_signals()
                          if s not in (signal.SIGKILL, signal.SIGSTOP)}
         self.children: dict[int, int] = {}  # pid -> request id
+        self.reaping = False
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
 
@@ -138,30 +139,40 @@ class Zygote:
                     os.killpg(pid, signal.SIGKILL)
 
     def reap(self) -> None:
-        while self.children:
-            try:
-                pid, wait_status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            rid = self.children.pop(pid, None)
-            if rid is not None:
-                self.send({"id": rid, "exit": _status_of(wait_status)})
+        self.reaping = True  # a SIGCHLD while reaping (during an import beside a check) leaves it to this loop
+        try:
+            while self.children:
+                try:
+                    pid, wait_status = os.waitpid(-1, os.WNOHANG)
+                except ChildProcessError:
+                    return
+                if pid == 0:
+                    return
+                rid = self.children.pop(pid, None)
+                if rid is not None:
+                    self.send({"id": rid, "exit": _status_of(wait_status)})
+        finally:
+            self.reaping = False
 
     def import_beside(self, names: list[str]) -> None:
-        """Import ``names`` now, beside a check that a busy CPU core does not disturb; report what it took."""
+        """Import ``names`` now, beside a check that a busy CPU core does not disturb; report what it took.
+        A check process that ends meanwhile is reported at once (SIGCHLD), so that a long or hung import
+        never makes the check it runs beside look hung; the next fork waits for the import."""
         started = time.monotonic()
         done: list[str] = []
         failed: list[str] = []
-        for name in names:
-            try:
-                importlib.import_module(name)
-                done.append(name)
-            except Exception as exc:  # the check that needs it imports it again at its fork, and reports it
-                failed.append(f"{name}: {type(exc).__name__}: {str(exc)[:300]}")
+        old = signal.signal(signal.SIGCHLD, lambda signum, frame: None if self.reaping else self.reap())
+        try:
+            for name in names:
+                try:
+                    importlib.import_module(name)
+                    done.append(name)
+                except Exception as exc:  # the check that needs it imports it again at its fork, and reports it
+                    failed.append(f"{name}: {type(exc).__name__}: {str(exc)[:300]}")
+        finally:
+            signal.signal(signal.SIGCHLD, old)
         self.send({"preloaded": done, "failed": failed, "seconds": round(time.monotonic() - started, 3)})
-        self.reap()  # a check that ended meanwhile is reported before the next fork
+        self.reap()
 
     def fork(self, msg: dict[str, Any]) -> None:
         for name in msg.get("imports", ()):  # the check's warm_imports: once per run, here
