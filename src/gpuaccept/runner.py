@@ -17,7 +17,12 @@ uses :class:`gpuaccept.distributed.session.DistributedRunner` instead.
 Check and rank processes are forked from one warm process that imported torch once for the run
 (:mod:`gpuaccept.zygote`, :mod:`gpuaccept.warm`; what it prints goes to ``logs/zygote.log``). Where
 fork is not used (``GPUACCEPT_ZYGOTE=0``, not Linux) or the warm process cannot start or dies,
-each starts as a fresh ``python -m gpuaccept.child`` the old way, with the same guarantees.
+each starts as a fresh ``python -m gpuaccept.child`` the old way, with the same guarantees. The modules
+a check names in ``warm_imports`` are imported by the warm process before its fork, or earlier: right
+after forking a check whose class sets ``imports_beside`` (one busy CPU core changes nothing it
+measures: ``env``, ``health``, ``fabric``), the runner asks it to import the later checks' modules
+beside that check (:meth:`Runner.preload_beside`); a check whose modules were imported that way says so
+in ``details.preloaded`` of its result.
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ from gpuaccept.errors import ReportWriteError, UsageError
 from gpuaccept.judge import judge
 from gpuaccept.model import CheckResult, Metric, NodeReport, Status, Verdict
 from gpuaccept.suite import PlannedCheck, SuitePlan
-from gpuaccept.warm import ForkedChild, WarmGone, WarmProcess, warm_disabled
+from gpuaccept.warm import ForkedChild, Preload, WarmGone, WarmProcess, warm_disabled
 
 
 class Interrupted(Exception):
@@ -131,6 +136,10 @@ class Runner:
         #: False forces it on or off, None leaves it to GPUACCEPT_ZYGOTE, a WarmProcess is used (and closed)
         self.warm_off: str | None = "turned off" if warm is False else (None if warm else warm_disabled())
         self.warm: WarmProcess | None = warm if isinstance(warm, WarmProcess) else None
+        #: modules the warm process was asked to import (at a fork or beside a check): each asked for once
+        self.warm_asked: set[str] = set()
+        #: what was preloaded beside which check (:meth:`preload_beside`), in order
+        self.preloads: list[Preload] = []
 
     @property
     def report_path(self) -> Path:
@@ -335,10 +344,9 @@ class Runner:
         child: CheckProcess | None = None
         if self.warm is not None:
             try:
-                from gpuaccept.checks import load_check
-
-                imports = tuple(getattr(load_check(check.path), "warm_imports", ()))
+                imports = warm_imports(check)
                 child = self.warm.spawn(module, request, os.environ if env is None else env, log, imports)
+                self.warm_asked.update(imports)
             except WarmGone as exc:
                 self._warm_lost(f"the warm process is gone ({exc})")
                 self.close_warm()
@@ -356,6 +364,30 @@ class Runner:
         self._children.append(child)
         return child
 
+    def preload_beside(self, check: PlannedCheck) -> None:
+        """Called right after ``check``'s processes were forked: when its class sets ``imports_beside``, ask
+        the warm process to import the later checks' ``warm_imports`` now, while ``check`` runs (once each).
+        Never beside a check that measures something a busy CPU core changes."""
+        if self.warm is None or not imports_beside(check):
+            return
+        names = [c.name for c in self.plan.checks]
+        later = self.plan.checks[names.index(check.name) + 1:] if check.name in names else []
+        modules = list(dict.fromkeys(m for c in later for m in warm_imports(c) if m not in self.warm_asked))
+        asked = self.warm.preload(modules, check.name) if modules else None
+        if asked is not None:
+            self.warm_asked.update(modules)
+            self.preloads.append(asked)
+
+    def preload_note(self, check: PlannedCheck, result: CheckResult) -> CheckResult:
+        """``result`` with ``details.preloaded`` (modules, the check they were imported beside, the seconds of
+        that preload, what failed) when some of ``check``'s ``warm_imports`` were preloaded."""
+        wanted = warm_imports(check)
+        for asked in self.preloads:
+            if wanted and set(wanted) & set(asked.modules):
+                result.details = {**result.details, "preloaded": asked.note(wanted)}
+                break
+        return result
+
     def died_reason(self, child: CheckProcess, log: Path) -> str:
         """Why ``child`` left no result (its status, its log's tail, and the warm process if that died)."""
         code = child.returncode if child.returncode is not None else -9
@@ -365,13 +397,17 @@ class Runner:
         return why
 
     def _run_one(self, check: PlannedCheck) -> CheckResult:
-        if is_distributed(check):
-            return self._run_group(check)
+        result = self._run_group(check) if is_distributed(check) else self._run_process(check)
+        return self.preload_note(check, result)
+
+    def _run_process(self, check: PlannedCheck) -> CheckResult:
+        """``check`` in one process (forked from the warm process, or a fresh interpreter), judged."""
         out = self.scratch_dir / f".{check.name}.outcome.json"
         log = self.log_dir / f"{check.name}.log"
         log.unlink(missing_ok=True)
         started = time.monotonic()
         child = self._spawn(check, out, log)
+        self.preload_beside(check)
         try:
             returncode: int | None = child.wait(timeout=check.timeout_s)
         except subprocess.TimeoutExpired:
@@ -460,6 +496,21 @@ def measures(check: PlannedCheck) -> bool:
     from gpuaccept.checks import load_check
 
     return bool(getattr(load_check(check.path), "measures", True))
+
+
+def warm_imports(check: PlannedCheck) -> tuple[str, ...]:
+    """The modules ``check``'s class names for the warm process to import before its process is forked."""
+    from gpuaccept.checks import load_check
+
+    return tuple(getattr(load_check(check.path), "warm_imports", ()))
+
+
+def imports_beside(check: PlannedCheck) -> bool:
+    """Whether the warm process may import other checks' modules while ``check`` runs (its class's
+    ``imports_beside``: one busy CPU core changes nothing it measures)."""
+    from gpuaccept.checks import load_check
+
+    return bool(getattr(load_check(check.path), "imports_beside", False))
 
 
 def is_distributed(check: PlannedCheck) -> bool:

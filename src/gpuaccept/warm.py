@@ -8,6 +8,9 @@ started the old way. A forked process is the warm process's child, so its exit s
 the socket; when the warm process dies, the processes it forked die with it (they are reported as
 killed) and :class:`WarmGone` tells the runner to start the rest the old way.
 
+:meth:`WarmProcess.preload` asks it to import modules now, beside a check that a busy CPU core does not
+disturb (:class:`Preload` holds its answer).
+
 ``GPUACCEPT_ZYGOTE=0`` (or ``off``) turns the warm process off; it is only used on Linux.
 ``gpuaccept run`` starts it first thing (:func:`start_warm`), so that its imports overlap the
 planning, and hands it to the runner.
@@ -25,7 +28,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +64,23 @@ def warm_disabled(env: Mapping[str, str] | None = None) -> str | None:
     if sys.platform != "linux" or not hasattr(os, "fork"):
         return f"no warm process on {sys.platform} (fork is used on Linux only)"
     return None
+
+
+@dataclass
+class Preload:
+    """Modules the warm process was asked to import beside the check ``beside``, and its answer."""
+
+    modules: list[str]
+    beside: str
+    #: set when it answered: what failed to import ("module: error"), and seconds it took (all modules)
+    failed: list[str] = field(default_factory=list)
+    seconds: float | None = None
+
+    def note(self, wanted: Sequence[str]) -> dict[str, Any]:
+        """What a report says of the modules in ``wanted`` that this preload asked for."""
+        mine = [m for m in self.modules if m in wanted]
+        return {"modules": mine, "beside": self.beside, "seconds": self.seconds,
+                "failed": [f for f in self.failed if f.split(":", 1)[0] in mine]}
 
 
 class ForkedChild:
@@ -131,6 +152,8 @@ class WarmProcess:
         self.buf = b""
         self.next_id = 0
         self.pending: dict[int, ForkedChild] = {}
+        #: preloads asked for, in order (the warm process answers them in that order)
+        self.preloads: list[Preload] = []
         self.cancelled: set[int] = set()
         #: the warm process's first message: its pid, resident memory (KiB), threads, failed imports
         self.ready: dict[str, Any] | None = None
@@ -154,6 +177,20 @@ class WarmProcess:
             raise WarmGone(str(self.gone)) from None
         self.pending[child.id] = child
         return child
+
+    def preload(self, modules: Sequence[str], beside: str) -> Preload | None:
+        """Ask the warm process to import ``modules`` now, while ``beside`` (a check just asked for, which a busy
+        CPU core does not disturb) runs; requests sent later wait until it is done. None when it cannot listen
+        (it died: the next :meth:`pump` finds out)."""
+        if self.gone is not None or not modules:
+            return None
+        try:
+            self.sock.sendall((json.dumps({"preload": list(modules)}) + "\n").encode())
+        except OSError:
+            return None
+        asked = Preload(list(modules), beside)
+        self.preloads.append(asked)
+        return asked
 
     def pump(self, timeout: float) -> None:
         """Read what the warm process says, waiting up to ``timeout`` seconds for something."""
@@ -192,6 +229,12 @@ class WarmProcess:
     def _dispatch(self, msg: dict[str, Any]) -> None:
         if "ready" in msg:
             self.ready = msg
+            return
+        if "preloaded" in msg:
+            waiting = next((p for p in self.preloads if p.seconds is None), None)
+            if waiting is not None:
+                waiting.failed = [str(f) for f in msg.get("failed", [])]
+                waiting.seconds = float(msg.get("seconds", 0.0))
             return
         rid = int(msg["id"])
         if rid in self.cancelled:  # forked before the cancel arrived

@@ -16,9 +16,15 @@ Protocol on the socket whose descriptor is in ``GPUACCEPT_ZYGOTE_FD``, one JSON 
 - runner to warm: ``{"id", "module", "request", "env", "log", "cwd", "imports"}``, one per process to
   fork (``imports``: the check's ``warm_imports``, imported here before the fork); ``{"cancel": id}``
   for a request whose check timed out before it was forked (read together with it: not forked);
+  ``{"preload": [module, ...]}``: import these now (a failed import is only reported), then go on
+  with the next message. The runner sends it right after a fork request for a check that one busy
+  CPU core does not disturb (``imports_beside``), naming the later checks' ``warm_imports``, so that
+  they are imported while that check runs; requests that come meanwhile wait in the socket, so an
+  import never runs beside a check that measures;
 - warm to runner: ``{"ready": pid, "rss_kib", "threads", "failed"}`` once, when the imports are done;
   ``{"id", "pid"}`` once the forked process has its own session; ``{"id", "exit"}`` when it ended
-  (the status as :class:`subprocess.Popen` gives it: negative for a signal).
+  (the status as :class:`subprocess.Popen` gives it: negative for a signal); ``{"preloaded": [module,
+  ...], "failed": ["module: error", ...], "seconds"}`` for each ``preload``, once it is done.
 
 End of file on the socket: the warm process kills what it forked and leaves.
 """
@@ -36,6 +42,7 @@ import select
 import signal
 import socket
 import sys
+import time
 import traceback
 import warnings
 from typing import Any, NoReturn
@@ -91,6 +98,7 @@ class Zygote:
         self.handlers = {s: signal.getsignal(s) for s in signal.valid_signals()
                          if s not in (signal.SIGKILL, signal.SIGSTOP)}
         self.children: dict[int, int] = {}  # pid -> request id
+        self.reaping = False
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
 
@@ -120,7 +128,9 @@ class Zygote:
                 msgs = [json.loads(line) for line in lines]
                 cancelled = {m["cancel"] for m in msgs if "cancel" in m}
                 for msg in msgs:
-                    if "cancel" not in msg and msg["id"] not in cancelled:
+                    if "preload" in msg:
+                        self.import_beside(msg["preload"])
+                    elif "cancel" not in msg and msg["id"] not in cancelled:
                         self.fork(msg)
                 self.reap()
         finally:
@@ -129,16 +139,40 @@ class Zygote:
                     os.killpg(pid, signal.SIGKILL)
 
     def reap(self) -> None:
-        while self.children:
-            try:
-                pid, wait_status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            rid = self.children.pop(pid, None)
-            if rid is not None:
-                self.send({"id": rid, "exit": _status_of(wait_status)})
+        self.reaping = True  # a SIGCHLD while reaping (during an import beside a check) leaves it to this loop
+        try:
+            while self.children:
+                try:
+                    pid, wait_status = os.waitpid(-1, os.WNOHANG)
+                except ChildProcessError:
+                    return
+                if pid == 0:
+                    return
+                rid = self.children.pop(pid, None)
+                if rid is not None:
+                    self.send({"id": rid, "exit": _status_of(wait_status)})
+        finally:
+            self.reaping = False
+
+    def import_beside(self, names: list[str]) -> None:
+        """Import ``names`` now, beside a check that a busy CPU core does not disturb; report what it took.
+        A check process that ends meanwhile is reported at once (SIGCHLD), so that a long or hung import
+        never makes the check it runs beside look hung; the next fork waits for the import."""
+        started = time.monotonic()
+        done: list[str] = []
+        failed: list[str] = []
+        old = signal.signal(signal.SIGCHLD, lambda signum, frame: None if self.reaping else self.reap())
+        try:
+            for name in names:
+                try:
+                    importlib.import_module(name)
+                    done.append(name)
+                except Exception as exc:  # the check that needs it imports it again at its fork, and reports it
+                    failed.append(f"{name}: {type(exc).__name__}: {str(exc)[:300]}")
+        finally:
+            signal.signal(signal.SIGCHLD, old)
+        self.send({"preloaded": done, "failed": failed, "seconds": round(time.monotonic() - started, 3)})
+        self.reap()
 
     def fork(self, msg: dict[str, Any]) -> None:
         for name in msg.get("imports", ()):  # the check's warm_imports: once per run, here

@@ -323,6 +323,10 @@ class Check(abc.ABC):
     #: modules the warm process (:mod:`gpuaccept.zygote`) imports before it forks this check's process,
     #: so that a run imports them once, not in every check that needs them (torch is always imported)
     warm_imports: ClassVar[tuple[str, ...]] = ()
+    #: the warm process may import other checks' modules while this one runs: it measures nothing that one
+    #: busy CPU core changes (it takes stock, or samples slow counters); the runner then asks for the later
+    #: checks' ``warm_imports`` beside it, so that they are not imported before those checks' forks
+    imports_beside: ClassVar[bool] = False
 
     @abc.abstractmethod
     def run(self, ctx: CheckContext) -> Outcome:

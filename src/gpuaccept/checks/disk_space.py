@@ -73,6 +73,7 @@ class DiskSpaceCheck(Check):
     profiles: ClassVar[tuple[str, ...]] = ()  # gpuaccept healthcheck, or --checks disk_space
     timeout_s: ClassVar[dict[str, float]] = {"quick": 10.0, "standard": 10.0, "full": 10.0}
     key_metric = "disk_free_gib"
+    imports_beside = True  # statvfs only
 
     @classmethod
     def required_metrics(cls, params: dict[str, Any], devices: list[str]) -> list[RequiredMetric]:

@@ -264,6 +264,7 @@ class FabricCheck(Check):
     )
     timeout_s: ClassVar[dict[str, float]] = {"quick": 60.0, "standard": 60.0, "full": 120.0}
     key_metric = "rdma_ports_active"
+    imports_beside = True  # sysfs reads and counter deltas over sample_s: no CPU or GPU work timed
 
     @classmethod
     def required_metrics(cls, params: dict[str, Any], devices: list[str]) -> list[RequiredMetric]:

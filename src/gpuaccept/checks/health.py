@@ -482,6 +482,7 @@ class HealthCheck(Check):
     # nvmlInit can take seconds per GPU when persistence mode is off.
     timeout_s: ClassVar[dict[str, float]] = {"quick": 60.0, "standard": 60.0, "full": 120.0, "burnin": 120.0}
     key_metric = "temperature_c"
+    imports_beside = True  # one NVML snapshot and GPU-side clock event reasons: no CPU or GPU work timed
 
     @classmethod
     def estimate_s(cls, params: dict[str, Any], device: str, gpus: int) -> float:

@@ -146,6 +146,7 @@ def run_local_group(runner: Runner, check: PlannedCheck) -> CheckResult:
             partial_path(outs[r]).unlink(missing_ok=True)
             procs[r] = runner._spawn(check, outs[r], logs[r], env=rank_env(rc, n, partial_path(outs[r])),
                                      module="gpuaccept.distributed.child")
+        runner.preload_beside(check)  # after every rank is forked: never in front of a rank's fork
         killed = wait_ranks(procs, check.timeout_s, runner.dist_timeout_s, lambda r: outs[r].exists())
     finally:
         runner._kill_child()

@@ -217,6 +217,7 @@ class DistributedRunner(Runner):
         partial_path(out).unlink(missing_ok=True)
         child = self._spawn(check, out, log, env=rank_env(rc, self.local_world, partial_path(out)),
                             module="gpuaccept.distributed.child")
+        self.preload_beside(check)
         grace = self.dist_timeout_s / 4
         kill_at: float | None = None
         killed: str | None = None
