@@ -14,6 +14,13 @@ from tests.cli_inproc import run_main
 from tests.helpers import gpuaccept, only_run_dir, validate_report
 
 
+@pytest.fixture(autouse=True)
+def _empty_history(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """These plans are made from the built-in estimates: a history of this host (the session's, which other
+    tests' runs fill) would calibrate them (tests/test_calibrate.py covers that)."""
+    monkeypatch.setenv("GPUACCEPT_DB", f"sqlite:///{tmp_path / 'empty-history.db'}")
+
+
 def _plan(*args: str) -> dict[str, Any]:
     r = run_main("run", "--plan", "--device", "cpu", *args)
     assert r.rc == 0, r.err
