@@ -44,7 +44,18 @@ def leftover() -> Leftover:
     """The processes below this one started since the test began and still alive (other tests' fixtures
     may keep servers of their own running)."""
     before = set(descendants(os.getpid()))
-    return lambda: [p for p in descendants(os.getpid()) if p not in before and alive(p)]
+
+    def left(within_s: float = 10.0) -> list[int]:
+        """Those still alive ``within_s`` seconds from now at the latest (a killed process may take a moment to
+        be reaped on a loaded machine; one that survives that long was left behind)."""
+        deadline = time.monotonic() + within_s
+        while True:
+            alive_now = [p for p in descendants(os.getpid()) if p not in before and alive(p)]
+            if not alive_now or time.monotonic() > deadline:
+                return alive_now
+            time.sleep(0.1)
+
+    return left
 
 
 def _runner(tmp_path: Path, checks: list[str], *, warm: bool | WarmProcess | None = True,
