@@ -205,3 +205,12 @@ def test_run_budget_without_history_says_its_estimates_are_built_in(tmp_path: Pa
     r = gpuaccept("run", "--plan", "--profile", "quick", "--device", "cpu", "--budget", "1m", "--no-history")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["budget"]["calibration"]["summary"].startswith("estimates: built in (--no-history")
+
+
+def test_estimates_plan_for_the_selection_else_what_nvml_counted_else_a_full_node() -> None:
+    from gpuaccept.budget import ASSUMED_GPUS, planned_gpus
+
+    assert planned_gpus("cuda", [0, 3], 8) == (2, False)
+    assert planned_gpus("cuda", None, 4) == (4, False)
+    assert planned_gpus("cuda", None, 0) == (ASSUMED_GPUS, True)
+    assert planned_gpus("cpu", [0], 8) == (0, False)

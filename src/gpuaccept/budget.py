@@ -230,6 +230,15 @@ def _candidate(cls: type[Check], name: str, planned: dict[str, Any], profile: st
     return Candidate(name, tuple(levels), levels.index(mine), measures)
 
 
+def planned_gpus(device: str, selected: Sequence[int] | None, counted: int) -> tuple[int, bool]:
+    """(GPUs the estimates plan for, whether assumed): the selection, else ``counted`` (what NVML counted;
+    0 when not asked), else :data:`ASSUMED_GPUS`; (0, False) on a CPU run."""
+    if device != "cuda":
+        return 0, False
+    gpus = len(selected) if selected else counted
+    return (gpus, False) if gpus > 0 else (ASSUMED_GPUS, True)
+
+
 def estimates_of(cands: Sequence[Candidate], chosen: BudgetPlan | None = None) -> dict[str, float]:
     """Each estimated check's built-in seconds (its process start included) as planned, or at the depth
     ``chosen`` keeps it: the report's ``estimates``, which later plans calibrate against

@@ -274,9 +274,10 @@ def _run(args: argparse.Namespace, warm: Any, started: float) -> int:
         _check_expect_gpus(plan)
         estimates = budget[2]
     else:
-        from gpuaccept.budget import candidates, estimates_of
+        from gpuaccept.budget import candidates, estimates_of, planned_gpus
 
-        estimates = estimates_of(candidates(plan, cfg, reg, _gpus_for(plan, len(gpu_memory))[0]))
+        gpus = planned_gpus(plan.device, plan.gpus, len(gpu_memory))[0]
+        estimates = estimates_of(candidates(plan, cfg, reg, gpus))
     nproc = 1
     if info is None and any(is_distributed(c) for c in plan.checks):
         from gpuaccept.distributed.local import default_nproc
@@ -401,26 +402,16 @@ def unapplied_options(plan: Any) -> list[str]:
     return notes
 
 
-def _gpus_for(plan: Any, counted: int) -> tuple[int, bool]:
-    """(GPUs an estimate plans for, whether assumed): the selection, else what NVML counted, else a full node."""
-    from gpuaccept.budget import ASSUMED_GPUS
-
-    if plan.device != "cuda":
-        return 0, False
-    gpus = len(plan.gpus) if plan.gpus else counted
-    return (gpus, False) if gpus > 0 else (ASSUMED_GPUS, True)
-
-
 def _budget(plan: Any, cfg: Any, reg: Any, timeout_scale: float, budget_s: float, counted: int,
             db: str | None, off: str) -> tuple[Any, tuple[Any, Any, dict[str, float]]]:
     """(the plan cut to ``budget_s`` seconds, (its BudgetPlan, the calibrated candidates, the built-in estimates
     of what it keeps)); the estimates are calibrated from this host's runs in the history at ``db`` (None: the
     default one) unless ``off`` says why not. UsageError when nothing fits."""
-    from gpuaccept.budget import apply_budget, candidates, estimates_of, plan_budget, refuse_empty
+    from gpuaccept.budget import apply_budget, candidates, estimates_of, plan_budget, planned_gpus, refuse_empty
     from gpuaccept.calibrate import planned_with_history
     from gpuaccept.runner import this_host
 
-    gpus, assumed = _gpus_for(plan, counted)
+    gpus, assumed = planned_gpus(plan.device, plan.gpus, counted)
     raw = candidates(plan, cfg, reg, gpus)
     cands, calibration, warning = planned_with_history(raw, plan.device, db, this_host(), off)
     if warning:

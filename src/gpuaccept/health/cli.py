@@ -210,7 +210,7 @@ def cmd_healthcheck(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, cfg: Any, gpus: list[int] | None, skip: list[str],
          deadline: float) -> tuple[Any, Path | None, str]:
     """Run the plan; (report or None, report path, "" | "interrupted" | "write")."""
-    from gpuaccept.budget import estimates_of
+    from gpuaccept.budget import estimates_of, planned_gpus
     from gpuaccept.checks import registry
     from gpuaccept.health.plan import health_candidates, plan_health
     from gpuaccept.health.run import BudgetRunner
@@ -222,7 +222,8 @@ def _run(args: argparse.Namespace, cfg: Any, gpus: list[int] | None, skip: list[
     planned = args.budget is not None
     plan = plan_health(cfg, reg, device, budget_s=max(deadline - time.monotonic(), 0.0), gpus=gpus,
                        expect_gpus=args.expect_gpus, require_gpu=args.device == "cuda", skip=skip, extras=planned)
-    n_gpus, assumed = _gpus_for(device, gpus)
+    n_gpus, assumed = planned_gpus(device, gpus, 0)  # NVML is not asked (its start can take seconds); calibration
+    # learns the node's real times under the same assumption
     raw = health_candidates(plan, cfg, reg, n_gpus)
     budget_lines: list[str] = []
     if planned:
@@ -261,16 +262,6 @@ def _run(args: argparse.Namespace, cfg: Any, gpus: list[int] | None, skip: list[
         save(report, args, runner.report_path)
     prune_runs(report_dir, args.keep)
     return report, runner.report_path, ""
-
-
-def _gpus_for(device: str, gpus: list[int] | None) -> tuple[int, bool]:
-    """(GPUs the estimates plan for, whether assumed): the ``--gpus`` selection, else a full node. NVML is not
-    asked (its start can take seconds); calibration learns the node's real times under the same assumption."""
-    from gpuaccept.budget import ASSUMED_GPUS
-
-    if device != "cuda":
-        return 0, False
-    return (len(gpus), False) if gpus else (ASSUMED_GPUS, True)
 
 
 def _planned(args: argparse.Namespace, plan: Any, cfg: Any, reg: Any, raw: list[Any], deadline: float,
