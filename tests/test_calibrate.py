@@ -24,6 +24,7 @@ from gpuaccept.errors import GpuacceptError
 from gpuaccept.model import CheckResult, NodeReport, Status
 from gpuaccept.results.history import open_store
 from tests.helpers import gpuaccept, validate_report
+from tests.pg_server import shared_server
 
 
 def report(run_id: str, durations: dict[str, float], estimates: dict[str, float], *, device: str = "cuda",
@@ -143,8 +144,9 @@ def test_estimates_recorded_are_the_built_in_ones_at_the_depth_run() -> None:
 # ---------------------------------------------------------------- reading the history
 
 
-def test_the_newest_reports_of_this_host_are_read(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'h.db'}"
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_the_newest_reports_of_this_host_are_read(tmp_path: Path, backend: str) -> None:
+    url = f"sqlite:///{tmp_path / 'h.db'}" if backend == "sqlite" else shared_server().new_database()
     with open_store(url) as store:
         for i in range(4):
             store.add_node_report(report(f"r{i}", {"compute": 1.0 + i}, {"compute": 10.0},
