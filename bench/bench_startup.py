@@ -69,7 +69,7 @@ def _warm_memory(pid: int) -> tuple[int, int] | None:
     """(RSS, PSS) in KiB of the warm process under ``pid``, or None when there is none."""
     for p in _descendants(pid):
         try:
-            if b"gpuaccept.zygote" not in Path(f"/proc/{p}/cmdline").read_bytes():
+            if b"gpuaccept.node.zygote" not in Path(f"/proc/{p}/cmdline").read_bytes():
                 continue
             if Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1] != str(pid):
                 continue  # a check process forked from it has the same command line

@@ -8,8 +8,8 @@ import pytest
 
 from gpuaccept.checks.agreement import FAULT_ENV, AgreementCheck, gemm_chain, result_hash, vote
 from gpuaccept.checks.base import CheckContext
-from gpuaccept.judge import judge
 from gpuaccept.model import Status
+from gpuaccept.node.judge import judge
 from tests.conftest import cuda_available
 
 

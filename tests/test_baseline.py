@@ -13,8 +13,8 @@ import yaml
 
 from gpuaccept.checks.base import Outcome, ThresholdRule
 from gpuaccept.errors import ConfigError
-from gpuaccept.judge import judge
 from gpuaccept.model import CheckResult, Metric, NodeReport, Status, Threshold, Verdict
+from gpuaccept.node.judge import judge
 from gpuaccept.results.baseline import (
     DEFAULT_RULES,
     Baseline,

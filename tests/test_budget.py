@@ -11,7 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuaccept.argtypes import MAX_DURATION_S, parse_duration
-from gpuaccept.budget import (
+from gpuaccept.checks import registry
+from gpuaccept.checks.base import Check, CheckContext, Outcome
+from gpuaccept.errors import UsageError
+from gpuaccept.model import CheckResult, Metric, Status, Threshold
+from gpuaccept.node.budget import (
     RESERVE_FRACTION,
     BudgetPlan,
     Candidate,
@@ -26,12 +30,8 @@ from gpuaccept.budget import (
     refuse_empty,
     suspect,
 )
-from gpuaccept.checks import registry
-from gpuaccept.checks.base import Check, CheckContext, Outcome
-from gpuaccept.config import CheckSettings, Config
-from gpuaccept.errors import UsageError
-from gpuaccept.model import CheckResult, Metric, Status, Threshold
-from gpuaccept.suite import RunOptions, plan_suite
+from gpuaccept.node.config import CheckSettings, Config
+from gpuaccept.node.suite import RunOptions, plan_suite
 
 # ---------------------------------------------------------------- durations
 

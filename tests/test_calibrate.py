@@ -1,5 +1,5 @@
-"""Estimates calibrated from the history (:mod:`gpuaccept.calibrate`), the planner's required checks and
-ceilings (:mod:`gpuaccept.budget`), and ``run --budget`` reading this host's past runs."""
+"""Estimates calibrated from the history (:mod:`gpuaccept.node.calibrate`), the planner's required checks and
+ceilings (:mod:`gpuaccept.node.budget`), and ``run --budget`` reading this host's past runs."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuaccept.budget import Candidate, Depth, Level, Stretch, estimates_of, plan_budget
-from gpuaccept.calibrate import (
+from gpuaccept.errors import GpuacceptError
+from gpuaccept.model import CheckResult, NodeReport, Status
+from gpuaccept.node.budget import Candidate, Depth, Level, Stretch, estimates_of, plan_budget
+from gpuaccept.node.calibrate import (
     MAX_FACTOR,
     MIN_FACTOR,
     NEWEST,
@@ -20,8 +22,6 @@ from gpuaccept.calibrate import (
     planned_with_history,
     samples_of,
 )
-from gpuaccept.errors import GpuacceptError
-from gpuaccept.model import CheckResult, NodeReport, Status
 from gpuaccept.results.history import open_store
 from tests.helpers import gpuaccept, validate_report
 from tests.pg_server import shared_server
@@ -210,7 +210,7 @@ def test_run_budget_without_history_says_its_estimates_are_built_in(tmp_path: Pa
 
 
 def test_estimates_plan_for_the_selection_else_what_nvml_counted_else_a_full_node() -> None:
-    from gpuaccept.budget import ASSUMED_GPUS, planned_gpus
+    from gpuaccept.node.budget import ASSUMED_GPUS, planned_gpus
 
     assert planned_gpus("cuda", [0, 3], 8) == (2, False)
     assert planned_gpus("cuda", None, 4) == (4, False)

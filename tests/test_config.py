@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 
 from gpuaccept.checks.base import Check, CheckContext, Outcome, Param, ThresholdRule
-from gpuaccept.config import Config, load_config, parse_config
 from gpuaccept.errors import ConfigError, UsageError
 from gpuaccept.model import Status
-from gpuaccept.suite import RunOptions, plan_suite
+from gpuaccept.node.config import Config, load_config, parse_config
+from gpuaccept.node.suite import RunOptions, plan_suite
 
 
 class Alpha(Check):

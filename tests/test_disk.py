@@ -20,8 +20,8 @@ from gpuaccept.checks.disk_io import (
     scratch_problem,
 )
 from gpuaccept.errors import ConfigError, InputError
-from gpuaccept.judge import judge
 from gpuaccept.model import Status
+from gpuaccept.node.judge import judge
 from tests.helpers import gpuaccept
 from tests.sshd import need_binary
 

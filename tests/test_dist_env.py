@@ -9,8 +9,8 @@ import pytest
 from gpuaccept.distributed.control import Pulse
 from gpuaccept.distributed.env import DEFAULT_MASTER_PORT, detect_rank, processes_on_node
 from gpuaccept.distributed.hostlist import expand_hostlist, expand_tasks_per_node, first_host
-from gpuaccept.distributed.session import local_position, node_position
 from gpuaccept.errors import InputError, UsageError
+from gpuaccept.node.distributed_run import local_position, node_position
 from tests.dist_support import load_envs
 
 # ---------------------------------------------------------------- hostlist

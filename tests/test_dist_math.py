@@ -29,8 +29,8 @@ from gpuaccept.checks.ddp import global_loss_drop, mismatched_ranks
 from gpuaccept.distributed.gather import merge_rank_outcomes, missing_rank_result, order_results, read_run_dir
 from gpuaccept.distributed.group import RankContext, first_line
 from gpuaccept.errors import InputError
-from gpuaccept.judge import judge
 from gpuaccept.model import CheckResult, Metric, NodeReport, Status, Verdict
+from gpuaccept.node.judge import judge
 
 
 def _rc(rank: int = 0, world: int = 2, device_index: int | None = None, num_nodes: int = 1) -> RankContext:

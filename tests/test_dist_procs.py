@@ -318,7 +318,7 @@ def _child_pid(parent: int, rank: int) -> int | None:
         if log.endswith(("/zygote.log", "/health.log")):
             continue
         if f"/rank-{rank}/" in log or log.endswith(f".rank{rank}.log"):
-            assert "gpuaccept.zygote" in process_cmdline(parent_of(pid)), "not forked by the warm process"
+            assert "gpuaccept.node.zygote" in process_cmdline(parent_of(pid)), "not forked by the warm process"
             return pid
     return None
 

@@ -24,8 +24,8 @@ from gpuaccept.hw.rdma import (
     read_inventory,
     read_snapshot,
 )
-from gpuaccept.judge import Judgement, judge
 from gpuaccept.model import Status
+from gpuaccept.node.judge import Judgement, judge
 from tests.helpers import gpuaccept, only_run_dir, validate_report
 
 DATA = Path(__file__).parent / "data" / "sysfs"

@@ -19,8 +19,8 @@ from gpuaccept.checks.collectives import CollectivesCheck
 from gpuaccept.checks.fabric import FabricCheck
 from gpuaccept.checks.fabric_watch import AFTER_ROOT_ENV, DELTA_RULES, FabricWatch
 from gpuaccept.checks.nccl_tests import NcclTestsCheck
-from gpuaccept.judge import judge
 from gpuaccept.model import Status
+from gpuaccept.node.judge import judge
 
 SYSFS = Path(__file__).parent / "data" / "sysfs"
 NCCL_DATA = Path(__file__).parent / "data" / "nccl-tests"

@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuaccept.checks import registry
-from gpuaccept.config import parse_config
 from gpuaccept.errors import GpuacceptError
 from gpuaccept.inputs import loads_json, loads_yaml
+from gpuaccept.node.config import parse_config
 from gpuaccept.report.load import report_from_dict
 from gpuaccept.results.baseline import parse_baseline
 from tests.cli_inproc import Result, run_main

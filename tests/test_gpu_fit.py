@@ -1,6 +1,6 @@
 """GPU buffer sizes in a configuration against the selected GPUs' memory, before anything runs.
 
-The comparison (:func:`gpuaccept.suite.check_gpu_fit`) is pure and is fed
+The comparison (:func:`gpuaccept.node.suite.check_gpu_fit`) is pure and is fed
 GpuMemory rows directly; the NVML reader (:mod:`gpuaccept.hw.gpumem`) is fed
 the recorded fixtures under ``tests/data/nvml`` through the fake NVML library
 of ``test_nvml`` (nvidia-ml-py's real errors, only the C calls replaced): no
@@ -20,11 +20,11 @@ import pynvml
 import pytest
 
 from gpuaccept.checks import registry
-from gpuaccept.config import parse_config
 from gpuaccept.errors import ConfigError, InputError
 from gpuaccept.hw.gpumem import GpuMemory, read_gpu_memory
 from gpuaccept.hw.nvml import NvmlUnavailable
-from gpuaccept.suite import RunOptions, check_gpu_fit, plan_suite
+from gpuaccept.node.config import parse_config
+from gpuaccept.node.suite import RunOptions, check_gpu_fit, plan_suite
 from tests.cli_inproc import run_main
 from tests.test_nvml import Err, FakeNvml
 

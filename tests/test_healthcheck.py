@@ -16,7 +16,6 @@ import pytest
 from gpuaccept.checks import registry
 from gpuaccept.checks.base import CheckContext
 from gpuaccept.checks.disk_space import DiskSpaceCheck, Space, judge_space
-from gpuaccept.config import CheckSettings, Config
 from gpuaccept.errors import InputError, UsageError
 from gpuaccept.health.plan import (
     CHECKS,
@@ -38,6 +37,7 @@ from gpuaccept.health.slurm import (
     this_node,
 )
 from gpuaccept.model import Status, Verdict
+from gpuaccept.node.config import CheckSettings, Config
 from tests.helpers import cli_env, gpuaccept, validate_report
 from tests.launch_support import SLURM_DATA, one_error_line
 

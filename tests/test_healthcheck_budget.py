@@ -7,12 +7,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpuaccept.budget import BudgetPlan, Choice, Depth
 from gpuaccept.checks import registry
-from gpuaccept.config import Config
 from gpuaccept.health.plan import CHECKS, EXTRAS, health_candidates, plan_health, plan_health_budget
 from gpuaccept.health.run import WindowHealthRunner
 from gpuaccept.model import Status
+from gpuaccept.node.budget import BudgetPlan, Choice, Depth
+from gpuaccept.node.config import Config
 from tests.helpers import gpuaccept, validate_report
 
 

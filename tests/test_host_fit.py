@@ -1,6 +1,6 @@
 """Host memory sizes in a configuration against this machine's memory, before anything runs.
 
-The comparison (:func:`gpuaccept.suite.check_host_fit`) is pure and is fed the
+The comparison (:func:`gpuaccept.node.suite.check_host_fit`) is pure and is fed the
 machine's memory directly; ``gpuaccept run`` reads it with
 :func:`gpuaccept.checks.base.host_memory_mib`, which the CLI tests replace so
 that the limits do not depend on the machine the tests run on.
@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from gpuaccept.checks import registry
-from gpuaccept.config import parse_config
 from gpuaccept.errors import ConfigError
-from gpuaccept.suite import RunOptions, check_host_fit, plan_suite
+from gpuaccept.node.config import parse_config
+from gpuaccept.node.suite import RunOptions, check_host_fit, plan_suite
 from tests.cli_inproc import run_main
 
 

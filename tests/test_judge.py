@@ -3,8 +3,8 @@ from __future__ import annotations
 import math
 
 from gpuaccept.checks.base import Outcome, ThresholdRule
-from gpuaccept.judge import judge
 from gpuaccept.model import Metric, Status, Threshold
+from gpuaccept.node.judge import judge
 
 
 def _metric(value: float, expected: float | None = None, name: str = "gemm_bf16_tflops") -> Metric:

@@ -29,14 +29,34 @@ ALLOWED: dict[str, frozenset[str]] = {
     "model": frozenset(),
     "errors": frozenset(),
     "argtypes": frozenset({"errors"}),
-    "hw": frozenset({"errors", "model"}),
-    "results": frozenset({"errors", "model", "argtypes", "inputs"}),
     "inputs": frozenset({"errors"}),
-    "launch": frozenset({"errors", "model", "argtypes", "results", "cli", "distributed.hostlist", "containers.sshd"}),
+    "hw": frozenset({"errors", "model"}),
+    "checks": frozenset({"errors", "model", "argtypes", "inputs", "hw", "distributed", "nccltests"}),
+    "distributed": frozenset({"errors", "model", "hw", "checks"}),
+    "node": frozenset({"errors", "model", "argtypes", "inputs", "checks", "hw", "distributed", "results",
+                       "__init__"}),
+    "results": frozenset({"errors", "model", "argtypes", "inputs"}),
+    "report": frozenset({"errors", "model", "argtypes", "inputs", "results", "__init__"}),
+    "nccltests": frozenset({"errors", "model", "argtypes", "inputs", "hw"}),
+    "launch": frozenset({"errors", "model", "argtypes", "inputs", "results", "cli", "distributed.hostlist",
+                         "containers.sshd"}),
+    "isolate": frozenset({"errors", "model", "argtypes", "inputs", "results", "cli", "launch", "nccltests",
+                          "distributed.hostlist"}),
+    "health": frozenset({"errors", "model", "argtypes", "inputs", "checks", "node", "cli", "launch.k8s"}),
     "containers": frozenset({"errors", "model", "argtypes", "cli"}),
-    "report": frozenset({"errors", "model", "argtypes", "inputs", "results", "runner", "suite", "__init__"}),
-    "health": frozenset({"errors", "model", "argtypes", "inputs", "checks", "config", "suite", "runner", "budget",
-                         "budget_run"}),
+}
+
+# package -> the packages its modules never import, not even inside a function: the engine stays below
+# the commands that drive it, and the renderers read reports, never the engine that writes them
+NEVER: dict[str, frozenset[str]] = {
+    "model": frozenset({"node", "launch", "isolate", "health", "report", "results", "cli", "checks"}),
+    "hw": frozenset({"node", "launch", "isolate", "health", "report", "results", "cli", "checks", "distributed"}),
+    "checks": frozenset({"node", "launch", "isolate", "health", "report", "cli"}),
+    "distributed": frozenset({"node", "launch", "isolate", "health", "report", "cli"}),
+    "node": frozenset({"launch", "isolate", "health", "report", "cli", "containers"}),
+    "results": frozenset({"node", "launch", "isolate", "health", "cli"}),
+    "report": frozenset({"node", "launch", "isolate", "health", "cli"}),
+    "launch": frozenset({"isolate", "health"}),
 }
 
 
@@ -132,6 +152,20 @@ def layer_violations(src: Path, package: str = "gpuaccept") -> list[str]:
     return sorted(set(out))
 
 
+def never_violations(src: Path, package: str = "gpuaccept") -> list[str]:
+    """Imports at any level (inside functions too) that :data:`NEVER` rules out."""
+    out = []
+    for imp in imports(src, package):
+        target = _ours(src, package, imp.target)
+        if target is None:
+            continue
+        own = imp.module.split(".")[1] if "." in imp.module else "__init__"
+        rel = (target[len(package) + 1:] or "__init__").split(".")[0]
+        if rel in NEVER.get(own, frozenset()):
+            out.append(f"{imp.module}:{imp.line} imports {target} ({own} never imports {rel})")
+    return sorted(set(out))
+
+
 def torch_violations(src: Path, package: str = "gpuaccept") -> list[str]:
     out = []
     for imp in imports(src, package):
@@ -184,6 +218,15 @@ def cycles(src: Path, package: str = "gpuaccept") -> list[list[str]]:
 
 def test_lower_layers_do_not_import_upward() -> None:
     assert layer_violations(SRC) == []
+
+
+def test_no_package_imports_what_it_never_may() -> None:
+    assert never_violations(SRC) == []
+
+
+def test_every_package_has_rules() -> None:
+    packages = {p.name for p in (SRC / "gpuaccept").iterdir() if (p / "__init__.py").is_file()}
+    assert packages - set(ALLOWED) == set(), "a new package needs its rules in ALLOWED"
 
 
 def test_only_checks_hw_and_distributed_import_torch_at_module_level() -> None:
@@ -240,6 +283,14 @@ def test_planted_upward_import_is_found(planted: Path) -> None:
     found = layer_violations(planted)
     assert any(v.startswith("gpuaccept.model:1 imports gpuaccept.launch.spec") for v in found), found
     assert not any("launch.cli" in v for v in found)  # imports inside a function are allowed
+
+
+def test_planted_import_that_is_never_allowed_is_found_inside_a_function(tmp_path: Path) -> None:
+    tree = _plant(tmp_path, {"__init__.py": "", "report/__init__.py": "",
+                             "report/console.py": "def f():\n    from gpuaccept.node.runner import Runner\n",
+                             "node/__init__.py": "", "node/runner.py": ""})
+    assert never_violations(tree) == [
+        "gpuaccept.report.console:2 imports gpuaccept.node.runner (report never imports node)"]
 
 
 def test_planted_module_level_torch_outside_the_allowed_packages_is_found(planted: Path) -> None:

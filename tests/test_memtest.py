@@ -18,8 +18,8 @@ from gpuaccept.checks.memtest import (
     fill_pattern,
     verify_pattern,
 )
-from gpuaccept.judge import judge
 from gpuaccept.model import Status
+from gpuaccept.node.judge import judge
 from tests.conftest import cuda_available
 
 

@@ -15,8 +15,8 @@ import pytest
 
 from gpuaccept.checks import BUILTIN_MODULES, registry
 from gpuaccept.checks.base import PROFILES, Check, Param
-from gpuaccept.config import parse_config
 from gpuaccept.errors import ConfigError
+from gpuaccept.node.config import parse_config
 from tests.cli_inproc import run_main
 
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from gpuaccept.checks.base import Check
-from gpuaccept.config import Config
 from gpuaccept.model import Status, Verdict
-from gpuaccept.runner import Runner
-from gpuaccept.suite import RunOptions, plan_suite
+from gpuaccept.node.config import Config
+from gpuaccept.node.runner import Runner
+from gpuaccept.node.suite import RunOptions, plan_suite
 from tests.helpers import ROOT, cli_env, descendants, only_run_dir, validate_report
 from tests.plugins import fake_checks
 

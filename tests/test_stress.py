@@ -21,11 +21,11 @@ from gpuaccept.checks.stress import (
     parse_faults,
     throughput_drop,
 )
-from gpuaccept.config import Config
 from gpuaccept.hw.nvml_sampler import THROTTLE_MASK, NvmlSampler, Sample, read_sample, summarize
-from gpuaccept.judge import judge
 from gpuaccept.model import Status
-from gpuaccept.suite import RunOptions, plan_suite
+from gpuaccept.node.config import Config
+from gpuaccept.node.judge import judge
+from gpuaccept.node.suite import RunOptions, plan_suite
 from tests.conftest import cuda_available
 from tests.helpers import gpuaccept
 

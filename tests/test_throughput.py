@@ -8,8 +8,8 @@ import pytest
 
 from gpuaccept.checks.base import CheckContext
 from gpuaccept.checks.throughput import ThroughputCheck, build_cnn, build_transformer
-from gpuaccept.judge import judge
 from gpuaccept.model import Status
+from gpuaccept.node.judge import judge
 from tests.conftest import cuda_available
 
 

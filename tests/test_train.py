@@ -9,8 +9,8 @@ import torch
 
 from gpuaccept.checks.base import CheckContext
 from gpuaccept.checks.train import TrainCheck, loss_drop, train_mlp
-from gpuaccept.judge import judge
 from gpuaccept.model import Status
+from gpuaccept.node.judge import judge
 from tests.conftest import cuda_available
 
 

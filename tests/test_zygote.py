@@ -1,4 +1,4 @@
-"""Check processes forked from the warm process (gpuaccept.zygote): the guarantees of a process per check.
+"""Check processes forked from the warm process (gpuaccept.node.zygote): the guarantees of a process per check.
 
 Real processes throughout. Each test checks that its checks really were forked by the warm process
 (a probe reports its parent), so none passes by running the old spawn path.
@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 
 from gpuaccept.checks.base import Check
-from gpuaccept.config import Config
 from gpuaccept.model import CheckResult, NodeReport, Status
-from gpuaccept.runner import RunEvents, Runner
-from gpuaccept.suite import PlannedCheck, RunOptions, plan_suite
-from gpuaccept.warm import REAP_S, WarmProcess
+from gpuaccept.node.config import Config
+from gpuaccept.node.runner import RunEvents, Runner
+from gpuaccept.node.suite import PlannedCheck, RunOptions, plan_suite
+from gpuaccept.node.warm import REAP_S, WarmProcess
 from tests.helpers import ROOT, alive, cli_env, descendants, gpuaccept, only_run_dir, parent_of, validate_report
 from tests.plugins import fake_checks, state_checks
 
@@ -72,7 +72,7 @@ def _by_name(report: NodeReport) -> dict[str, CheckResult]:
 
 def _forked(result: CheckResult) -> bool:
     assert result.status is Status.PASS, result.reason
-    return "gpuaccept.zygote" in result.details["parent"]
+    return "gpuaccept.node.zygote" in result.details["parent"]
 
 
 def test_checks_are_forked_from_one_warm_process_that_the_run_ends(
@@ -92,7 +92,7 @@ def test_the_spawn_path_when_turned_off(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("GPUACCEPT_ZYGOTE", "0")
     runner = _runner(tmp_path, ["probe"], warm=None)
     probe, = runner.run().checks
-    assert not _forked(probe) and "gpuaccept.child" not in probe.details["parent"]
+    assert not _forked(probe) and "gpuaccept.node.child" not in probe.details["parent"]
     assert runner.warm_off == "GPUACCEPT_ZYGOTE=0"
 
 
@@ -245,7 +245,7 @@ def test_a_stopped_warm_process_cannot_hold_up_the_run(
 def test_the_warm_process_never_touches_cuda_nor_runs_torch() -> None:
     """Read from the source: no ``cuda`` anywhere in the warm process's module, and torch is used only in
     ``Zygote.reset``, which runs in the forked process: a fork after CUDA or an OpenMP pool started is unsafe."""
-    tree = ast.parse((ROOT / "src" / "gpuaccept" / "zygote.py").read_text())
+    tree = ast.parse((ROOT / "src" / "gpuaccept" / "node" / "zygote.py").read_text())
     attrs = {ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
     assert not any("cuda" in a for a in attrs), attrs
     reset = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "reset")
@@ -295,7 +295,7 @@ def test_the_cli_forks_and_a_sigkilled_runner_leaves_no_process(tmp_path: Path) 
     report = validate_report(only_run_dir(tmp_path) / "report.json")
     assert report["verdict"] == "running" and report["in_flight"] == "nap", report
     probe, = report["checks"]
-    assert "gpuaccept.zygote" in probe["details"]["parent"]
+    assert "gpuaccept.node.zygote" in probe["details"]["parent"]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -315,7 +315,7 @@ def test_an_interrupted_cli_run_keeps_its_finished_checks_and_leaves_no_process(
     assert not [p for p in family if alive(p)]
     report = validate_report(only_run_dir(tmp_path) / "report.json")
     assert report["verdict"] == "interrupted" and [c["name"] for c in report["checks"]] == ["probe"]
-    assert "gpuaccept.zygote" in report["checks"][0]["details"]["parent"]
+    assert "gpuaccept.node.zygote" in report["checks"][0]["details"]["parent"]
 
 
 def test_sigterm_to_every_process_of_the_run_is_an_interrupted_run(tmp_path: Path) -> None:
@@ -348,7 +348,7 @@ def test_gpuaccept_zygote_0_runs_the_cli_the_old_way(tmp_path: Path) -> None:
                   GPUACCEPT_PLUGINS=PLUGINS, GPUACCEPT_ZYGOTE="0")
     assert r.returncode == 0, r.stderr
     probe, = validate_report(only_run_dir(tmp_path) / "report.json")["checks"]
-    assert "gpuaccept.zygote" not in probe["details"]["parent"] and "gpuaccept run" in probe["details"]["parent"]
+    assert "gpuaccept.node.zygote" not in probe["details"]["parent"] and "gpuaccept run" in probe["details"]["parent"]
 
 
 @pytest.mark.gpu

@@ -16,11 +16,11 @@ import pytest
 
 from gpuaccept.checks import registry
 from gpuaccept.checks.base import Check
-from gpuaccept.config import Config
 from gpuaccept.model import CheckResult, Status
-from gpuaccept.runner import Runner
-from gpuaccept.suite import RunOptions, plan_suite
-from gpuaccept.warm import WarmProcess
+from gpuaccept.node.config import Config
+from gpuaccept.node.runner import Runner
+from gpuaccept.node.suite import RunOptions, plan_suite
+from gpuaccept.node.warm import WarmProcess
 from tests.helpers import ROOT, alive, cli_env, descendants, only_run_dir, validate_report
 from tests.plugins import preload_checks, state_checks
 from tests.plugins.preload_checks import STAMPS_ENV
@@ -54,7 +54,7 @@ def _run(tmp_path: Path, checks: list[str], forked: bool = True, **timeouts: flo
     assert not [p for p in descendants(os.getpid()) if p not in before and alive(p)]
     results = {c.name: c for c in report.checks}
     if forked:
-        assert all("gpuaccept.zygote" in r.details["parent"] for r in results.values()), "forked, not spawned"
+        assert all("gpuaccept.node.zygote" in r.details["parent"] for r in results.values()), "forked, not spawned"
     return runner, warm.proc.pid, results
 
 
@@ -124,11 +124,11 @@ def test_a_hung_import_beside_a_quiet_check_does_not_hold_up_its_end(tmp_path: P
     assert [(p.beside, p.modules, p.seconds) for p in runner.preloads] == [
         ("quiet", ["tests.plugins.hang_import"], None)], "never answered"
     quiet = results["quiet"]
-    assert quiet.status is Status.PASS and "gpuaccept.zygote" in quiet.details["parent"], quiet.reason
+    assert quiet.status is Status.PASS and "gpuaccept.node.zygote" in quiet.details["parent"], quiet.reason
     assert results["stuck"].status is Status.FAIL and "timed out" in results["stuck"].reason
     assert runner.warm_off is not None and "stopped" in runner.warm_off
     probe = results["probe"]
-    assert probe.status is Status.PASS and "gpuaccept.zygote" not in probe.details["parent"]
+    assert probe.status is Status.PASS and "gpuaccept.node.zygote" not in probe.details["parent"]
 
 
 def test_the_checks_that_only_take_stock_let_the_warm_process_import_beside_them() -> None:

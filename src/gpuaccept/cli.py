@@ -155,9 +155,9 @@ def _cmd_checks(args: argparse.Namespace) -> int:
 def _merge_options(args: argparse.Namespace) -> tuple[Any, Any, str]:
     """Flags over config over defaults. Returns (RunOptions, Config, report_dir)."""
     from gpuaccept.checks import registry
-    from gpuaccept.config import Config, load_config, parse_gpus
     from gpuaccept.errors import UsageError
-    from gpuaccept.suite import RunOptions
+    from gpuaccept.node.config import Config, load_config, parse_gpus
+    from gpuaccept.node.suite import RunOptions
 
     reg = registry()
     cfg = load_config(args.config, reg) if args.config else Config()
@@ -189,8 +189,8 @@ def _merge_options(args: argparse.Namespace) -> tuple[Any, Any, str]:
 
 def _set_disk_path(path: str, cfg: Any, reg: dict[str, Any]) -> None:
     """``--disk-path``: the disk check's ``path`` parameter in ``cfg``, over what the config file says."""
-    from gpuaccept.config import CheckSettings
     from gpuaccept.errors import UsageError
+    from gpuaccept.node.config import CheckSettings
 
     if not path.strip():
         raise UsageError("--disk-path needs a directory (leave the flag out for the system temp directory)")
@@ -226,7 +226,7 @@ def _check_disk_path(args: argparse.Namespace, plan: Any) -> None:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     """``gpuaccept run``: the warm process starts first, so that it imports torch while the run is planned."""
-    from gpuaccept.warm import start_warm
+    from gpuaccept.node.warm import start_warm
 
     started = time.monotonic()  # a --budget counts from here
     warm = None if args.plan else start_warm()
@@ -241,10 +241,10 @@ def _run(args: argparse.Namespace, warm: Any, started: float) -> int:
     from gpuaccept.checks import registry
     from gpuaccept.checks.base import host_memory_mib
     from gpuaccept.hw.devices import resolve_device
+    from gpuaccept.node.runner import Interrupted, RunEvents, Runner, is_distributed
+    from gpuaccept.node.suite import check_gpu_fit, check_host_fit, plan_suite, preflight
     from gpuaccept.report.console import PlainConsole, RichConsole
     from gpuaccept.results.autosave import save
-    from gpuaccept.runner import Interrupted, RunEvents, Runner, is_distributed
-    from gpuaccept.suite import check_gpu_fit, check_host_fit, plan_suite, preflight
 
     opts, cfg, report_dir = _merge_options(args)
     baseline = _load_baseline(args)
@@ -274,7 +274,7 @@ def _run(args: argparse.Namespace, warm: Any, started: float) -> int:
         _check_expect_gpus(plan)
         estimates = budget[2]
     else:
-        from gpuaccept.budget import candidates, estimates_of, planned_gpus
+        from gpuaccept.node.budget import candidates, estimates_of, planned_gpus
 
         gpus = planned_gpus(plan.device, plan.gpus, len(gpu_memory))[0]
         estimates = estimates_of(candidates(plan, cfg, reg, gpus))
@@ -302,11 +302,11 @@ def _run(args: argparse.Namespace, warm: Any, started: float) -> int:
     runner: Runner
     if info is not None:
         from gpuaccept.distributed.control import RendezvousError
-        from gpuaccept.distributed.session import DistributedRunner
+        from gpuaccept.node.distributed_run import DistributedRunner
 
         leader = info.rank == 0
         runner = DistributedRunner(plan, Path(report_dir), info, run_id=args.run_id, argv=sys.argv[1:],
-                                   events=console.events() if leader else RunEvents(), verbose=args.verbose,
+                                   events=RunEvents.of(console) if leader else RunEvents(), verbose=args.verbose,
                                    dist_timeout_s=args.dist_timeout, warm=warm)
         try:
             runner.join()
@@ -316,10 +316,10 @@ def _run(args: argparse.Namespace, warm: Any, started: float) -> int:
         if leader:
             console.header(plan, str(runner.run_dir))
     else:
-        common: dict[str, Any] = dict(run_id=args.run_id, argv=sys.argv[1:], events=console.events(),
+        common: dict[str, Any] = dict(run_id=args.run_id, argv=sys.argv[1:], events=RunEvents.of(console),
                                       verbose=args.verbose, nproc=nproc, dist_timeout_s=args.dist_timeout, warm=warm)
         if budget is not None:
-            from gpuaccept.budget_run import WindowRunner
+            from gpuaccept.node.budget_run import WindowRunner
 
             def say(line: str) -> None:
                 print(f"[BUDGET] {line}", file=stream, flush=True)
@@ -407,9 +407,9 @@ def _budget(plan: Any, cfg: Any, reg: Any, timeout_scale: float, budget_s: float
     """(the plan cut to ``budget_s`` seconds, (its BudgetPlan, the calibrated candidates, the built-in estimates
     of what it keeps)); the estimates are calibrated from this host's runs in the history at ``db`` (None: the
     default one) unless ``off`` says why not. UsageError when nothing fits."""
-    from gpuaccept.budget import apply_budget, candidates, estimates_of, plan_budget, planned_gpus, refuse_empty
-    from gpuaccept.calibrate import planned_with_history
-    from gpuaccept.runner import this_host
+    from gpuaccept.node.budget import apply_budget, candidates, estimates_of, plan_budget, planned_gpus, refuse_empty
+    from gpuaccept.node.calibrate import planned_with_history
+    from gpuaccept.node.runner import this_host
 
     gpus, assumed = planned_gpus(plan.device, plan.gpus, counted)
     raw = candidates(plan, cfg, reg, gpus)

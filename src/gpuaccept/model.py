@@ -230,10 +230,11 @@ class NodeReport:
     """The check that was running when the report was last written (a run stopped or killed during it)."""
     budget: dict[str, Any] | None = None
     """``run --budget``'s plan: the budget, the checks kept and their depth, those left out and why, and the
-    deeper re-runs of the second pass (:meth:`gpuaccept.budget.BudgetPlan.to_dict`)."""
+    deeper re-runs of the second pass (:meth:`gpuaccept.node.budget.BudgetPlan.to_dict`)."""
     estimates: dict[str, float] = field(default_factory=dict)
-    """Each check's estimated seconds as planned, its process start included (:func:`gpuaccept.budget.estimates_of`):
-    what later ``--budget`` plans calibrate against (:mod:`gpuaccept.calibrate`)."""
+    """Each check's estimated seconds as planned, its process start included
+    (:func:`gpuaccept.node.budget.estimates_of`): what later ``--budget`` plans calibrate against
+    (:mod:`gpuaccept.node.calibrate`)."""
 
     def __post_init__(self) -> None:
         self.argv = redact_argv(self.argv)  # nothing secret is written to report.json or the history

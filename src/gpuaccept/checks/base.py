@@ -320,7 +320,7 @@ class Check(abc.ABC):
     key_metric: ClassVar[str | None] = None
     #: False for a check that only takes stock (``env``): its pass alone does not make a run a pass
     measures: ClassVar[bool] = True
-    #: modules the warm process (:mod:`gpuaccept.zygote`) imports before it forks this check's process,
+    #: modules the warm process (:mod:`gpuaccept.node.zygote`) imports before it forks this check's process,
     #: so that a run imports them once, not in every check that needs them (torch is always imported)
     warm_imports: ClassVar[tuple[str, ...]] = ()
     #: the warm process may import other checks' modules while this one runs: it measures nothing that one
@@ -350,7 +350,7 @@ class Check(abc.ABC):
     def estimate_s(cls, params: dict[str, Any], device: str, gpus: int) -> float | None:
         """Seconds this check should take with these parameter values on ``device`` (``cuda`` with ``gpus``
         selected GPUs, or ``cpu``), its process start not counted: a rough figure that ``run --budget`` plans
-        with (:mod:`gpuaccept.budget`). Default None: unknown, and the planner counts the timeout instead."""
+        with (:mod:`gpuaccept.node.budget`). Default None: unknown, and the planner counts the timeout instead."""
         return None
 
     @classmethod
@@ -438,3 +438,14 @@ def require(outcome: Outcome, required: list[RequiredMetric]) -> Outcome:
     reason = f"missing metrics: {shown} (the check reported {outcome.status.value}: {outcome.reason})"
     details = {**outcome.details, "missing_metrics": missing}
     return Outcome(Status.ERROR, reason, outcome.metrics, details, outcome.needs_gpu)
+
+
+def outcome_to_dict(outcome: Outcome) -> dict[str, Any]:
+    """The outcome as JSON data, as a check process writes it for the runner."""
+    return {
+        "status": outcome.status.value,
+        "reason": outcome.reason,
+        "metrics": [m.to_dict() for m in outcome.metrics],
+        "details": outcome.details,
+        "needs_gpu": outcome.needs_gpu,
+    }

@@ -2,7 +2,7 @@
 
 Each function takes a check's parameter values, the device (``cuda`` or ``cpu``) and the number of
 selected GPUs, and returns the seconds the check's own work should take, its process start left out
-(:mod:`gpuaccept.budget` adds that). The rates are deliberately low: a CPU figure is about what a
+(:mod:`gpuaccept.node.budget` adds that). The rates are deliberately low: a CPU figure is about what a
 2-core VM shared with other work gave, a GPU figure well below what a datacenter GPU sustains, so a
 faster machine finishes early rather than late. They choose between depths; the run's deadline, not
 these figures, is what keeps a run inside its window.

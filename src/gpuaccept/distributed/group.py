@@ -229,7 +229,7 @@ class DistributedCheck(Check):
         if not path or now - self._last_checkpoint < every_s:
             return
         self._last_checkpoint = now
-        from gpuaccept.child import outcome_to_dict
+        from gpuaccept.checks.base import outcome_to_dict
 
         tmp = path + ".tmp"
         with open(tmp, "w") as fh:

@@ -136,8 +136,8 @@ def prune_runs(report_dir: Path, keep: int) -> None:
 
 def _usage(args: argparse.Namespace) -> tuple[float, Any, list[int] | None, list[str]]:
     """Everything decided from the flags alone (UsageError/ConfigError before anything runs)."""
-    from gpuaccept.config import parse_gpus
     from gpuaccept.health.plan import CHECKS, DEFAULT_BUDGET_S, EXTRAS, check_budget
+    from gpuaccept.node.config import parse_gpus
 
     if args.budget is not None and args.deadline is not None:
         raise UsageError("--budget and --deadline: give one (--budget plans a window and fills it; --deadline "
@@ -158,7 +158,7 @@ def _usage(args: argparse.Namespace) -> tuple[float, Any, list[int] | None, list
         raise UsageError("--skip leaves none of the four checks to run")
     if args.expect_gpus is not None and "env" in skip:
         raise UsageError("--expect-gpus is enforced by the env check, which --skip leaves out")
-    from gpuaccept.config import Config, load_config
+    from gpuaccept.node.config import Config, load_config
 
     if args.config:
         from gpuaccept.checks import registry
@@ -210,12 +210,12 @@ def cmd_healthcheck(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, cfg: Any, gpus: list[int] | None, skip: list[str],
          deadline: float) -> tuple[Any, Path | None, str]:
     """Run the plan; (report or None, report path, "" | "interrupted" | "write")."""
-    from gpuaccept.budget import estimates_of, planned_gpus
     from gpuaccept.checks import registry
     from gpuaccept.health.plan import health_candidates, plan_health
     from gpuaccept.health.run import BudgetRunner
     from gpuaccept.hw.devices import resolve_device
-    from gpuaccept.runner import DeadlineRunner, Interrupted, new_run_id, this_host
+    from gpuaccept.node.budget import estimates_of, planned_gpus
+    from gpuaccept.node.runner import DeadlineRunner, Interrupted, RunEvents, new_run_id, this_host
 
     reg = registry()
     device = resolve_device(args.device)
@@ -235,7 +235,7 @@ def _run(args: argparse.Namespace, cfg: Any, gpus: list[int] | None, skip: list[
     if args.verbose:
         from gpuaccept.report.console import PlainConsole
 
-        events = PlainConsole(sys.stdout, {c.name: c.key_metric for c in plan.checks}).events()
+        events = RunEvents.of(PlainConsole(sys.stdout, {c.name: c.key_metric for c in plan.checks}))
         for line in budget_lines:
             print(f"[BUDGET] {line}", flush=True)
     host = this_host()
@@ -268,10 +268,10 @@ def _planned(args: argparse.Namespace, plan: Any, cfg: Any, reg: Any, raw: list[
              gpus: int, assumed: bool) -> tuple[Any, dict[str, Any], dict[str, float], list[str]]:
     """``--budget``: (the planned window's plan, the runner's keyword arguments, the built-in estimates of what
     it keeps, the plan's lines)."""
-    from gpuaccept.budget import estimates_of
-    from gpuaccept.calibrate import planned_with_history
     from gpuaccept.health.plan import plan_health_budget
-    from gpuaccept.runner import this_host
+    from gpuaccept.node.budget import estimates_of
+    from gpuaccept.node.calibrate import planned_with_history
+    from gpuaccept.node.runner import this_host
 
     cands, calibration, warning = planned_with_history(raw, plan.device, args.db, this_host(),
                                                        "" if args.db else "no --db")

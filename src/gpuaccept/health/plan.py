@@ -1,6 +1,6 @@
 """The healthcheck plan and its exit codes, pure.
 
-The plan is the ordinary suite plan (:func:`gpuaccept.suite.plan_suite`) of four checks with the
+The plan is the ordinary suite plan (:func:`gpuaccept.node.suite.plan_suite`) of four checks with the
 ``quick`` parameters, made shorter where a health check allows it, with every timeout cut so that
 the whole run fits in the budget. Configuration files (``--config``) apply as for ``gpuaccept run``:
 their parameters, thresholds and timeouts win over these.
@@ -9,13 +9,13 @@ Without ``--budget`` the run is this fast plan, ended at ``--deadline`` (default
 every check not ``--skip``-ped runs, and one the deadline leaves no time for is a FAIL. This is the
 mode for HealthCheckProgram and Prolog, which run often and beside jobs.
 
-With ``--budget SECONDS`` the window is planned (:func:`plan_health_budget`, :mod:`gpuaccept.budget`'s
+With ``--budget SECONDS`` the window is planned (:func:`plan_health_budget`, :mod:`gpuaccept.node.budget`'s
 planner): the four checks always run, at this fast level at least (they are ``required``: a node is
 never called healthy without its GPU checks, whatever an estimate says); the time left adds the
 :data:`EXTRAS` that fit (``fabric``, ``memory``, ``memtest`` at their quick level) and takes the checks
 deeper, level by level (the ``quick``, ``standard`` and ``full`` profiles' values), keeping a fifth of the
 window for a second pass that runs suspect results again, deeper. The estimates are calibrated from this
-host's past runs in ``--db`` (:mod:`gpuaccept.calibrate`); the built-in ones are deliberately long, so
+host's past runs in ``--db`` (:mod:`gpuaccept.node.calibrate`); the built-in ones are deliberately long, so
 without a history a short budget keeps the fast level.
 """
 
@@ -24,12 +24,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gpuaccept.budget import BudgetPlan, Candidate, apply_budget, candidates, plan_budget
 from gpuaccept.checks.base import Check, ThresholdRule
-from gpuaccept.config import CheckSettings, Config
 from gpuaccept.errors import UsageError
 from gpuaccept.model import Status, Verdict
-from gpuaccept.suite import RunOptions, SuitePlan, plan_suite
+from gpuaccept.node.budget import BudgetPlan, Candidate, apply_budget, candidates, plan_budget
+from gpuaccept.node.config import CheckSettings, Config
+from gpuaccept.node.suite import RunOptions, SuitePlan, plan_suite
 
 PROFILE = "health"
 CHECKS = ("env", "health", "compute", "disk_space")

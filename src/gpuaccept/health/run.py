@@ -1,4 +1,4 @@
-"""The healthcheck's runner: :class:`~gpuaccept.runner.DeadlineRunner`, one deadline for the
+"""The healthcheck's runner: :class:`~gpuaccept.node.runner.DeadlineRunner`, one deadline for the
 whole run, or with ``--budget`` the planned window's runner (a second pass included). Each check gets what
 is left of the budget at most; a check the budget leaves no time for is a FAIL ("not run"), never a
 silent pass.
@@ -10,12 +10,12 @@ import os
 import time
 from collections.abc import Mapping
 
-from gpuaccept.budget import fmt_s
-from gpuaccept.budget_run import WindowRunner
 from gpuaccept.health.plan import CHECKS
 from gpuaccept.model import CheckResult, Status
-from gpuaccept.runner import DeadlineRunner
-from gpuaccept.suite import PlannedCheck
+from gpuaccept.node.budget import fmt_s
+from gpuaccept.node.budget_run import WindowRunner
+from gpuaccept.node.runner import DeadlineRunner
+from gpuaccept.node.suite import PlannedCheck
 
 FAULT_ENV = "GPUACCEPT_TEST_HEALTH_FAULT"
 """Tests only: ``CHECK[:REASON]`` turns that check's result into a FAIL after it ran (a broken node, for
@@ -48,7 +48,7 @@ class BudgetRunner(DeadlineRunner):
 
 
 class WindowHealthRunner(WindowRunner):
-    """``--budget``: the planned window with its second pass (:class:`~gpuaccept.budget_run.WindowRunner`) and
+    """``--budget``: the planned window with its second pass (:class:`~gpuaccept.node.budget_run.WindowRunner`) and
     :data:`FAULT_ENV`'s injected faults. An extra (not one of the four checks) that the window no longer has
     its estimated time for is a SKIP, not a FAIL: the plan chose it, not the node."""
 

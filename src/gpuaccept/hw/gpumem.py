@@ -1,7 +1,7 @@
 """Total memory of the GPUs a run selects, read through NVML before anything runs (no torch).
 
 ``gpuaccept run`` compares the GPU buffer sizes a configuration asks for with
-these totals (:func:`gpuaccept.suite.check_gpu_fit`). The GPUs are the torch
+these totals (:func:`gpuaccept.node.suite.check_gpu_fit`). The GPUs are the torch
 ordinals of ``--gpus`` mapped through ``CUDA_VISIBLE_DEVICES`` by UUID
 (:mod:`gpuaccept.hw.gpumap`), so a job given GPUs 4-7 reads GPUs 4-7; a MIG
 instance reports its own memory, not its parent GPU's.

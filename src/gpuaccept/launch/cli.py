@@ -272,7 +272,7 @@ def _validate_suite(args: argparse.Namespace) -> Any:
     """Check the suite options here, before anything is submitted. Returns the loaded config."""
     from gpuaccept.checks import registry
     from gpuaccept.cli import _merge_options, check_disk_path_selected
-    from gpuaccept.suite import plan_suite
+    from gpuaccept.node.suite import plan_suite
 
     opts, cfg, _ = _merge_options(args)
     check_disk_path_selected(args, plan_suite(opts, cfg, registry(), "cpu" if opts.device == "auto" else opts.device))

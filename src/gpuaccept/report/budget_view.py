@@ -1,5 +1,5 @@
 """A ``run --budget`` plan as the report renderings show it: one row per check kept, left out, re-run deeper or
-suspect but not re-run (:mod:`gpuaccept.budget` writes the plan into ``NodeReport.budget``). Pure functions,
+suspect but not re-run (:mod:`gpuaccept.node.budget` writes the plan into ``NodeReport.budget``). Pure functions,
 read defensively: a report is input, and a malformed entry is left out rather than failing a rendering.
 """
 

@@ -7,15 +7,16 @@ Plain lines start with a stable bracketed tag (``[ENV]``, ``[HEALTH]``,
 
 from __future__ import annotations
 
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from rich.markup import escape
 
 from gpuaccept.model import CheckResult, Metric, NodeReport, Status, Verdict
 from gpuaccept.report.units import fmt_value
 from gpuaccept.report.views import bound_text, headline_metric, reference_text, shown_name
-from gpuaccept.runner import RunEvents
-from gpuaccept.suite import PlannedCheck, SuitePlan
+
+if TYPE_CHECKING:  # the run's plan, read by shape: the report side imports nothing of the node engine
+    from gpuaccept.node.suite import PlannedCheck, SuitePlan
 
 _STYLE = {Status.PASS: "green", Status.WARN: "yellow", Status.FAIL: "bold red", Status.ERROR: "bold red",
           Status.SKIP: "dim"}
@@ -81,20 +82,19 @@ class PlainConsole:
         self._print(f"[ENV] gpuaccept profile={plan.profile} device={plan.device} checks={names}")
         self._print(f"[ENV] report directory: {run_dir}")
 
-    def events(self) -> RunEvents:
-        def start(check: PlannedCheck, i: int, n: int) -> None:
-            self._print(f"[{check.tag}] {check.name}: running ({i}/{n}, timeout {check.timeout_s:g} s)")
+    def on_start(self, check: PlannedCheck, i: int, n: int) -> None:
+        """A check starts (the runner's ``RunEvents.on_start``)."""
+        self._print(f"[{check.tag}] {check.name}: running ({i}/{n}, timeout {check.timeout_s:g} s)")
 
-        def end(check: PlannedCheck, result: CheckResult) -> None:
-            value, expect = describe_key(result, check.key_metric)
-            extra = f" {value}" + (f" {expect}" if expect else "") if value else ""
-            self._print(f"[{check.tag}] {check.name}: {result.status.value.upper()} "
-                        f"{result.duration_s:.1f}s{extra} - {result.reason}")
-            if self.verbose:
-                for m in result.metrics:
-                    self._print(f"[{check.tag}]   {metric_line(m)}")
-
-        return RunEvents(on_start=start, on_end=end)
+    def on_end(self, check: PlannedCheck, result: CheckResult) -> None:
+        """A check ended (the runner's ``RunEvents.on_end``)."""
+        value, expect = describe_key(result, check.key_metric)
+        extra = f" {value}" + (f" {expect}" if expect else "") if value else ""
+        self._print(f"[{check.tag}] {check.name}: {result.status.value.upper()} "
+                    f"{result.duration_s:.1f}s{extra} - {result.reason}")
+        if self.verbose:
+            for m in result.metrics:
+                self._print(f"[{check.tag}]   {metric_line(m)}")
 
     def summary(self, report: NodeReport, tags: dict[str, str]) -> None:
         for r in report.checks:
@@ -119,22 +119,19 @@ class RichConsole:
         self.console.print(f"[bold]gpuaccept[/] profile [cyan]{plan.profile}[/] on [cyan]{plan.device}[/], "
                            f"{len(plan.checks)} checks -> {run_dir}")
 
-    def events(self) -> RunEvents:
-        def start(check: PlannedCheck, i: int, n: int) -> None:
-            self._status = self.console.status(f"[{i}/{n}] {check.name} (timeout {check.timeout_s:g} s)")
-            self._status.start()
+    def on_start(self, check: PlannedCheck, i: int, n: int) -> None:
+        self._status = self.console.status(f"[{i}/{n}] {check.name} (timeout {check.timeout_s:g} s)")
+        self._status.start()
 
-        def end(check: PlannedCheck, result: CheckResult) -> None:
-            if self._status is not None:
-                self._status.stop()
-            style = _STYLE[result.status]
-            self.console.print(f"[{style}]{result.status.value.upper():<5}[/] {escape(check.name):<10} "
-                               f"{result.duration_s:5.1f}s  {escape(result.reason)}", highlight=False)
-            if self.verbose:
-                for m in result.metrics:
-                    self.console.print(f"      {escape(metric_line(m))}", highlight=False)
-
-        return RunEvents(on_start=start, on_end=end)
+    def on_end(self, check: PlannedCheck, result: CheckResult) -> None:
+        if self._status is not None:
+            self._status.stop()
+        style = _STYLE[result.status]
+        self.console.print(f"[{style}]{result.status.value.upper():<5}[/] {escape(check.name):<10} "
+                           f"{result.duration_s:5.1f}s  {escape(result.reason)}", highlight=False)
+        if self.verbose:
+            for m in result.metrics:
+                self.console.print(f"      {escape(metric_line(m))}", highlight=False)
 
     def stop(self) -> None:
         if self._status is not None:

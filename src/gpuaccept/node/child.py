@@ -1,8 +1,8 @@
 """Running one check in its own process: :func:`run_request`, and the entry point of the old way.
 
-A process forked from the warm process (:mod:`gpuaccept.zygote`, the default) calls
+A process forked from the warm process (:mod:`gpuaccept.node.zygote`, the default) calls
 :func:`run_request` with the request it was forked for. Started the old way
-(``python -m gpuaccept.child``: ``GPUACCEPT_ZYGOTE=0``, off Linux, or once the warm process
+(``python -m gpuaccept.node.child``: ``GPUACCEPT_ZYGOTE=0``, off Linux, or once the warm process
 is gone), it reads the JSON request on stdin instead. Either way it writes the outcome as JSON
 to the path named in the request, and dies with its parent (PR_SET_PDEATHSIG), so a killed
 runner leaves no check running behind it.
@@ -20,9 +20,9 @@ import traceback
 from typing import Any
 
 from gpuaccept.checks import load_check
-from gpuaccept.checks.base import CheckContext, Outcome, enforce_required
-from gpuaccept.childproc import write_outcome
+from gpuaccept.checks.base import CheckContext, Outcome, enforce_required, outcome_to_dict
 from gpuaccept.model import Status
+from gpuaccept.node.childproc import write_outcome
 
 _PR_SET_PDEATHSIG = 1
 
@@ -35,16 +35,6 @@ def _die_with_parent(parent_pid: int) -> None:
         return
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
         os._exit(137)
-
-
-def outcome_to_dict(outcome: Outcome) -> dict[str, Any]:
-    return {
-        "status": outcome.status.value,
-        "reason": outcome.reason,
-        "metrics": [m.to_dict() for m in outcome.metrics],
-        "details": outcome.details,
-        "needs_gpu": outcome.needs_gpu,
-    }
 
 
 def run_request(request: dict[str, Any]) -> dict[str, Any]:

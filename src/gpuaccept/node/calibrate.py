@@ -1,7 +1,7 @@
 """Estimates calibrated from this host's history: how long each check took against what was estimated.
 
 Every run records each check's built-in estimate as it ran (the report's ``estimates``,
-:func:`gpuaccept.budget.estimates_of`). A check's factor is the largest ratio of measured to
+:func:`gpuaccept.node.budget.estimates_of`). A check's factor is the largest ratio of measured to
 estimated seconds over its newest :data:`NEWEST` first-pass results at one level (the same built-in
 estimate: the same parameters, device and GPU count) on this host and device (any status but an
 ERROR, which may be a timeout or a crash; a check that skips on this host, such as ``health``
@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gpuaccept.budget import Candidate, Level, Stretch
 from gpuaccept.model import NodeReport, Status
+from gpuaccept.node.budget import Candidate, Level, Stretch
 
 NEWEST = 5
 """Results per check that count: enough to catch a slow run, few enough to follow a change of the node."""

@@ -1,6 +1,6 @@
 """What the runner and the rank launchers share about a check's child process.
 
-Its interface (:class:`CheckProcess`: forked by the warm process, see :mod:`gpuaccept.warm`, or
+Its interface (:class:`CheckProcess`: forked by the warm process, see :mod:`gpuaccept.node.warm`, or
 started the old way, :class:`Spawned`), reading the outcome file it wrote, saying why it died
 without one, killing its process group, and appending a result line to ``results.jsonl``.
 Imports nothing of ours.

@@ -1,6 +1,6 @@
-"""The warm process ("zygote") that check processes are forked from (``python -m gpuaccept.zygote``).
+"""The warm process ("zygote") that check processes are forked from (``python -m gpuaccept.node.zygote``).
 
-``gpuaccept run`` starts it once per run (:mod:`gpuaccept.warm` is the runner's side). It imports
+``gpuaccept run`` starts it once per run (:mod:`gpuaccept.node.warm` is the runner's side). It imports
 torch, ``torch.distributed`` and the check modules, and never touches CUDA (no ``torch.cuda`` call,
 no torch operation: a fork after CUDA or an OpenMP pool has started is unsafe), then forks one
 process per check and per local rank on request. It dies with the runner (PR_SET_PDEATHSIG) and
@@ -8,7 +8,7 @@ ignores SIGTERM, SIGHUP and SIGINT, which are the runner's to act on. A forked p
 own session, dies with the warm process the same way, puts back what a fresh interpreter would have
 (the requested environment and working directory, the signal handlers, fresh seeds for ``random``,
 numpy and torch's CPU generator, torch's thread count when ``OMP_NUM_THREADS`` differs), runs the
-check as :mod:`gpuaccept.child` does and leaves with ``os._exit``: whatever a check changes dies
+check as :mod:`gpuaccept.node.child` does and leaves with ``os._exit``: whatever a check changes dies
 with its process, and the warm process stays as it was after the imports.
 
 Protocol on the socket whose descriptor is in ``GPUACCEPT_ZYGOTE_FD``, one JSON object per line:
@@ -51,11 +51,11 @@ FD_ENV = "GPUACCEPT_ZYGOTE_FD"
 PARENT_ENV = "GPUACCEPT_ZYGOTE_PARENT"
 
 #: modules imported before the first fork, besides the registered check modules
-PRELOAD = ("torch", "torch.distributed", "torch.nn.functional", "gpuaccept.child",
+PRELOAD = ("torch", "torch.distributed", "torch.nn.functional", "gpuaccept.node.child",
            "gpuaccept.distributed.group", "gpuaccept.distributed.gather")
 
 #: entry modules a forked process may run; the rank processes leave without the interpreter's exit handlers
-ENTRY_MODULES = ("gpuaccept.child", "gpuaccept.distributed.child")
+ENTRY_MODULES = ("gpuaccept.node.child", "gpuaccept.node.rank_child")
 
 
 def preload() -> list[str]:
@@ -198,7 +198,7 @@ class Zygote:
         code = 70
         try:
             os.setsid()
-            from gpuaccept.child import _die_with_parent
+            from gpuaccept.node.child import _die_with_parent
 
             _die_with_parent(self.pid)
             os.write(set_w, b"1")
@@ -253,14 +253,14 @@ class Zygote:
 
     @staticmethod
     def run_check(msg: dict[str, Any]) -> int:
-        from gpuaccept.child import run_request
-        from gpuaccept.childproc import write_outcome
+        from gpuaccept.node.child import run_request
+        from gpuaccept.node.childproc import write_outcome
 
         module = msg["module"]
         if module not in ENTRY_MODULES:
             raise ValueError(f"not a check entry module: {module}")
         code = write_outcome(msg["request"]["out"], run_request(msg["request"]))
-        if module == "gpuaccept.child":  # as at a normal interpreter exit; a rank process skips them
+        if module == "gpuaccept.node.child":  # as at a normal interpreter exit; a rank process skips them
             atexit._run_exitfuncs()
         return code
 
@@ -268,7 +268,7 @@ class Zygote:
 def main() -> int:
     parent = int(os.environ.pop(PARENT_ENV, "0"))
     fd = int(os.environ.pop(FD_ENV))
-    from gpuaccept.child import _die_with_parent
+    from gpuaccept.node.child import _die_with_parent
 
     if parent:
         _die_with_parent(parent)

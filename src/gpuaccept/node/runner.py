@@ -12,12 +12,12 @@ A distributed check (a class with ``distributed = True``, see
 ranks on CPU), that meet on a c10d store rank 0 serves on a free loopback
 port; their outcomes are merged into one result (``logs/<check>.rank<r>.log``).
 With fewer than two ranks it is skipped. ``gpuaccept run --distributed``
-uses :class:`gpuaccept.distributed.session.DistributedRunner` instead.
+uses :class:`gpuaccept.node.distributed_run.DistributedRunner` instead.
 
 Check and rank processes are forked from one warm process that imported torch once for the run
-(:mod:`gpuaccept.zygote`, :mod:`gpuaccept.warm`; what it prints goes to ``logs/zygote.log``). Where
+(:mod:`gpuaccept.node.zygote`, :mod:`gpuaccept.node.warm`; what it prints goes to ``logs/zygote.log``). Where
 fork is not used (``GPUACCEPT_ZYGOTE=0``, not Linux) or the warm process cannot start or dies,
-each starts as a fresh ``python -m gpuaccept.child`` the old way, with the same guarantees. The modules
+each starts as a fresh ``python -m gpuaccept.node.child`` the old way, with the same guarantees. The modules
 a check names in ``warm_imports`` are imported by the warm process before its fork, or earlier: right
 after forking a check whose class sets ``imports_beside`` (one busy CPU core changes nothing it
 measures: ``env``, ``health``, ``fabric``), the runner asks it to import the later checks' modules
@@ -47,7 +47,9 @@ from typing import Any
 
 from gpuaccept import __version__
 from gpuaccept.checks.base import Outcome
-from gpuaccept.childproc import (
+from gpuaccept.errors import ReportWriteError, UsageError
+from gpuaccept.model import CheckResult, Metric, NodeReport, Status, Verdict
+from gpuaccept.node.childproc import (
     OUTCOME_WRITE_FAILED,
     CheckProcess,
     Spawned,
@@ -57,11 +59,9 @@ from gpuaccept.childproc import (
     read_outcome,
     write_json_atomic,
 )
-from gpuaccept.errors import ReportWriteError, UsageError
-from gpuaccept.judge import judge
-from gpuaccept.model import CheckResult, Metric, NodeReport, Status, Verdict
-from gpuaccept.suite import PlannedCheck, SuitePlan
-from gpuaccept.warm import ForkedChild, Preload, WarmGone, WarmProcess, warm_disabled
+from gpuaccept.node.judge import judge
+from gpuaccept.node.suite import PlannedCheck, SuitePlan
+from gpuaccept.node.warm import ForkedChild, Preload, WarmGone, WarmProcess, warm_disabled
 
 
 class Interrupted(Exception):
@@ -89,6 +89,12 @@ class RunEvents:
 
     on_start: Callable[[PlannedCheck, int, int], None] = lambda check, i, n: None
     on_end: Callable[[PlannedCheck, CheckResult], None] = lambda check, result: None
+
+    @classmethod
+    def of(cls, display: Any) -> RunEvents:
+        """The events of a display with ``on_start`` and ``on_end`` methods (the consoles of
+        :mod:`gpuaccept.report.console`)."""
+        return cls(on_start=display.on_start, on_end=display.on_end)
 
 
 def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
@@ -282,7 +288,7 @@ class Runner:
 
     def second_pass(self) -> list[PlannedCheck]:
         """Checks to run after the plan's, chosen from its results (``run --budget``'s deeper re-runs,
-        :mod:`gpuaccept.budget_run`). Default: none."""
+        :mod:`gpuaccept.node.budget_run`). Default: none."""
         return []
 
     def inventory_checks(self) -> set[str]:
@@ -336,7 +342,7 @@ class Runner:
         }
 
     def _spawn(self, check: PlannedCheck, out: Path, log: Path, *, env: dict[str, str] | None = None,
-               module: str = "gpuaccept.child") -> CheckProcess:
+               module: str = "gpuaccept.node.child") -> CheckProcess:
         """Start one check process in its own session, its output appended to ``log``: forked from the
         warm process, or (where it is off or gone) a fresh interpreter."""
         out.unlink(missing_ok=True)
@@ -428,7 +434,7 @@ class Runner:
 
     def _run_group(self, check: PlannedCheck) -> CheckResult:
         """A distributed check on this node: ``nproc`` rank processes, merged into one result."""
-        from gpuaccept.distributed.local import run_local_group
+        from gpuaccept.node.local_group import run_local_group
 
         return run_local_group(self, check)
 

@@ -1,9 +1,9 @@
-"""The runner's side of the warm process (:mod:`gpuaccept.zygote`): start it, ask it to fork, watch.
+"""The runner's side of the warm process (:mod:`gpuaccept.node.zygote`): start it, ask it to fork, watch.
 
-:class:`WarmProcess` starts ``python -m gpuaccept.zygote`` in its own session with one end of a
+:class:`WarmProcess` starts ``python -m gpuaccept.node.zygote`` in its own session with one end of a
 socket pair, and keeps it for the run; :meth:`WarmProcess.spawn` returns a :class:`ForkedChild` at
 once (the request waits in the socket while the warm process still imports torch), which answers
-``poll``, ``wait`` and ``kill_group`` like :class:`gpuaccept.childproc.Spawned` does for a process
+``poll``, ``wait`` and ``kill_group`` like :class:`gpuaccept.node.childproc.Spawned` does for a process
 started the old way. A forked process is the warm process's child, so its exit status comes over
 the socket; when the warm process dies, the processes it forked die with it (they are reported as
 killed) and :class:`WarmGone` tells the runner to start the rest the old way.
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuaccept.zygote import FD_ENV, PARENT_ENV
+from gpuaccept.node.zygote import FD_ENV, PARENT_ENV
 
 ENV = "GPUACCEPT_ZYGOTE"
 #: seconds the warm process has to report the end of a check process it was asked to kill
@@ -139,7 +139,7 @@ class WarmProcess:
         #: its own output (warnings of its imports): an unnamed file until :meth:`save_output`
         self.output = tempfile.TemporaryFile()
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "gpuaccept.zygote"], stdin=subprocess.DEVNULL,
+            self.proc = subprocess.Popen([sys.executable, "-m", "gpuaccept.node.zygote"], stdin=subprocess.DEVNULL,
                                          stdout=self.output, stderr=subprocess.STDOUT, start_new_session=True,
                                          pass_fds=(theirs.fileno(),), env=child_env)
         except OSError:

@@ -1,5 +1,5 @@
 """``gpuaccept run --budget``'s runner: the first pass under one deadline, then deeper re-runs of what was
-suspect (:func:`gpuaccept.budget.plan_reruns`) with what is left of the window.
+suspect (:func:`gpuaccept.node.budget.plan_reruns`) with what is left of the window.
 
 A re-run is a second result under the check's name, after the first pass's; its ``details.rerun`` says
 at which level, why, and how the first pass ended, and its reason starts with ``deeper re-run``. The
@@ -14,12 +14,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from gpuaccept.budget import BudgetPlan, Candidate, Rerun, fmt_s, plan_reruns, timeout_for
 from gpuaccept.checks.base import Check
-from gpuaccept.config import Config
 from gpuaccept.model import CheckResult
-from gpuaccept.runner import DeadlineRunner
-from gpuaccept.suite import PlannedCheck, SuitePlan
+from gpuaccept.node.budget import BudgetPlan, Candidate, Rerun, fmt_s, plan_reruns, timeout_for
+from gpuaccept.node.config import Config
+from gpuaccept.node.runner import DeadlineRunner
+from gpuaccept.node.suite import PlannedCheck, SuitePlan
 
 MARGIN_S = 1.0
 """Seconds of the window the second pass leaves unplanned (writing the report)."""

@@ -16,7 +16,7 @@ and its timeout counts.
    the kept checks one level at a time, round robin, up to the level the run's profile asks for;
 3. length: what is still left lengthens the shortened durations, shared equally.
 
-The second pass (:func:`plan_reruns`, run by :mod:`gpuaccept.budget_run`): each first-pass result that is
+The second pass (:func:`plan_reruns`, run by :mod:`gpuaccept.node.budget_run`): each first-pass result that is
 :func:`suspect` is run again, deeper than it ran, within what is left of the window. A re-run adds a
 result; it never replaces the first, so it can confirm a problem, never hide one.
 """
@@ -30,10 +30,10 @@ from typing import Any
 
 from gpuaccept.argtypes import fmt_s as fmt_s  # the one format of a duration, beside its parser
 from gpuaccept.checks.base import PROFILES, Check
-from gpuaccept.config import Config
 from gpuaccept.errors import UsageError
 from gpuaccept.model import CheckResult, Status
-from gpuaccept.suite import SuitePlan
+from gpuaccept.node.config import Config
+from gpuaccept.node.suite import SuitePlan
 
 RESERVE_FRACTION = 0.2
 """Share of the budget that the depth step leaves for deeper re-runs of suspect results."""
@@ -183,7 +183,7 @@ class BudgetPlan:
     left_out: list[LeftOut]
     reruns: list[dict[str, Any]] = field(default_factory=list)
     calibration: dict[str, Any] | None = None
-    """Where the estimates came from (:meth:`gpuaccept.calibrate.Calibration.to_dict`); None: the built-in ones."""
+    """Where the estimates came from (:meth:`gpuaccept.node.calibrate.Calibration.to_dict`); None: the built-in ones."""
 
     @property
     def estimate_s(self) -> float:
@@ -242,7 +242,7 @@ def planned_gpus(device: str, selected: Sequence[int] | None, counted: int) -> t
 def estimates_of(cands: Sequence[Candidate], chosen: BudgetPlan | None = None) -> dict[str, float]:
     """Each estimated check's built-in seconds (its process start included) as planned, or at the depth
     ``chosen`` keeps it: the report's ``estimates``, which later plans calibrate against
-    (:mod:`gpuaccept.calibrate`). ``cands`` must be the uncalibrated ones, so that factors do not compound."""
+    (:mod:`gpuaccept.node.calibrate`). ``cands`` must be the uncalibrated ones, so that factors do not compound."""
     if chosen is None:
         return {c.name: round(c.levels[c.planned].estimate_s, 3) for c in cands if c.estimated}
     by_name = {c.name: c for c in cands}

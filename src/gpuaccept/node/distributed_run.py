@@ -5,7 +5,7 @@ the run id, and walks the suite in order:
 
 - node-local checks run once per node, on local rank 0 (the others go on);
 - before a distributed check, a barrier; then this rank's process for the check
-  (``python -m gpuaccept.distributed.child``) with its :class:`RankContext`, watched:
+  (``python -m gpuaccept.node.rank_child``) with its :class:`RankContext`, watched:
   when a peer is declared dead (no heartbeat for the timeout) it gets a quarter of the
   timeout to give up on its own, then it is killed; a barrier after;
 - once a rank is gone, the remaining distributed checks are recorded as errors
@@ -30,16 +30,17 @@ from pathlib import Path
 from typing import Any
 
 from gpuaccept.checks.base import Outcome
-from gpuaccept.childproc import kill_tree, read_outcome
 from gpuaccept.distributed.control import Control, LeaderLost
 from gpuaccept.distributed.env import RankInfo
 from gpuaccept.distributed.gather import missing_rank_result, order_results, rank_jsonl_name
 from gpuaccept.distributed.group import RankContext
-from gpuaccept.distributed.local import partial_path, rank_env, with_partial
+from gpuaccept.distributed.local import partial_path, rank_env
 from gpuaccept.model import CheckResult, NodeReport, Status, Verdict
-from gpuaccept.runner import RunEvents, Runner, is_distributed, new_run_id, utc_now
-from gpuaccept.suite import PlannedCheck, SuitePlan
-from gpuaccept.warm import WarmProcess
+from gpuaccept.node.childproc import kill_tree, read_outcome
+from gpuaccept.node.local_group import with_partial
+from gpuaccept.node.runner import RunEvents, Runner, is_distributed, new_run_id, utc_now
+from gpuaccept.node.suite import PlannedCheck, SuitePlan
+from gpuaccept.node.warm import WarmProcess
 
 
 def local_position(rank: int, hosts: list[str | None]) -> tuple[int, int]:
@@ -216,7 +217,7 @@ class DistributedRunner(Runner):
         started = time.monotonic()
         partial_path(out).unlink(missing_ok=True)
         child = self._spawn(check, out, log, env=rank_env(rc, self.local_world, partial_path(out)),
-                            module="gpuaccept.distributed.child")
+                            module="gpuaccept.node.rank_child")
         self.preload_beside(check)
         grace = self.dist_timeout_s / 4
         kill_at: float | None = None

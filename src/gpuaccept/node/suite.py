@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from gpuaccept.checks import check_path
 from gpuaccept.checks.base import PROFILES, Check, MemoryNeed, ThresholdRule
-from gpuaccept.config import Config
 from gpuaccept.errors import ConfigError, UsageError
+from gpuaccept.node.config import Config
 
 if TYPE_CHECKING:
     from gpuaccept.hw.gpumem import GpuMemory

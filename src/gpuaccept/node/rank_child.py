@@ -1,11 +1,11 @@
-"""Entry point of one rank's process for a distributed check (``python -m gpuaccept.distributed.child``).
+"""Entry point of one rank's process for a distributed check (``python -m gpuaccept.node.rank_child``).
 
-Same protocol as :mod:`gpuaccept.child` (JSON request on stdin, outcome JSON
+Same protocol as :mod:`gpuaccept.node.child` (JSON request on stdin, outcome JSON
 written to the requested path, death with the parent), plus the rank in
 ``GPUACCEPT_DIST``. It leaves with ``os._exit`` right after writing the outcome:
 tearing down a process group whose peer died can hang, and nothing is left to do.
 This module is the old way of starting a rank; a rank forked from the warm process
-(:mod:`gpuaccept.zygote`) runs the same request and leaves the same way.
+(:mod:`gpuaccept.node.zygote`) runs the same request and leaves the same way.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import json
 import os
 import sys
 
-from gpuaccept.child import _die_with_parent, run_request
-from gpuaccept.childproc import write_outcome
+from gpuaccept.node.child import _die_with_parent, run_request
+from gpuaccept.node.childproc import write_outcome
 
 
 def main() -> int:
