@@ -13,8 +13,8 @@ import argparse
 import json
 import time
 
-from gpuaccept.results.isolate import Settings
-from gpuaccept.results.isolate_sim import simulate
+from gpuaccept.isolate.plan import Settings
+from gpuaccept.isolate.sim import simulate
 
 CASES = (  # (label, broken, slow, noise, mode)
     ("1 broken", 1, 0, 0.03, "pairs"),

@@ -7,8 +7,8 @@ import random
 import pytest
 
 from gpuaccept.errors import UsageError
-from gpuaccept.launch.isolate_run import named_local_plan, node_flags, run_from_cluster
-from gpuaccept.results.isolate import (
+from gpuaccept.isolate.pairs import named_local_plan, node_flags, run_from_cluster
+from gpuaccept.isolate.plan import (
     Result,
     Round,
     Run,
@@ -21,7 +21,7 @@ from gpuaccept.results.isolate import (
     next_step,
     validate,
 )
-from gpuaccept.results.isolate_sim import Fleet, drive, simulate
+from gpuaccept.isolate.sim import Fleet, drive, simulate
 
 NODES = [f"n{i}" for i in range(8)]
 

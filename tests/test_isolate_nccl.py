@@ -33,8 +33,8 @@ from typing import Any
 import pytest
 
 from gpuaccept.errors import UsageError
-from gpuaccept.launch.isolate_nccl import command, job_output, launch_flags, run_from_output
-from gpuaccept.launch.isolate_run import PairTest, launch_argv
+from gpuaccept.isolate.nccl import command, job_output, launch_flags, run_from_output
+from gpuaccept.isolate.pairs import PairTest, launch_argv
 from gpuaccept.nccltests.parse import parse_text, runs_in
 from tests.helpers import ROOT
 from tests.launch_support import check_golden, gpuaccept, launch_env, one_error_line, require

@@ -1,4 +1,4 @@
-"""Per-rail narrowing of a bad node (results/isolate_rail.py, pure, and launch/isolate_rails.py): the plan of
+"""Per-rail narrowing of a bad node (isolate/rail_plan.py, pure, and isolate/rails.py): the plan of
 per-rail tests as ``isolate --rails-of ... --dry-run`` prints it (each line parsed by the launch command
 itself), and the rail named from recorded data: nccl-tests output (tests/data/nccl-tests) judged by the real
 parser and judge, and RDMA port counters read from recorded sysfs trees (tests/data/sysfs/ndr_4x, then
@@ -17,11 +17,9 @@ from gpuaccept.checks.collectives_expect import FAULT_HOST_ENV, injected_fault
 from gpuaccept.checks.fabric_watch import AFTER_ROOT_ENV, FabricWatch
 from gpuaccept.errors import UsageError
 from gpuaccept.hw.rdma import diff, locality, read_inventory, read_snapshot
-from gpuaccept.launch.isolate_nccl import run_from_output
-from gpuaccept.launch.isolate_rails import worst
-from gpuaccept.model import Status
-from gpuaccept.results.isolate import NodeVerdict, Run, Verdicts, drain_commands
-from gpuaccept.results.isolate_rail import (
+from gpuaccept.isolate.nccl import run_from_output
+from gpuaccept.isolate.plan import NodeVerdict, Run, Verdicts, drain_commands
+from gpuaccept.isolate.rail_plan import (
     PortCounters,
     Rail,
     counters_from_cluster,
@@ -34,6 +32,8 @@ from gpuaccept.results.isolate_rail import (
     rails,
     split_plan,
 )
+from gpuaccept.isolate.rails import worst
+from gpuaccept.model import Status
 from tests.helpers import ROOT
 from tests.launch_support import gpuaccept, one_error_line
 

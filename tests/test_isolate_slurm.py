@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuaccept.launch.isolate_drain import Drained, apply_drain, is_draining, node_state
-from gpuaccept.results.isolate import NodeVerdict, Verdicts, drain_commands
+from gpuaccept.isolate.drain import Drained, apply_drain, is_draining, node_state
+from gpuaccept.isolate.plan import NodeVerdict, Verdicts, drain_commands
 from tests.launch_support import gpuaccept, launch_env, require
 from tests.slurm_cluster import DAEMONS, LocalSlurm
 

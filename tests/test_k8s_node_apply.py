@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from gpuaccept.launch.k8s.healthds import HealthDaemonOptions, health_manifests
-from gpuaccept.launch.k8s.nodepatch import HEALTH_LABEL, TAINT
+from gpuaccept.health.daemonset import HealthDaemonOptions, health_manifests
+from gpuaccept.health.nodepatch import HEALTH_LABEL, TAINT
 from gpuaccept.model import NodeReport, Verdict
 from tests.helpers import ROOT, cli_env, gpuaccept
 from tests.k8s_fake_api import TOKEN, FakeKubeAPI, node

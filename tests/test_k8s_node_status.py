@@ -16,9 +16,8 @@ from typing import Any
 import pytest
 
 from gpuaccept.errors import ConfigError, InputError
-from gpuaccept.launch.k8s.healthds import LOOP_SCRIPT, HealthDaemonOptions, health_manifests, own_toleration
-from gpuaccept.launch.k8s.manifests import to_yaml
-from gpuaccept.launch.k8s.nodepatch import (
+from gpuaccept.health.daemonset import LOOP_SCRIPT, HealthDaemonOptions, health_manifests, own_toleration
+from gpuaccept.health.nodepatch import (
     HEALTH_LABEL,
     TAINT,
     NodeVerdict,
@@ -31,7 +30,8 @@ from gpuaccept.launch.k8s.nodepatch import (
     node_report_for,
     verdict_from_report,
 )
-from gpuaccept.launch.k8s.npd import PLUGIN_SCRIPT, go_duration_s, npd_config
+from gpuaccept.health.npd import PLUGIN_SCRIPT, go_duration_s, npd_config
+from gpuaccept.launch.k8s.manifests import to_yaml
 from gpuaccept.model import CheckResult, NodeReport, Status, Verdict
 from tests.helpers import gpuaccept
 from tests.k8s_fake_api import apply_json_patch, node, node_problems

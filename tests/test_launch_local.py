@@ -180,7 +180,7 @@ def test_launch_side_never_imports_torch_or_unused_backends(tmp_path: Path) -> N
         "build_parser()\n"
         "assert not [m for m in sys.modules if m.startswith('gpuaccept.launch.') and m not in "
         "('gpuaccept.launch.cli', 'gpuaccept.launch.collect', 'gpuaccept.launch.registry', 'gpuaccept.launch.base', "
-        "'gpuaccept.launch.spec', 'gpuaccept.launch.isolate_cli', 'gpuaccept.launch.nodestatus_cli')], "
+        "'gpuaccept.launch.spec', 'gpuaccept.isolate.cli', 'gpuaccept.health.nodestatus_cli')], "
         "sorted(sys.modules)\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         f"    rc = main(['launch', 'slurm', '--nodes', '2', '--device', 'cpu', '--results-dir', {str(tmp_path)!r}, "

@@ -147,7 +147,7 @@ def layer_violations(src: Path, package: str = "gpuaccept") -> list[str]:
         if own not in ALLOWED or rel.split(".")[0] == own:
             continue
         allowed = ALLOWED[own]
-        if rel.split(".")[0] not in allowed and rel not in allowed:
+        if not any(rel == a or rel.startswith(a + ".") for a in allowed):
             out.append(f"{imp.module}:{imp.line} imports {target} ({own} may import: {sorted(allowed) or 'nothing'})")
     return sorted(set(out))
 

@@ -494,9 +494,9 @@ SUBCOMMAND_MODULES: tuple[str, ...] = ("gpuaccept.results.cli", "gpuaccept.launc
                                       "gpuaccept.results.baseline_cli", "gpuaccept.results.analysis_cli",
                                       "gpuaccept.report.cli", "gpuaccept.containers.sshd_cli",
                                       "gpuaccept.containers.image_cli", "gpuaccept.nccltests.cli",
-                                      "gpuaccept.launch.isolate_cli",
+                                      "gpuaccept.isolate.cli",
                                       "gpuaccept.containers.constraints_cli", "gpuaccept.health.cli",
-                                      "gpuaccept.launch.nodestatus_cli")
+                                      "gpuaccept.health.nodestatus_cli")
 
 
 def _negative_values(argv: Sequence[str], options: tuple[str, ...] = ("--budget",)) -> list[str]:

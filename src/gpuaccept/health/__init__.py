@@ -1,4 +1,6 @@
-"""``gpuaccept healthcheck``: a fast node health check for Slurm's HealthCheckProgram, Prolog and Epilog.
+"""Keeping accepted nodes healthy: ``gpuaccept healthcheck`` (Slurm) and ``gpuaccept node-status`` (Kubernetes).
+
+``gpuaccept healthcheck`` is a fast node health check for Slurm's HealthCheckProgram, Prolog and Epilog.
 
 Four checks through the ordinary runner (a child process each, with its timeout): ``env`` (GPU count
 against ``--expect-gpus``), ``health`` (NVML: ECC, row remapping, XIDs, PCIe, throttling, NVLink),
@@ -26,5 +28,11 @@ only if its drain reason is one of ours (it starts with ``gpuaccept:``, and is n
 
 Modules: ``plan`` (the suite plan, the budget, exit codes; pure), ``slurm`` (node name, ``scontrol show
 node`` parser, drain/resume decision and argv; pure), ``run`` (the runner with one deadline), ``cli``
-(the subcommand: the only module here that runs commands).
+(the subcommand).
+
+``gpuaccept node-status`` labels (and taints) a Kubernetes node with its verdict: ``nodepatch`` (the node
+change for a verdict, pure), ``daemonset`` (the health DaemonSet and its RBAC, pure), ``npd``
+(node-problem-detector files, pure), ``nodestatus`` (the verdict and the patch: I/O) and ``nodestatus_cli``
+(the subcommand; building its parser imports no backend). May import ``model``, ``errors``, ``argtypes``,
+``inputs``, ``checks``, the node engine it runs, and the Kubernetes client loader of ``launch.k8s``.
 """

@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gpuaccept.errors import InputError, UsageError
+from gpuaccept.isolate.plan import Run
 from gpuaccept.model import Status
-from gpuaccept.results.isolate import Run
 
 NCCL_BACKENDS = ("slurm", "mpi")
 DEFAULT_ARGS = ("-b", "8M", "-e", "1G", "-f", "2")

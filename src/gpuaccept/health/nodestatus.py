@@ -23,8 +23,8 @@ from types import FrameType
 from typing import IO, Any
 
 from gpuaccept.errors import GpuacceptError, InputError, ReportWriteError, UsageError
+from gpuaccept.health.nodepatch import NodeChange, json_patch
 from gpuaccept.launch.k8s.client import kubernetes_module, status_message
-from gpuaccept.launch.k8s.nodepatch import NodeChange, json_patch
 from gpuaccept.model import NodeReport
 
 JSON_PATCH = "application/json-patch+json"

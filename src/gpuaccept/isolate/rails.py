@@ -1,8 +1,8 @@
 """``gpuaccept isolate --per-rail`` and ``--rails-of NODE=PARTNER``: which GPU/NIC rail of a bad node is at fault.
 
-The plan is :func:`gpuaccept.results.isolate_rail.rail_tests` (pure; ``--dry-run`` prints it as ``gpuaccept
+The plan is :func:`gpuaccept.isolate.rail_plan.rail_tests` (pure; ``--dry-run`` prints it as ``gpuaccept
 launch`` commands): one test per rail, the bad node with a good partner, run one after the other through
-the pair tests' own runner (:class:`gpuaccept.launch.isolate_run.PairRunner`), each ``--repeat`` times and
+the pair tests' own runner (:class:`gpuaccept.isolate.pairs.PairRunner`), each ``--repeat`` times and
 judged on its worst run. The node's ports are ``--rail-ports``, else those its collectives check read
 counters of in an earlier test's cluster report, else unknown (a rail is then GPU ``i`` alone). With the
 collectives check, each rail test's cluster report also holds the node's port counters around its
@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from gpuaccept.errors import UsageError
-from gpuaccept.launch.isolate_run import PairRunner, PairTest
-from gpuaccept.results.isolate import Run
-from gpuaccept.results.isolate_rail import (
+from gpuaccept.isolate.pairs import PairRunner, PairTest
+from gpuaccept.isolate.plan import Run
+from gpuaccept.isolate.rail_plan import (
     PortCounters,
     RailTest,
     RailVerdict,

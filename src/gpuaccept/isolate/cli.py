@@ -5,7 +5,7 @@ could not drain one), 2 bad usage or input (fewer than 2 nodes, a threshold
 that is not a number, an unknown backend). ``--simulate`` exits 0. ``--rails-of``
 exits 0 when every rail passes alone, 1 when one is bad.
 
-``--per-rail`` then tests each bad node's rails (:mod:`gpuaccept.launch.isolate_rails`).
+``--per-rail`` then tests each bad node's rails (:mod:`gpuaccept.isolate.rails`).
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def parse_nodes(text: str | None, backend: str | None) -> list[str]:
 
 
 def _settings(args: argparse.Namespace) -> Any:
-    from gpuaccept.results.isolate import Settings
+    from gpuaccept.isolate.plan import Settings
 
     return Settings(mode=args.mode, threshold=args.min_busbw, confirm=args.confirm, repeat=args.repeat,
                     max_rounds=args.max_rounds or 0, seed=args.seed)
@@ -137,7 +137,7 @@ def _emit_json(args: argparse.Namespace, data: dict[str, Any]) -> None:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from gpuaccept.results.isolate_sim import simulate, summary_lines
+    from gpuaccept.isolate.sim import simulate, summary_lines
 
     if args.backend is not None:
         raise UsageError("--simulate runs no backend; drop --backend")
@@ -170,8 +170,8 @@ def table(verdicts: Any) -> list[str]:
 
 def _drain(args: argparse.Namespace, verdicts: Any, data: dict[str, Any], out: Any) -> int:
     """Print (and with --apply run) the drain commands; the number of nodes that could not be drained."""
-    from gpuaccept.launch.isolate_drain import apply_drain
-    from gpuaccept.results.isolate import drain_commands
+    from gpuaccept.isolate.drain import apply_drain
+    from gpuaccept.isolate.plan import drain_commands
 
     rails = {node: r.get("bad_rails") or [] for node, r in (data.get("rails") or {}).items()}
     commands = drain_commands(verdicts, rails)
@@ -190,8 +190,8 @@ def _drain(args: argparse.Namespace, verdicts: Any, data: dict[str, Any], out: A
 
 
 def _pair_test(args: argparse.Namespace) -> Any:
-    from gpuaccept.launch.isolate_nccl import BINARY, DEFAULT_ARGS, command
-    from gpuaccept.launch.isolate_run import PairTest
+    from gpuaccept.isolate.nccl import BINARY, DEFAULT_ARGS, command
+    from gpuaccept.isolate.pairs import PairTest
 
     if args.pair_test == "collectives":
         for flag, given in (("--nccl-arg", args.nccl_arg), ("--nccl-tests-bin", args.nccl_tests_bin)):
@@ -218,8 +218,8 @@ def _dry_run(args: argparse.Namespace, runner: Any, first: Any, tag: str) -> int
 
 
 def _cmd_isolate(args: argparse.Namespace) -> int:
-    from gpuaccept.launch.isolate_run import PairRunner
-    from gpuaccept.results.isolate import Result, Round, next_step, validate
+    from gpuaccept.isolate.pairs import PairRunner
+    from gpuaccept.isolate.plan import Result, Round, next_step, validate
 
     if args.simulate:
         if args.per_rail or args.rails_of:
@@ -278,7 +278,7 @@ def _cmd_isolate(args: argparse.Namespace) -> int:
 
 def _rail_options(args: argparse.Namespace, runner: Any) -> list[str]:
     """The --rail-ports (validated), and UsageError for rail options that cannot apply."""
-    from gpuaccept.launch.isolate_rails import check_rail_backend, parse_rail_ports
+    from gpuaccept.isolate.rails import check_rail_backend, parse_rail_ports
 
     ports = parse_rail_ports(args.rail_ports)
     rail_run = args.per_rail or args.rails_of is not None
@@ -295,8 +295,8 @@ def _rail_options(args: argparse.Namespace, runner: Any) -> list[str]:
 def _per_rail(args: argparse.Namespace, runner: Any, verdicts: Any, ports: list[str], tag: str,
               out: Any) -> dict[str, Any]:
     """The rail tests of every bad node, printed as a table per node; their JSON by node."""
-    from gpuaccept.launch import isolate_rails as ir
-    from gpuaccept.results.isolate_rail import pick_partner
+    from gpuaccept.isolate import rails as ir
+    from gpuaccept.isolate.rail_plan import pick_partner
 
     found: dict[str, Any] = {}
     for node in verdicts.named("bad"):
@@ -318,10 +318,10 @@ def _per_rail(args: argparse.Namespace, runner: Any, verdicts: Any, ports: list[
 
 def _rails_only(args: argparse.Namespace) -> int:
     """``--rails-of NODE=PARTNER``: the rail tests of NODE alone (no rounds)."""
-    from gpuaccept.launch import isolate_rails as ir
+    from gpuaccept.isolate import rails as ir
+    from gpuaccept.isolate.pairs import PairRunner
+    from gpuaccept.isolate.plan import validate
     from gpuaccept.launch.cli import new_run_id
-    from gpuaccept.launch.isolate_run import PairRunner
-    from gpuaccept.results.isolate import validate
 
     for flag, given in (("--nodes", args.nodes), ("--per-rail", args.per_rail), ("--drain", args.drain),
                         ("--racks", args.racks)):

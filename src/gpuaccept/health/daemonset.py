@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuaccept.errors import ConfigError
-from gpuaccept.launch.k8s.nodepatch import TAINT
+from gpuaccept.health.nodepatch import TAINT
 from gpuaccept.launch.k8s.options import (
     PULL_POLICIES,
     check_dns_label,

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuaccept.errors import UsageError
-from gpuaccept.results.isolate import Run, Test, Verdicts
+from gpuaccept.isolate.plan import Run, Test, Verdicts
 
 MAX_RAILS = 64
 """GPUs per node the per-rail tests accept (a bound on the tests one bad node costs)."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuaccept.errors import UsageError
-from gpuaccept.results.isolate import Result, Round, Run, Settings, Test, Verdicts, next_step, validate
+from gpuaccept.isolate.plan import Result, Round, Run, Settings, Test, Verdicts, next_step, validate
 
 
 @dataclass(frozen=True)

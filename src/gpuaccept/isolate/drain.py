@@ -1,6 +1,6 @@
 """``gpuaccept isolate --drain [--apply]``: the ``scontrol update ... State=DRAIN`` of each bad node, run.
 
-The commands are built by :func:`gpuaccept.results.isolate.drain_commands` (pure: printed by ``--drain``).
+The commands are built by :func:`gpuaccept.isolate.plan.drain_commands` (pure: printed by ``--drain``).
 :func:`apply_drain` runs them one at a time (an argv, no shell) and then reads the node back with
 ``scontrol show node -o``: a node is drained only when Slurm says ``DRAIN`` (or ``DRAINED``,
 ``DRAINING``) in its state afterwards. A failure to drain one node does not stop the others.

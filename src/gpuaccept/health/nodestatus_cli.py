@@ -174,8 +174,8 @@ def run(args: argparse.Namespace) -> int:
 # ---- the verdict ------------------------------------------------------------------------------------------------
 
 def _verdict(args: argparse.Namespace) -> int:
-    from gpuaccept.launch.k8s.nodepatch import NoVerdict, node_report_for, verdict_from_report
-    from gpuaccept.launch.k8s.nodestatus import SuiteInterrupted, node_name, read_report, run_suite, utc_now
+    from gpuaccept.health.nodepatch import NoVerdict, node_report_for, verdict_from_report
+    from gpuaccept.health.nodestatus import SuiteInterrupted, node_name, read_report, run_suite, utc_now
     from gpuaccept.model import Verdict
 
     node = node_name(args.node, os.environ)
@@ -204,7 +204,7 @@ def _say(args: argparse.Namespace, line: str) -> None:
 
 
 def _act(args: argparse.Namespace, verdict: Any) -> int:
-    from gpuaccept.launch.k8s.nodepatch import desired_change, kubectl_equivalent, merge_patch
+    from gpuaccept.health.nodepatch import desired_change, kubectl_equivalent, merge_patch
     change = desired_change(verdict, taint=args.taint)
     code = EXIT_OK if verdict.health == "pass" else EXIT_FAILED
     doc: dict[str, Any] = {"verdict": verdict.to_dict(), "change": change.to_dict(), "applied": False}
@@ -227,8 +227,8 @@ def _act(args: argparse.Namespace, verdict: Any) -> int:
 
 
 def _apply(args: argparse.Namespace, change: Any) -> list[dict[str, Any]]:
+    from gpuaccept.health.nodestatus import apply_change
     from gpuaccept.launch.k8s.client import kubernetes_module, new_api_client
-    from gpuaccept.launch.k8s.nodestatus import apply_change
 
     k8s = kubernetes_module("node-status --apply patches the node")
     kubeconfig = os.path.abspath(os.path.expanduser(args.kubeconfig)) if args.kubeconfig else None
@@ -256,7 +256,7 @@ def _quote(arg: str) -> str:
 # ---- --daemonset and --npd-config ------------------------------------------------------------------------------
 
 def _daemonset(args: argparse.Namespace) -> int:
-    from gpuaccept.launch.k8s.healthds import HealthDaemonOptions, health_manifests
+    from gpuaccept.health.daemonset import HealthDaemonOptions, health_manifests
     from gpuaccept.launch.k8s.manifests import to_yaml
     from gpuaccept.launch.k8s.options import parse_key_values, parse_toleration
 
@@ -281,7 +281,7 @@ def _daemonset(args: argparse.Namespace) -> int:
 
 
 def _npd(args: argparse.Namespace) -> int:
-    from gpuaccept.launch.k8s.npd import CONFIG_FILE, PLUGIN_FILE, PLUGIN_SCRIPT, npd_config
+    from gpuaccept.health.npd import CONFIG_FILE, PLUGIN_FILE, PLUGIN_SCRIPT, npd_config
 
     if args.taint:
         raise UsageError("--taint does not apply to --npd-config: NPD sets a node condition, it does not patch")

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from gpuaccept.errors import UsageError
-from gpuaccept.results.isolate import Round, Run, Test
+from gpuaccept.isolate.plan import Round, Run, Test
 
 BACKENDS = ("slurm", "ssh", "mpi", "local")
 BUSBW_METRIC = "allreduce_busbw_large_gbs"
@@ -84,7 +84,7 @@ def free_ports(count: int) -> list[int]:
 @dataclass(frozen=True)
 class PairTest:
     """What each pair test runs: ``collectives`` (our check, the default) or ``nccl-tests`` (all_reduce_perf
-    with ``gpus`` GPUs per node, ``args`` and ``binary``; see :mod:`gpuaccept.launch.isolate_nccl`)."""
+    with ``gpus`` GPUs per node, ``args`` and ``binary``; see :mod:`gpuaccept.isolate.nccl`)."""
 
     kind: str = "collectives"
     gpus: int = 8
@@ -101,7 +101,7 @@ def launch_argv(backend: str, nodes: Sequence[str], run_id: str, results_dir: st
     if pair.kind == "collectives":
         return [*head, "--checks", "collectives"]
     if pair.kind == "nccl-tests":
-        from gpuaccept.launch.isolate_nccl import launch_flags
+        from gpuaccept.isolate.nccl import launch_flags
 
         return [*head, *launch_flags(backend, pair.gpus, pair.args, pair.binary)]
     raise UsageError(f"--pair-test is collectives or nccl-tests, not {pair.kind!r}")
@@ -225,7 +225,7 @@ class PairRunner:
         return run
 
     def _nccl_run(self, job: _Job) -> Run:
-        from gpuaccept.launch.isolate_nccl import job_output, run_from_output
+        from gpuaccept.isolate.nccl import job_output, run_from_output
         from gpuaccept.launch.jobargv import launch_dir
 
         where = Path(launch_dir(job.spec))
