@@ -1,12 +1,9 @@
-"""The command line. The only place that maps outcomes to exit codes.
+"""The command line: parse the arguments, call one entry point per command, map its outcome to an exit code.
 
-Exit codes: 0 every check passed (warnings and skips allowed), 1 a check
-failed or errored, 2 bad usage, configuration or input (one line, no
-traceback), 3 ``gpuaccept gather`` on a job that is still running (nothing
-written; gather again when it has ended), 4 a report file could not be
-written (disk full, read-only: the environment, not the node), 5 nothing was
-measured (every check skipped), 130 interrupted by SIGINT, SIGTERM or SIGHUP
-(what was measured is on disk).
+``run`` calls :func:`gpuaccept.node.run.prepare` and :func:`gpuaccept.node.run.run_node`; every other subcommand
+lives in its own module (:data:`SUBCOMMAND_MODULES`). The exit codes are :mod:`gpuaccept.exitcodes`': 0 pass,
+1 a check failed, 2 bad usage, configuration or input (one line, no traceback), 3 gather on a running job,
+4 a report file could not be written, 5 nothing measured, 130 interrupted.
 
 Nothing here imports torch; subcommands import their modules lazily.
 """
@@ -16,7 +13,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -24,61 +20,25 @@ from pathlib import Path
 from typing import Any
 
 from gpuaccept import __version__
-from gpuaccept.argtypes import csv as _csv
-from gpuaccept.argtypes import duration as _duration
-from gpuaccept.argtypes import nonneg_int as _nonneg_int
 from gpuaccept.argtypes import positive_float as _positive_float
 from gpuaccept.argtypes import positive_int as _positive_int
+from gpuaccept.cliargs import PROFILES, Parser, add_suite_options
 from gpuaccept.errors import GpuacceptError, ReportWriteError
+from gpuaccept.exitcodes import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_NOTHING_MEASURED,
+    EXIT_OK,
+    EXIT_REPORT_WRITE,
+    EXIT_USAGE,
+)
 from gpuaccept.model import Verdict
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-EXIT_RUNNING = 3
-EXIT_REPORT_WRITE = 4
-EXIT_NOTHING_MEASURED = 5
-PROFILES = ("quick", "standard", "full", "burnin")
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports errors in one line and exits 2 (argparse's own convention)."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(EXIT_USAGE, f"gpuaccept: error: {message} (see '{self.prog} --help')\n")
-
-
-def add_suite_options(p: argparse.ArgumentParser) -> None:
-    """Options shared by ``run`` and the default job of ``launch``."""
-    g = p.add_argument_group("suite")
-    g.add_argument("--profile", choices=PROFILES, default=None, help="check selection and sizes (default: standard)")
-    g.add_argument("--checks", type=_csv, default=None, metavar="A,B", help="run only these checks")
-    g.add_argument("--skip", type=_csv, default=None, metavar="C,D", help="do not run these checks")
-    g.add_argument("--device", choices=("auto", "cuda", "cpu"), default=None, help="default: auto")
-    g.add_argument("--gpus", default=None, metavar="0,1", help="torch CUDA ordinals to test (default: all)")
-    g.add_argument("--expect-gpus", type=_nonneg_int, default=None, metavar="N", help="fail unless N GPUs are seen")
-    g.add_argument("--require-gpu", action="store_true", default=None, help="no GPU is a failure, not a skip")
-    g.add_argument("--timeout-scale", type=_positive_float, default=None, metavar="F",
-                   help="multiply every check's timeout by F")
-    g.add_argument("--config", default=None, metavar="YAML", help="parameters, thresholds and options")
-    g.add_argument("--baseline", default=None, metavar="YAML",
-                   help="judge metrics against this fleet baseline (see 'gpuaccept baseline create')")
-    g.add_argument("--baseline-thresholds", default=None, metavar="YAML",
-                   help="threshold rules for --baseline (default: the baseline file's own, else max_z 5)")
-    g.add_argument("--report-dir", default=None, metavar="DIR",
-                   help="where <run-id>/report.json goes (default: $GPUACCEPT_REPORT_DIR or ./gpuaccept-reports)")
-    g.add_argument("--disk-path", default=None, metavar="DIR",
-                   help="scratch directory of the disk check (its path parameter, over --config; default: the "
-                        "system temp directory); must exist and be writable, and the disk check must be selected "
-                        "(--profile full or burnin, or --checks disk)")
-    g.add_argument("--budget", type=_duration, default=None, metavar="DURATION",
-                   help="fit the run in this window (90s, 10m, 1h30m; at most 7d): the checks and their depth are "
-                        "chosen to fit, those that do not are left out (--plan shows which and why), and suspect "
-                        "results are run again, deeper, with what is left (one node: not with --distributed)")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="gpuaccept", description="Acceptance tests for GPU nodes and clusters.")
+    parser = Parser(prog="gpuaccept", description="Acceptance tests for GPU nodes and clusters.")
     parser.add_argument("--version", action="version", version=f"gpuaccept {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
 
     run = sub.add_parser("run", help="run the acceptance suite on this node",
                          description="Run the acceptance suite on this node and write a JSON report.")
@@ -152,78 +112,6 @@ def _cmd_checks(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _merge_options(args: argparse.Namespace) -> tuple[Any, Any, str]:
-    """Flags over config over defaults. Returns (RunOptions, Config, report_dir)."""
-    from gpuaccept.checks import registry
-    from gpuaccept.errors import UsageError
-    from gpuaccept.node.config import Config, load_config, parse_gpus
-    from gpuaccept.node.suite import RunOptions
-
-    reg = registry()
-    cfg = load_config(args.config, reg) if args.config else Config()
-    if getattr(args, "disk_path", None) is not None:
-        _set_disk_path(args.disk_path, cfg, reg)
-
-    def pick(flag: Any, conf: Any, default: Any) -> Any:
-        return flag if flag is not None else (conf if conf is not None else default)
-
-    gpus = None
-    if args.gpus is not None:
-        try:
-            gpus = parse_gpus(args.gpus, "--gpus", "")
-        except GpuacceptError as exc:
-            raise UsageError(f"--gpus: {exc.reason if hasattr(exc, 'reason') else exc}") from None
-    opts = RunOptions(
-        profile=pick(args.profile, cfg.profile, "standard"),
-        checks=args.checks,
-        skip=args.skip or [],
-        device=pick(args.device, cfg.device, "auto"),
-        gpus=gpus if gpus is not None else cfg.gpus,
-        timeout_scale=pick(args.timeout_scale, cfg.timeout_scale, 1.0),
-        require_gpu=bool(pick(args.require_gpu, cfg.require_gpu, False)),
-        expect_gpus=pick(args.expect_gpus, cfg.expect_gpus, None),
-    )
-    report_dir = pick(args.report_dir, cfg.report_dir, os.environ.get("GPUACCEPT_REPORT_DIR", "gpuaccept-reports"))
-    return opts, cfg, report_dir
-
-
-def _set_disk_path(path: str, cfg: Any, reg: dict[str, Any]) -> None:
-    """``--disk-path``: the disk check's ``path`` parameter in ``cfg``, over what the config file says."""
-    from gpuaccept.errors import UsageError
-    from gpuaccept.node.config import CheckSettings
-
-    if not path.strip():
-        raise UsageError("--disk-path needs a directory (leave the flag out for the system temp directory)")
-    decl = reg["disk"].param("path") if "disk" in reg else None
-    if decl is None:
-        raise UsageError("--disk-path: this gpuaccept has no disk check")
-    try:
-        value = decl.coerce(path, "--disk-path", "")
-    except GpuacceptError as exc:
-        raise UsageError(str(exc)) from None
-    cfg.checks.setdefault("disk", CheckSettings()).params["path"] = value
-
-
-def check_disk_path_selected(args: argparse.Namespace, plan: Any) -> None:
-    """UsageError when ``--disk-path`` is given and the plan leaves the disk check out (it would be ignored)."""
-    from gpuaccept.errors import UsageError
-
-    if getattr(args, "disk_path", None) is not None and not any(c.name == "disk" for c in plan.checks):
-        raise UsageError(f"--disk-path {args.disk_path}: the disk check is not in this selection; it runs in the "
-                         f"full and burnin profiles (or add disk to --checks)")
-
-
-def _check_disk_path(args: argparse.Namespace, plan: Any) -> None:
-    """``--disk-path`` on this node: selected, and a writable directory (UsageError, before anything runs)."""
-    from gpuaccept.checks.disk_io import scratch_problem
-    from gpuaccept.errors import UsageError
-
-    check_disk_path_selected(args, plan)
-    problem = scratch_problem(args.disk_path) if getattr(args, "disk_path", None) is not None else None
-    if problem:
-        raise UsageError(f"--disk-path: {problem}")
-
-
 def _cmd_run(args: argparse.Namespace) -> int:
     """``gpuaccept run``: the warm process starts first, so that it imports torch while the run is planned."""
     from gpuaccept.node.warm import start_warm
@@ -238,128 +126,46 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, warm: Any, started: float) -> int:
-    from gpuaccept.checks import registry
-    from gpuaccept.checks.base import host_memory_mib
-    from gpuaccept.hw.devices import resolve_device
-    from gpuaccept.node.runner import Interrupted, RunEvents, Runner, is_distributed
-    from gpuaccept.node.suite import check_gpu_fit, check_host_fit, plan_suite, preflight
+    """Plan (exit 2 before anything runs on bad input), run with a console, map the outcome to an exit code."""
+    from gpuaccept.node.run import RunRequest, prepare, run_node, unapplied_options
     from gpuaccept.report.console import PlainConsole, RichConsole
-    from gpuaccept.results.autosave import save
 
-    opts, cfg, report_dir = _merge_options(args)
-    baseline = _load_baseline(args)
-    if not args.no_history:  # a bad --db or $GPUACCEPT_DB is refused before anything runs, not after
-        from gpuaccept.results.dburl import resolve_db_url
-
-        resolve_db_url(args.db)
-    info = _rank_info(args)
-    reg = registry()
-    device = resolve_device(opts.device)
-    plan = plan_suite(opts, cfg, reg, device)
-    _check_disk_path(args, plan)
-    preflight(plan, cfg, reg)
-    _check_expect_gpus(plan)
-    check_host_fit(plan, cfg, reg, host_memory_mib())
-    gpu_memory = _selected_gpu_memory(plan)
-    check_gpu_fit(plan, cfg, reg, gpu_memory)
-    budget: Any = None
-    if args.budget is not None:
-        if info is not None:
-            from gpuaccept.errors import UsageError
-
-            raise UsageError("--budget is for a run on one node; under --distributed every rank would plan its own "
-                             "second pass (give the job a --profile and --checks that fit instead)")
-        plan, budget = _budget(plan, cfg, reg, opts.timeout_scale, args.budget, len(gpu_memory), args.db or None,
-                               "--no-history" if args.no_history else "")
-        _check_expect_gpus(plan)
-        estimates = budget[2]
-    else:
-        from gpuaccept.node.budget import candidates, estimates_of, planned_gpus
-
-        gpus = planned_gpus(plan.device, plan.gpus, len(gpu_memory))[0]
-        estimates = estimates_of(candidates(plan, cfg, reg, gpus))
-    nproc = 1
-    if info is None and any(is_distributed(c) for c in plan.checks):
-        from gpuaccept.distributed.local import default_nproc
-
-        nproc = args.nproc or default_nproc(plan.device, plan.gpus, os.environ)
+    prep = prepare(RunRequest.from_namespace(args, sys.argv[1:]),
+                   warn=lambda line: print(f"gpuaccept: warning: {line}", file=sys.stderr))
     if args.plan:
-        shown = plan.to_dict()
-        if info is not None:
-            shown["distributed"] = info.to_dict()
-        else:
-            shown["nproc"] = nproc
-        if budget is not None:
-            shown["budget"] = budget[0].to_dict()
-        print(json.dumps(shown, indent=2, allow_nan=False))
+        print(json.dumps(prep.to_dict(), indent=2, allow_nan=False))
         return EXIT_OK
-
     to_stdout = args.json == "-"
     stream = sys.stderr if to_stdout else sys.stdout
-    keys = {c.name: c.key_metric for c in plan.checks}
+    keys = {c.name: c.key_metric for c in prep.plan.checks}
     console: PlainConsole | RichConsole
     console = RichConsole(stream, keys) if stream.isatty() else PlainConsole(stream, keys)
-    runner: Runner
-    if info is not None:
-        from gpuaccept.distributed.control import RendezvousError
-        from gpuaccept.node.distributed_run import DistributedRunner
-
-        leader = info.rank == 0
-        runner = DistributedRunner(plan, Path(report_dir), info, run_id=args.run_id, argv=sys.argv[1:],
-                                   events=RunEvents.of(console) if leader else RunEvents(), verbose=args.verbose,
-                                   dist_timeout_s=args.dist_timeout, warm=warm)
-        try:
-            runner.join()
-        except RendezvousError as exc:
-            print(f"gpuaccept: error: rank {info.rank}: {exc}", file=sys.stderr)
-            return EXIT_FAILED
-        if leader:
-            console.header(plan, str(runner.run_dir))
-    else:
-        common: dict[str, Any] = dict(run_id=args.run_id, argv=sys.argv[1:], events=RunEvents.of(console),
-                                      verbose=args.verbose, nproc=nproc, dist_timeout_s=args.dist_timeout, warm=warm)
-        if budget is not None:
-            from gpuaccept.node.budget_run import WindowRunner
-
-            def say(line: str) -> None:
-                print(f"[BUDGET] {line}", file=stream, flush=True)
-
-            runner = WindowRunner(plan, Path(report_dir), deadline=started + args.budget, budget=budget[0],
-                                  candidates=budget[1], registry=reg, config=cfg, timeout_scale=opts.timeout_scale,
-                                  say=say, **common)
-        else:
-            runner = Runner(plan, Path(report_dir), **common)
-        console.header(plan, str(runner.run_dir))
-        for line in budget[0].lines() if budget is not None else []:
-            print(f"[BUDGET] {line}", file=stream, flush=True)
     console.verbose = args.verbose
-    runner.baseline = baseline
-    runner.report.estimates = estimates
-    leads = info is None or info.rank == 0
-    try:
-        report = runner.run()
-    except Interrupted as exc:
-        if isinstance(console, RichConsole):
-            console.stop()
-        kept = runner.report_path if leads else runner.results_path
-        if leads:
-            save(exc.report, args, kept)
-        console.summary(exc.report, {})
-        print(f"gpuaccept: interrupted by {signal_name(exc.signum)}; partial report in {kept}", file=sys.stderr)
+    out = run_node(prep, console, warm=warm, started=started, on_ready=console.header,
+                   say=lambda line: print(f"[BUDGET] {line}", file=stream, flush=True))
+    if isinstance(console, RichConsole):
+        console.stop()
+    if out.ending == "rendezvous":
+        print(f"gpuaccept: error: {out.message}", file=sys.stderr)
+        return EXIT_FAILED
+    if out.ending == "interrupted":
+        assert out.report is not None
+        console.summary(out.report, {})
+        print(f"gpuaccept: interrupted by {signal_name(out.signum)}; partial report in {out.kept}", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except ReportWriteError as exc:
-        if isinstance(console, RichConsole):
-            console.stop()
-        print(f"gpuaccept: error: a report file could not be written: {exc}; not a failure of this node. "
-              f"What was measured before is in "
-              f"{runner.results_path} and {runner.report_path}; free space and run again", file=sys.stderr)
+    if out.ending == "write":
+        print(f"gpuaccept: error: a report file could not be written: {out.message}; not a failure of this node. "
+              f"What was measured before is in {out.results_path} and {out.report_path}; free space and run again",
+              file=sys.stderr)
         return EXIT_REPORT_WRITE
-    if info is not None and info.rank != 0:
-        print(f"[RESULT] rank {info.rank}: {report.verdict.value.upper()}; own results in {runner.results_path}",
+    report = out.report
+    assert report is not None
+    if not prep.leads:
+        print(f"[RESULT] rank {prep.rank.rank}: {report.verdict.value.upper()}; own results in {out.results_path}",
               file=stream, flush=True)
         return _verdict_exit(report.verdict)
-    save(report, args, runner.report_path)
-    _warn_unapplied(plan, report, stream)
+    for line in unapplied_options(prep.plan):  # options that could not apply on this node
+        print(f"[RESULT] warning: {line}", file=stream, flush=True)
     console.summary(report, {})
     if args.json:
         text = json.dumps(report.to_dict(), indent=2)
@@ -370,7 +176,7 @@ def _run(args: argparse.Namespace, warm: Any, started: float) -> int:
                 Path(args.json).write_text(text + "\n")
             except OSError as exc:
                 print(f"gpuaccept: error: cannot write --json {args.json}: {exc.strerror}; "
-                      f"the report is in {runner.report_path}", file=sys.stderr)
+                      f"the report is in {out.report_path}", file=sys.stderr)
                 return EXIT_USAGE
     return _verdict_exit(report.verdict)
 
@@ -390,98 +196,6 @@ def signal_name(signum: int) -> str:
         return signal.Signals(signum).name
     except ValueError:
         return f"signal {signum}"
-
-
-def unapplied_options(plan: Any) -> list[str]:
-    """Why an option given for this run could not apply, one line each (``--gpus`` on a CPU run)."""
-    notes = []
-    if plan.gpus is not None and plan.device != "cuda":
-        shown = ",".join(str(g) for g in plan.gpus)
-        notes.append(f"--gpus/gpus {shown} did not apply: the run's device is {plan.device} (no usable GPU), "
-                     "so no GPU was selected")
-    return notes
-
-
-def _budget(plan: Any, cfg: Any, reg: Any, timeout_scale: float, budget_s: float, counted: int,
-            db: str | None, off: str) -> tuple[Any, tuple[Any, Any, dict[str, float]]]:
-    """(the plan cut to ``budget_s`` seconds, (its BudgetPlan, the calibrated candidates, the built-in estimates
-    of what it keeps)); the estimates are calibrated from this host's runs in the history at ``db`` (None: the
-    default one) unless ``off`` says why not. UsageError when nothing fits."""
-    from gpuaccept.node.budget import apply_budget, candidates, estimates_of, plan_budget, planned_gpus, refuse_empty
-    from gpuaccept.node.calibrate import planned_with_history
-    from gpuaccept.node.runner import this_host
-
-    gpus, assumed = planned_gpus(plan.device, plan.gpus, counted)
-    raw = candidates(plan, cfg, reg, gpus)
-    cands, calibration, warning = planned_with_history(raw, plan.device, db, this_host(), off)
-    if warning:
-        print(f"gpuaccept: warning: {warning}", file=sys.stderr)
-    chosen = plan_budget(cands, budget_s, gpus, assumed)
-    chosen.calibration = calibration
-    refuse_empty(chosen, cands)
-    return apply_budget(plan, chosen, reg, cfg, timeout_scale), (chosen, cands, estimates_of(raw, chosen))
-
-
-def _check_expect_gpus(plan: Any) -> None:
-    """--expect-gpus is enforced by the env check: a selection without it would ignore it silently."""
-    from gpuaccept.errors import UsageError
-
-    if plan.expect_gpus is not None and not any(c.name == "env" for c in plan.checks):
-        raise UsageError(f"--expect-gpus/expect_gpus {plan.expect_gpus}: the env check counts the GPUs and "
-                         "this selection leaves it out; add env to --checks (or do not skip it)")
-
-
-def _selected_gpu_memory(plan: Any) -> list[Any]:
-    """The memory of the GPUs a CUDA run selects, read through NVML (no torch); empty on a CPU run or when
-    NVML cannot tell (the checks then find out for themselves)."""
-    if plan.device != "cuda":
-        return []
-    from gpuaccept.hw.gpumem import read_gpu_memory
-
-    try:
-        return read_gpu_memory(os.environ.get("CUDA_VISIBLE_DEVICES"), plan.gpus)
-    except GpuacceptError:  # no NVML, or a --gpus ordinal that is not visible: the checks report it
-        return []
-
-
-def _warn_unapplied(plan: Any, report: Any, stream: Any) -> None:
-    """Options that could not apply on this node get a warning line before the verdict."""
-    for line in unapplied_options(plan):
-        print(f"[RESULT] warning: {line}", file=stream, flush=True)
-
-
-def _load_baseline(args: argparse.Namespace) -> Any:
-    """(Baseline, rules) from --baseline/--baseline-thresholds, validated before any check runs; or None."""
-    if args.baseline is None:
-        if args.baseline_thresholds is not None:
-            from gpuaccept.errors import UsageError
-
-            raise UsageError("--baseline-thresholds needs --baseline")
-        return None
-    from gpuaccept.results.baseline import load_baseline, load_rules
-
-    rules = load_rules(args.baseline_thresholds) if args.baseline_thresholds else None
-    return load_baseline(args.baseline), rules
-
-
-def _rank_info(args: argparse.Namespace) -> Any:
-    """The RankInfo under --distributed (UsageError when the environment is wrong), else None.
-
-    A plain run refuses to be one of several launcher processes on a node:
-    each would run the whole node suite on the same GPUs.
-    """
-    from gpuaccept.distributed.env import detect_rank, processes_on_node
-    from gpuaccept.errors import UsageError
-
-    if args.distributed:
-        if args.nproc is not None:
-            raise UsageError("--nproc is for a plain run; under --distributed the launcher starts the processes")
-        return detect_rank(os.environ)
-    found = processes_on_node(os.environ)
-    if found is not None and found[0] > 1:
-        raise UsageError(f"{found[1]}={found[0]}: a launcher started {found[0]} processes on this node, and each "
-                         "would run the whole node suite; add --distributed (or start one process per node)")
-    return None
 
 
 COMMANDS = {"run": _cmd_run, "checks": _cmd_checks}

@@ -27,8 +27,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpuaccept.cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NOTHING_MEASURED, EXIT_OK, EXIT_USAGE, add_suite_options
+from gpuaccept.cliargs import add_suite_options
 from gpuaccept.errors import GpuacceptError, UsageError
+from gpuaccept.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NOTHING_MEASURED, EXIT_OK, EXIT_USAGE
 
 HELP = "label (and taint) this Kubernetes node with its health verdict"
 DEFAULT_NAME = "gpuaccept-health"

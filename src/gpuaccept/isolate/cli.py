@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuaccept.argtypes import int_at_least, nonneg_float, positive_float, positive_int
-from gpuaccept.cli import EXIT_FAILED, EXIT_OK
 from gpuaccept.errors import InputError, UsageError
+from gpuaccept.exitcodes import EXIT_FAILED, EXIT_OK
 
 
 def register(subparsers: Any) -> None:

@@ -24,17 +24,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from gpuaccept.cli import (
-    EXIT_FAILED,
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    EXIT_RUNNING,
-    _csv,
-    _Parser,
-    _positive_float,
-    add_suite_options,
-)
+from gpuaccept.argtypes import csv as _csv
+from gpuaccept.argtypes import positive_float as _positive_float
+from gpuaccept.cliargs import Parser as _Parser
+from gpuaccept.cliargs import add_suite_options
 from gpuaccept.errors import GpuacceptError, InputError, UsageError
+from gpuaccept.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNNING
 from gpuaccept.launch.collect import (
     CLUSTER_REPORT,
     analysed,
@@ -271,11 +266,12 @@ def suite_args(args: argparse.Namespace) -> list[str]:
 def _validate_suite(args: argparse.Namespace) -> Any:
     """Check the suite options here, before anything is submitted. Returns the loaded config."""
     from gpuaccept.checks import registry
-    from gpuaccept.cli import _merge_options, check_disk_path_selected
+    from gpuaccept.node.run import RunRequest, check_disk_path_selected, merge_options
     from gpuaccept.node.suite import plan_suite
 
-    opts, cfg, _ = _merge_options(args)
-    check_disk_path_selected(args, plan_suite(opts, cfg, registry(), "cpu" if opts.device == "auto" else opts.device))
+    opts, cfg, _ = merge_options(RunRequest.from_namespace(args))
+    plan = plan_suite(opts, cfg, registry(), "cpu" if opts.device == "auto" else opts.device)
+    check_disk_path_selected(getattr(args, "disk_path", None), plan)
     return cfg
 
 

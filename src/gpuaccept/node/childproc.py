@@ -15,7 +15,12 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from gpuaccept.checks.base import Outcome
+    from gpuaccept.model import CheckResult
+    from gpuaccept.node.suite import PlannedCheck, SuitePlan
 
 LOG_TAIL_LINES = 5
 
@@ -138,6 +143,45 @@ class Spawned:
                 os.killpg(self.popen.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+class ProcessHost(Protocol):
+    """What starting a check's rank processes asks of the runner that owns them (:mod:`gpuaccept.node.local_group`
+    and :class:`gpuaccept.node.runner.Runner`, which is one): where their files go, how one is started, killed,
+    read back and judged. The rank launcher holds this, never the runner's class."""
+
+    @property
+    def plan(self) -> SuitePlan: ...
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def nproc(self) -> int: ...
+
+    @property
+    def dist_timeout_s(self) -> float: ...
+
+    @property
+    def scratch_dir(self) -> Path: ...
+
+    @property
+    def log_dir(self) -> Path: ...
+
+    def spawn(self, check: PlannedCheck, out: Path, log: Path, *, env: dict[str, str] | None = None,
+              module: str = ...) -> CheckProcess: ...
+
+    def kill_children(self) -> None: ...
+
+    def preload_beside(self, check: PlannedCheck) -> None: ...
+
+    def outcome_of(self, raw: dict[str, Any]) -> Outcome: ...
+
+    def outcome_not_written(self, check: PlannedCheck, returncode: int | None) -> None: ...
+
+    def died_reason(self, child: CheckProcess, log: Path) -> str: ...
+
+    def judge_outcome(self, check: PlannedCheck, outcome: Outcome, elapsed: float) -> CheckResult: ...
 
 
 def kill_tree(child: CheckProcess) -> None:

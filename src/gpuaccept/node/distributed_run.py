@@ -216,7 +216,7 @@ class DistributedRunner(Runner):
         log.unlink(missing_ok=True)
         started = time.monotonic()
         partial_path(out).unlink(missing_ok=True)
-        child = self._spawn(check, out, log, env=rank_env(rc, self.local_world, partial_path(out)),
+        child = self.spawn(check, out, log, env=rank_env(rc, self.local_world, partial_path(out)),
                             module="gpuaccept.node.rank_child")
         self.preload_beside(check)
         grace = self.dist_timeout_s / 4

@@ -14,18 +14,15 @@ from __future__ import annotations
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpuaccept.checks.base import Outcome
 from gpuaccept.distributed.gather import merge_rank_outcomes
 from gpuaccept.distributed.group import RankContext
 from gpuaccept.distributed.local import partial_path, rank_env
 from gpuaccept.model import CheckResult, Status
-from gpuaccept.node.childproc import CheckProcess, kill_tree, read_outcome
+from gpuaccept.node.childproc import CheckProcess, ProcessHost, kill_tree, read_outcome
 from gpuaccept.node.suite import PlannedCheck
-
-if TYPE_CHECKING:
-    from gpuaccept.node.runner import Runner
 
 
 def wait_ranks(procs: dict[int, CheckProcess], limit_s: float, grace_s: float,
@@ -63,7 +60,7 @@ def wait_ranks(procs: dict[int, CheckProcess], limit_s: float, grace_s: float,
         step = min(0.2, step * 1.5)
 
 
-def with_partial(lost: Outcome, out: Path, runner: Runner) -> Outcome:
+def with_partial(lost: Outcome, out: Path, runner: ProcessHost) -> Outcome:
     """``lost`` (a killed or dead rank's outcome) plus the metrics its last checkpoint saved, if any."""
 
     raw = read_outcome(partial_path(out))
@@ -79,7 +76,7 @@ def with_partial(lost: Outcome, out: Path, runner: Runner) -> Outcome:
     return lost
 
 
-def run_local_group(runner: Runner, check: PlannedCheck) -> CheckResult:
+def run_local_group(runner: ProcessHost, check: PlannedCheck) -> CheckResult:
     """Run ``check`` as ``runner.nproc`` local ranks and return the merged, judged result."""
 
     n = runner.nproc
@@ -109,12 +106,12 @@ def run_local_group(runner: Runner, check: PlannedCheck) -> CheckResult:
             labels[r] = rc.device_label
             logs[r].unlink(missing_ok=True)
             partial_path(outs[r]).unlink(missing_ok=True)
-            procs[r] = runner._spawn(check, outs[r], logs[r], env=rank_env(rc, n, partial_path(outs[r])),
+            procs[r] = runner.spawn(check, outs[r], logs[r], env=rank_env(rc, n, partial_path(outs[r])),
                                      module="gpuaccept.node.rank_child")
         runner.preload_beside(check)  # after every rank is forked: never in front of a rank's fork
         killed = wait_ranks(procs, check.timeout_s, runner.dist_timeout_s, lambda r: outs[r].exists())
     finally:
-        runner._kill_child()
+        runner.kill_children()
         store_file.unlink(missing_ok=True)
     elapsed = time.monotonic() - started
     outcomes: dict[int, Outcome] = {}

@@ -242,13 +242,13 @@ class Runner:
         try:
             yield
         except KeyboardInterrupt:
-            self._kill_child()
+            self.kill_children()
             self.report.verdict = Verdict.INTERRUPTED
             self.report.finished = utc_now()
             self._save()
             raise Interrupted(self.report, caught[0]) from None
         except ReportWriteError as exc:
-            self._kill_child()
+            self.kill_children()
             exc.report = self.report
             raise
         finally:
@@ -318,7 +318,7 @@ class Runner:
             raise ReportWriteError(f"{check.name}: {why} under {self.scratch_dir} (disk full or read-only?)",
                                    self.report)
 
-    def _kill_child(self) -> None:
+    def kill_children(self) -> None:
         """Kill every check process still running (and their process groups)."""
         for child in self._children:
             kill_tree(child)
@@ -341,7 +341,7 @@ class Runner:
             },
         }
 
-    def _spawn(self, check: PlannedCheck, out: Path, log: Path, *, env: dict[str, str] | None = None,
+    def spawn(self, check: PlannedCheck, out: Path, log: Path, *, env: dict[str, str] | None = None,
                module: str = "gpuaccept.node.child") -> CheckProcess:
         """Start one check process in its own session, its output appended to ``log``: forked from the
         warm process, or (where it is off or gone) a fresh interpreter."""
@@ -412,13 +412,13 @@ class Runner:
         log = self.log_dir / f"{check.name}.log"
         log.unlink(missing_ok=True)
         started = time.monotonic()
-        child = self._spawn(check, out, log)
+        child = self.spawn(check, out, log)
         self.preload_beside(check)
         try:
             returncode: int | None = child.wait(timeout=check.timeout_s)
         except subprocess.TimeoutExpired:
             returncode = None
-            self._kill_child()
+            self.kill_children()
         elapsed = time.monotonic() - started
         self._children = []
         if returncode is None:

@@ -26,12 +26,18 @@ def add_history_options(parser: argparse.ArgumentParser | Any) -> None:
 
 def save(report: NodeReport | ClusterReport, args: argparse.Namespace, where: Path) -> bool:
     """Store ``report`` unless ``--no-history``; print one line to stderr either way. Never raises."""
-    if getattr(args, "no_history", False):
+    return store(report, where, db=getattr(args, "db", None), off=bool(getattr(args, "no_history", False)))
+
+
+def store(report: NodeReport | ClusterReport, where: Path, *, db: str | None, off: bool = False) -> bool:
+    """Store ``report`` in the history at ``db`` (None: the default one) unless ``off``; print one line to stderr
+    either way (``where``: the report on disk, named when it could not be stored). Never raises."""
+    if off:
         return False
     from gpuaccept.results.history import record
 
     try:
-        note = record(report, getattr(args, "db", None))
+        note = record(report, db)
     except GpuacceptError as exc:
         print(f"gpuaccept: warning: not stored in the history ({exc}); the report is in {where}", file=sys.stderr)
         return False

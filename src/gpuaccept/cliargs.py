@@ -1,0 +1,47 @@
+"""What the command lines share: the parser class (one-line errors, exit 2) and the suite options that
+``run``, ``launch`` and ``node-status`` take. Imports only the argument converters and the exit codes."""
+
+from __future__ import annotations
+
+import argparse
+
+from gpuaccept.argtypes import csv, duration, nonneg_int, positive_float
+from gpuaccept.exitcodes import EXIT_USAGE
+
+PROFILES = ("quick", "standard", "full", "burnin")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports errors in one line and exits 2 (argparse's own convention)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"gpuaccept: error: {message} (see '{self.prog} --help')\n")
+
+
+def add_suite_options(p: argparse.ArgumentParser) -> None:
+    """Options shared by ``run`` and the default job of ``launch``."""
+    g = p.add_argument_group("suite")
+    g.add_argument("--profile", choices=PROFILES, default=None, help="check selection and sizes (default: standard)")
+    g.add_argument("--checks", type=csv, default=None, metavar="A,B", help="run only these checks")
+    g.add_argument("--skip", type=csv, default=None, metavar="C,D", help="do not run these checks")
+    g.add_argument("--device", choices=("auto", "cuda", "cpu"), default=None, help="default: auto")
+    g.add_argument("--gpus", default=None, metavar="0,1", help="torch CUDA ordinals to test (default: all)")
+    g.add_argument("--expect-gpus", type=nonneg_int, default=None, metavar="N", help="fail unless N GPUs are seen")
+    g.add_argument("--require-gpu", action="store_true", default=None, help="no GPU is a failure, not a skip")
+    g.add_argument("--timeout-scale", type=positive_float, default=None, metavar="F",
+                   help="multiply every check's timeout by F")
+    g.add_argument("--config", default=None, metavar="YAML", help="parameters, thresholds and options")
+    g.add_argument("--baseline", default=None, metavar="YAML",
+                   help="judge metrics against this fleet baseline (see 'gpuaccept baseline create')")
+    g.add_argument("--baseline-thresholds", default=None, metavar="YAML",
+                   help="threshold rules for --baseline (default: the baseline file's own, else max_z 5)")
+    g.add_argument("--report-dir", default=None, metavar="DIR",
+                   help="where <run-id>/report.json goes (default: $GPUACCEPT_REPORT_DIR or ./gpuaccept-reports)")
+    g.add_argument("--disk-path", default=None, metavar="DIR",
+                   help="scratch directory of the disk check (its path parameter, over --config; default: the "
+                        "system temp directory); must exist and be writable, and the disk check must be selected "
+                        "(--profile full or burnin, or --checks disk)")
+    g.add_argument("--budget", type=duration, default=None, metavar="DURATION",
+                   help="fit the run in this window (90s, 10m, 1h30m; at most 7d): the checks and their depth are "
+                        "chosen to fit, those that do not are left out (--plan shows which and why), and suspect "
+                        "results are run again, deeper, with what is left (one node: not with --distributed)")
