@@ -15,6 +15,7 @@ from gpuaccept.results.analysis import OutlierPolicy, analyze, with_analysis
 from gpuaccept.results.coverage import coverage_line, coverage_of, outlier_line
 from tests.fleet_sim import METRICS, fleet
 from tests.helpers import gpuaccept, ok
+from tests.report_data import node_cpu
 
 _RED = "rgb(229,57,53)"
 
@@ -126,3 +127,5 @@ def test_markdown_says_what_was_not_compared() -> None:
     assert "1 not compared (fewer than 3 nodes)" in line
     full = render_markdown(with_analysis(fleet(7, nodes=3)))
     assert "7 SKU/metric group(s), all compared" in full
+    node = node_cpu()   # one node: nothing to compare across nodes, and nothing claimed either way
+    assert "### Outliers" not in render_markdown(node, analyze(node))

@@ -143,7 +143,7 @@ def render_markdown(report: NodeReport | ClusterReport, analysis: dict[str, Any]
     outs = outliers(report, analysis)
     analysed = analysis_of(report, analysis)
     cov = coverage_of(analysed)
-    if not outs and cov["groups"]:
+    if not outs and cov["groups"] and cluster:
         said = outlier_line(analysed, 0)
         lines += ["### Outliers", "", f"{md(said[:1].upper() + said[1:])}: {md(coverage_line(analysed))}.", ""]
     if outs:

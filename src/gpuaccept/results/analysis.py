@@ -34,8 +34,14 @@ value at |z| >= 5 (none at 5.5): the spread of a small fleet is itself noisy.
                    "sku", "unit", "deviation", "deviation_fraction", "gpus"?,
                    "hw_kind"?, "hw_id"?, "hw_serial"?}],
      "stats": {"<sku>/<metric>[tags]": {"median", "mad", "n", "nodes", "unit", "check", "metric",
-                                        "sku", "tags", "direction"}},
+                                        "sku", "tags", "direction", "compared", "not_compared"}},
+     "coverage": {"groups", "compared", "fully", "partly", "not_compared"},
      "policy": {"max_z", "rel_floor", "min_siblings", "min_nodes"}, "nodes": int, "samples": int}
+
+``compared`` lists the comparisons a group had (``node``, ``cluster``) and
+``not_compared`` those it could not have, and why (fewer than ``min_nodes``
+nodes, fewer than ``min_siblings`` GPUs in any node); ``coverage`` sums them
+up (:mod:`gpuaccept.results.coverage`): no outlier in a group never compared is not a clean result.
 
 A stats key is ``<sku>/<metric>``, followed by ``[k=v,...]`` only where
 groups that would share it differ (check, unit, tags: a size sweep). In an
