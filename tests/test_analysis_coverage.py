@@ -7,6 +7,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from gpuaccept.model import ClusterReport
 from gpuaccept.report.html import render_html
 from gpuaccept.report.markdown import render_markdown
@@ -129,3 +131,14 @@ def test_markdown_says_what_was_not_compared() -> None:
     assert "7 SKU/metric group(s), all compared" in full
     node = node_cpu()   # one node: nothing to compare across nodes, and nothing claimed either way
     assert "### Outliers" not in render_markdown(node, analyze(node))
+
+
+def test_launch_summary_says_what_was_not_compared(capsys: pytest.CaptureFixture[str]) -> None:
+    from gpuaccept.launch.collect import analysed
+
+    analysed(fleet(5, nodes=2))
+    out = capsys.readouterr().out
+    assert out.startswith("[RESULT] outlier analysis: 0 outlier(s) in the 6 compared group(s) of 7")
+    assert "1 not compared (fewer than 3 nodes)" in out
+    analysed(fleet(5, nodes=3))
+    assert capsys.readouterr().out == ""  # everything compared, nothing found: nothing to add
