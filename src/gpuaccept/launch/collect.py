@@ -88,12 +88,14 @@ def analysed(cluster: Any) -> Any:
     """The cluster report with outlier analysis across its GPUs and nodes added (``analysis`` keys
     ``outliers`` and ``stats``); an outlier is evidence for the operator, not a verdict."""
     from gpuaccept.results.analysis import analyze
+    from gpuaccept.results.coverage import coverage_line, coverage_of, outlier_line
 
     cluster.analysis.update(analyze(cluster))
     outliers = cluster.analysis.get("outliers") or []
-    if outliers:
-        print(f"[RESULT] {len(outliers)} outlier(s) among GPUs and nodes; see 'gpuaccept report' or "
-              "'gpuaccept analyze'", flush=True)
+    cov = coverage_of(cluster.analysis)
+    if outliers or cov["fully"] < cov["groups"]:
+        print(f"[RESULT] outlier analysis: {outlier_line(cluster.analysis, len(outliers))}; "
+              f"{coverage_line(cluster.analysis)}; see 'gpuaccept report' or 'gpuaccept analyze'", flush=True)
     return cluster
 
 

@@ -31,6 +31,7 @@ from gpuaccept.report.svg import e
 from gpuaccept.report.units import display_unit
 from gpuaccept.report.views import (
     STATUS_ORDER,
+    Column,
     Heatmap,
     NodeView,
     Outlier,
@@ -40,6 +41,7 @@ from gpuaccept.report.views import (
     bound_text,
     check_host,
     check_names,
+    cross_node_coverage,
     device_sort_key,
     fmt_duration,
     fmt_number,
@@ -59,6 +61,7 @@ from gpuaccept.report.views import (
     swept_names,
     tags_key,
 )
+from gpuaccept.results.coverage import coverage_line, coverage_of, outlier_line
 
 DETAIL_ALL_NODES_UP_TO = 64
 """Above this many nodes, per-node metric details are kept only for nodes with a problem or an outlier."""
@@ -195,13 +198,25 @@ def _problems_section(nodes: Sequence[NodeView]) -> str:
     return f'<section id="problems"><h2>Needs attention</h2>{body}</section>'
 
 
+def _coverage_note(analysis: dict[str, Any], items: Sequence[Outlier]) -> str:
+    """One paragraph: what the analysis compared and what it left out (and why); '' when it has no stats."""
+    cov = coverage_of(analysis)
+    if not cov["groups"]:
+        return ""
+    line = coverage_line(analysis)
+    if cov["fully"] == cov["groups"]:
+        return (f'<p>No GPU or node was flagged as an outlier across {cov["groups"]} SKU/metric groups, '
+                'all compared.</p>' if not items else "")
+    verdict = outlier_line(analysis, len(items))
+    head = f"{e(verdict[:1].upper() + verdict[1:])}. " if not items else ""
+    return f'<p class="not-compared">{head}{e(line)}.</p>'
+
+
 def _outlier_section(items: Sequence[Outlier], analysis: dict[str, Any]) -> str:
-    stats = analysis.get("stats")
-    n_stats = len(stats) if isinstance(stats, dict) else 0
+    note = _coverage_note(analysis, items)
     if not items:
-        note = f" across {n_stats} SKU/metric groups" if n_stats else ""
-        return (f'<section id="outliers"><h2>Outliers</h2><p>No GPU or node was flagged as an outlier{note}.</p>'
-                '</section>')
+        body = note or '<p>No outlier analysis in this report.</p>'
+        return f'<section id="outliers"><h2>Outliers</h2>{body}</section>'
     rows = []
     for o in items:
         dev = o.device or "(node)"
@@ -212,7 +227,7 @@ def _outlier_section(items: Sequence[Outlier], analysis: dict[str, Any]) -> str:
                     f'<td>{e(o.direction)}</td><td>{e(o.scope)}</td></tr>')
     return (f'<section id="outliers"><h2>Outliers {_badge("outlier", str(len(items)))}</h2>'
             '<p class="muted">Robust z-score against the group median (z = 0.6745 (value - median) / MAD), '
-            'from the cluster analysis.</p>'
+            f'from the cluster analysis.</p>{note}'
             '<table class="sortable outliers"><thead><tr><th>host</th><th>GPU</th><th>check</th><th>metric</th>'
             '<th>value</th><th>median</th><th>MAD</th><th>z</th><th>direction</th><th>scope</th></tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table></section>')
@@ -237,13 +252,18 @@ def _column_scale(hm: Heatmap, i: int, unit: str) -> tuple[float, str]:
     return display_unit(values[len(values) // 2] if values else None, unit)
 
 
+def _nc_tip(col: Column) -> str:
+    return f"; not compared across nodes: {col.not_compared}" if col.not_compared else ""
+
+
 def _heatmap_section(hm: Heatmap, nodes: Sequence[NodeView], idx: OutlierIndex) -> str:
     if not hm.columns:
         return ('<section id="heatmap"><h2>Nodes × metrics</h2><p>No metric differs between nodes.</p>'
                 '</section>')
     scales = [_column_scale(hm, i, c.unit) for i, c in enumerate(hm.columns)]
-    head = "".join(f'<th class="col" title="{e(c.check)}: {e(c.label)} ({e(shown)})">{e(c.label)}'
-                   f'<br><span class="muted">{e(shown)}</span></th>'
+    head = "".join(f'<th class="col{" nc" if c.not_compared else ""}" title="{e(c.check)}: {e(c.label)} '
+                   f'({e(shown)}){e(_nc_tip(c))}">{e(c.label)}<br><span class="muted">{e(shown)}'
+                   f'{"; not compared" if c.not_compared else ""}</span></th>'
                    for c, (_, shown) in zip(hm.columns, scales, strict=True))
     by_host = {n.host: n for n in nodes}
     rows = []
@@ -263,22 +283,28 @@ def _heatmap_section(hm: Heatmap, nodes: Sequence[NodeView], idx: OutlierIndex) 
             tip = f"{host} {col.label}: {fmt_value(value, col.unit)}"
             if ratio is not None:
                 tip += f" ({ratio:.1%} of the median over nodes)"
+            tip += _nc_tip(col)
             for o in flagged:
                 tip += f"; outlier {o.device or ''} z={fmt_number(o.z)}"
-            cls = "cell outlier" if flagged else "cell"
+            cls = ("cell outlier" if flagged else "cell") + (" nc" if col.not_compared else "")
             cells.append(f'<td class="{cls}" data-v="{value!r}" title="{e(tip)}"'
                          f'{_cell_style(ratio, col.direction)}>{e(fmt_number(value * factor))}</td>')
         status_cls = "ok" if node.verdict.value == "success" and host not in idx.hosts() else "bad"
         rows.append(f'<tr class="{status_cls}"><th>{e(host)}</th>{"".join(cells)}</tr>')
     hidden = (f" {hm.hidden_constant} metrics with the same value on every node are not shown."
               if hm.hidden_constant else "")
+    skipped = [c for c in hm.columns if c.not_compared]
+    whys = sorted({c.not_compared for c in skipped})
+    grey = (f'; <span class="sw nc"></span> grey: not compared ({e("; ".join(whys))}), {len(skipped)} of '
+            f'{len(hm.columns)} columns' if skipped else "")
     legend = ('<div class="legendbar">worse than the median over nodes <span class="sw" '
               'style="background:rgb(229,57,53)"></span><span class="sw" style="background:rgb(242,156,154)"></span>'
               '<span class="sw" style="background:#fff"></span><span class="sw" style="background:rgb(200,230,201)">'
-              '</span> better; outlined: outlier GPU on that node</div>')
+              f'</span> better; outlined: outlier GPU on that node{grey}</div>')
     return (f'<section id="heatmap"><h2>Nodes × metrics</h2><p class="muted">Each cell is the node\'s weakest GPU '
             f'(median for metrics without a direction), coloured by its distance from the median over nodes '
-            f'(full colour at 15%).{hidden}</p>{legend}<div class="scroll"><table class="heatmap sortable"><thead>'
+            f'(full colour at 15%) where the nodes were compared.{hidden}</p>{legend}<div class="scroll">'
+            f'<table class="heatmap sortable"><thead>'
             f'<tr><th>node</th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div></section>')
 
 
@@ -453,7 +479,9 @@ def render_html(report: NodeReport | ClusterReport, *, analysis: dict[str, Any] 
         sections.append(_outlier_section(outs, analysis))
         nav.append('<a href="#outliers">outliers</a>')
     if cluster:
-        sections.append(_heatmap_section(heatmap(nodes), nodes, idx))
+        min_nodes, not_compared = cross_node_coverage(analysis)
+        sections.append(_heatmap_section(heatmap(nodes, min_nodes=min_nodes, not_compared=not_compared), nodes,
+                                         idx))
         nav.append('<a href="#heatmap">heatmap</a>')
     budgets = budget_views(nodes)
     if budgets:

@@ -59,6 +59,10 @@ table.heatmap th.col { writing-mode: vertical-rl; transform: rotate(180deg); whi
 table.heatmap td { text-align: right; min-width: 54px; font-variant-numeric: tabular-nums; }
 table.heatmap td.cell.outlier { outline: 3px solid var(--outlier); outline-offset: -3px; font-weight: 700; }
 table.heatmap td.na { color: #aaa; text-align: center; }
+table.heatmap td.cell.nc { background: #e6e6e6; color: #555; }
+table.heatmap th.col.nc { color: var(--muted); }
+.legendbar span.sw.nc { background: #e6e6e6; }
+p.not-compared { border-left: 4px solid #999; padding-left: 8px; }
 .legendbar { display: flex; gap: 8px; align-items: center; font-size: 12px; color: var(--muted); }
 .legendbar span.sw { display: inline-block; width: 28px; height: 12px; border: 1px solid var(--line); }
 svg { font: 11px system-ui, "DejaVu Sans", sans-serif; overflow: visible; }

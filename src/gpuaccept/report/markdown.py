@@ -18,6 +18,7 @@ from gpuaccept.report.budget_view import BudgetRow, BudgetView, budget_views
 from gpuaccept.report.views import (
     STATUS_ORDER,
     NodeView,
+    analysis_of,
     bound_text,
     check_host,
     fmt_duration,
@@ -31,6 +32,7 @@ from gpuaccept.report.views import (
     reference_text,
     status_counts,
 )
+from gpuaccept.results.coverage import coverage_line, coverage_of, outlier_line
 
 ALL_NODE_TABLES_UP_TO = 16
 """Above this many nodes, per-node tables are written only for nodes that did not succeed."""
@@ -139,8 +141,15 @@ def render_markdown(report: NodeReport | ClusterReport, analysis: dict[str, Any]
         lines += ["No check failed, errored or warned.", ""]
 
     outs = outliers(report, analysis)
+    analysed = analysis_of(report, analysis)
+    cov = coverage_of(analysed)
+    if not outs and cov["groups"] and cluster:
+        said = outlier_line(analysed, 0)
+        lines += ["### Outliers", "", f"{md(said[:1].upper() + said[1:])}: {md(coverage_line(analysed))}.", ""]
     if outs:
         lines += ["### Outliers", "", "Robust z-score against the group median (from the cluster analysis).", ""]
+        if cov["fully"] < cov["groups"]:
+            lines += [f"{md(outlier_line(analysed, len(outs)))}: {md(coverage_line(analysed))}.", ""]
         rows = [[code(o.host), md(o.device or "node"), code(o.check),
                  code(o.metric) + (" " + md(fmt_tags(o.tags, skip=("stat", "mode", "size"))) if o.tags else ""),
                  md(fmt_value(o.value, o.unit)), md(fmt_value(o.median, o.unit, like=o.value)),

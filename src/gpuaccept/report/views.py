@@ -459,6 +459,8 @@ class Column:
     unit: str
     tags: str
     direction: int
+    not_compared: str = ""
+    """Why the nodes' values of this column were not compared ('' when they were): its cells are not coloured."""
 
     @property
     def label(self) -> str:
@@ -481,8 +483,41 @@ class Heatmap:
 _VOLATILE_TAGS = ("size_bytes", "size", "threads", "bytes_verified", "stat", "mode", "count", "rank")
 
 
-def heatmap(nodes: Sequence[NodeView], max_columns: int = 80) -> Heatmap:
+def cross_node_coverage(analysis: dict[str, Any] | None) -> tuple[int, dict[tuple[str, str], str]]:
+    """(min_nodes, {(check, metric): why not compared}) from an outlier analysis: a (check, metric) none of whose
+    SKU groups was compared across nodes, and why; compared ones are left out."""
+    analysis = analysis or {}
+    policy = analysis.get("policy")
+    min_nodes = policy.get("min_nodes", 3) if isinstance(policy, dict) else 3
+    min_nodes = min_nodes if isinstance(min_nodes, int) else 3
+    stats = analysis.get("stats")
+    why: dict[tuple[str, str], str] = {}
+    done: set[tuple[str, str]] = set()
+    for g in stats.values() if isinstance(stats, dict) else []:
+        if not isinstance(g, dict):
+            continue
+        key = (str(g.get("check")), str(g.get("metric")))
+        if "compared" in g:
+            ok = "cluster" in (g.get("compared") or [])
+            reason = str((g.get("not_compared") or {}).get("cluster") or f"fewer than {min_nodes} nodes")
+        else:  # an analysis stored before ``compared`` was recorded
+            ok = isinstance(g.get("nodes"), int) and g["nodes"] >= min_nodes
+            reason = f"fewer than {min_nodes} nodes"
+        if ok:
+            done.add(key)
+        else:
+            why.setdefault(key, reason)
+    return min_nodes, {k: v for k, v in why.items() if k not in done}
+
+
+def heatmap(nodes: Sequence[NodeView], max_columns: int = 80, min_nodes: int = 3,
+            not_compared: dict[tuple[str, str], str] | None = None) -> Heatmap:
     """A node × metric table for a cluster: one column per (check, metric, dtype/op) seen on two nodes or more.
+
+    A column is compared across nodes (its cells coloured by their ratio to the median over nodes) only where
+    the outlier analysis compared that metric across nodes: ``not_compared`` (from
+    :func:`cross_node_coverage`) names those it did not, and why; a column seen on fewer than ``min_nodes``
+    nodes is never compared. Its cells then carry no ratio, and the column says why.
 
     For a swept metric, the largest size measured on every node is used. The
     cell is the node's worst value over its devices (min where larger is
@@ -532,8 +567,10 @@ def heatmap(nodes: Sequence[NodeView], max_columns: int = 80) -> Heatmap:
         if len(columns) >= max_columns:
             continue
         med = statistics.median(node_values.values())
-        columns.append(Column(check, name, sample.unit, tags, dirn))
+        why = (f"fewer than {min_nodes} nodes" if len(node_values) < min_nodes
+               else (not_compared or {}).get((check, name), ""))
+        columns.append(Column(check, name, sample.unit, tags, dirn, why))
         for n in nodes:
             v = node_values.get(n.host)
-            cells[n.host].append(None if v is None else (v, v / med if med else None))
+            cells[n.host].append(None if v is None else (v, v / med if med and not why else None))
     return Heatmap(columns=columns, hosts=[n.host for n in nodes], cells=cells, hidden_constant=hidden)

@@ -34,8 +34,14 @@ value at |z| >= 5 (none at 5.5): the spread of a small fleet is itself noisy.
                    "sku", "unit", "deviation", "deviation_fraction", "gpus"?,
                    "hw_kind"?, "hw_id"?, "hw_serial"?}],
      "stats": {"<sku>/<metric>[tags]": {"median", "mad", "n", "nodes", "unit", "check", "metric",
-                                        "sku", "tags", "direction"}},
+                                        "sku", "tags", "direction", "compared", "not_compared"}},
+     "coverage": {"groups", "compared", "fully", "partly", "not_compared"},
      "policy": {"max_z", "rel_floor", "min_siblings", "min_nodes"}, "nodes": int, "samples": int}
+
+``compared`` lists the comparisons a group had (``node``, ``cluster``) and
+``not_compared`` those it could not have, and why (fewer than ``min_nodes``
+nodes, fewer than ``min_siblings`` GPUs in any node); ``coverage`` sums them
+up (:mod:`gpuaccept.results.coverage`): no outlier in a group never compared is not a clean result.
 
 A stats key is ``<sku>/<metric>``, followed by ``[k=v,...]`` only where
 groups that would share it differ (check, unit, tags: a size sweep). In an
@@ -59,6 +65,7 @@ from typing import Any
 import numpy as np
 
 from gpuaccept.model import ClusterReport, NodeReport
+from gpuaccept.results.coverage import coverage_of_group, coverage_summary
 from gpuaccept.results.samples import SampleKey, Samples, collect
 from gpuaccept.results.stats import DEFAULT_ABS_FLOOR, DEFAULT_REL_FLOOR, Z_CONST, group_loo_median, group_median
 
@@ -155,6 +162,7 @@ def analyze_samples(s: Samples, policy: OutlierPolicy | None = None) -> dict[str
                                                                       if k != "abs_floor"},
                               "nodes": len(s.nodes), "samples": len(s)}
     if not len(s):
+        result["coverage"] = coverage_summary([])
         return result
     n_nodes, n_sku = max(len(s.nodes), 1), max(len(s.skus), 1)
     value = s.value
@@ -171,13 +179,21 @@ def analyze_samples(s: Samples, policy: OutlierPolicy | None = None) -> dict[str
     dir_g = dir_of_key[gk_key]
 
     labels = _labels(s, gk_key, gk_sku)
+    gpu_rows = s.is_gpu()
+    has_gpu = np.bincount(gk[gpu_rows], minlength=n_g) > 0
+    sib_codes, sib = _dense(gk[gpu_rows].astype(np.int64) * n_nodes + s.node[gpu_rows])
+    most_gpus = np.zeros(n_g, dtype=np.intp)
+    np.maximum.at(most_gpus, sib_codes // n_nodes, np.bincount(sib, minlength=sib_codes.size))
     for g in range(n_g):
         key = s.keys[int(gk_key[g])]
         result["stats"][labels[g]] = {
             "median": float(med_c[g]), "mad": float(mad_c[g]), "n": int(cnt_c[g]), "nodes": int(nodes_per_g[g]),
             "unit": key.unit, "check": key.check, "metric": key.metric, "sku": s.skus[int(gk_sku[g])],
             "tags": dict(key.tags), "direction": key.direction,
+            **coverage_of_group(int(nodes_per_g[g]), int(most_gpus[g]) if has_gpu[g] else None, pol.min_nodes,
+                                pol.min_siblings),
         }
+    result["coverage"] = coverage_summary(result["stats"].values())
 
     outliers: list[dict[str, Any]] = []
 

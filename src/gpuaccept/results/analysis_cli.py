@@ -3,7 +3,9 @@
 ``gpuaccept analyze PATH...`` reads cluster reports, node reports or
 directories of them (as ``baseline create --from``), runs
 :func:`gpuaccept.results.analysis.analyze` over all of them together and
-prints the outliers, worst first. ``--json`` prints the analysis dict (the
+prints what was compared (SKU/metric groups left out, and why: fewer than
+``--min-nodes`` nodes, fewer than ``--min-siblings`` GPUs in a node) and the
+outliers, worst first. ``--json`` prints the analysis dict (the
 shape of ``ClusterReport.analysis``); ``--output`` writes it to a file.
 
 Exit codes: 0 done, 1 outliers found and ``--fail-on-outliers`` given, 2 bad input.
@@ -41,6 +43,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from gpuaccept.errors import InputError
     from gpuaccept.results.analysis import OutlierPolicy, analyze
     from gpuaccept.results.baseline_cli import read_report_files, write_output
+    from gpuaccept.results.coverage import coverage_line, outlier_line
 
     items = read_report_files(args.paths)
     if not items:
@@ -54,8 +57,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         print(text, end="")
     else:
         outliers = result["outliers"]
-        print(f"{result['nodes']} node report(s), {result['samples']} value(s), {len(result['stats'])} "
-              f"SKU/metric group(s); {len(outliers)} outlier(s) at |z| >= {policy.max_z:g}")
+        print(f"{result['nodes']} node report(s), {result['samples']} value(s); {coverage_line(result)}")
+        print(outlier_line(result, len(outliers), policy.max_z))
         for o in outliers[: args.limit or None]:
             print("  " + format_outlier(o))
         if args.limit and len(outliers) > args.limit:

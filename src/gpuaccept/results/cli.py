@@ -77,13 +77,21 @@ def register(sub: Any) -> None:
 
     c = sub.add_parser("compare", help="per-metric deltas between two runs",
                        description="Per-metric differences from RUN_A to RUN_B (absolute and %). A run is a run id "
-                                   "from 'gpuaccept history' (a unique prefix will do) or a report.json file.")
+                                   "from 'gpuaccept history' (a unique prefix will do) or a report.json file. A "
+                                   "difference within the metric's run-to-run noise is 'same': 3 x the standard "
+                                   "deviation of the host's last runs of that metric where the history holds "
+                                   "at least 4, else a default per family of metrics (throughput 3%%, time and "
+                                   "power 5%%, temperature 3 C, counts exact; the output lists them all).")
     c.add_argument("run_a", metavar="RUN_A")
     c.add_argument("run_b", metavar="RUN_B")
     c.add_argument("--check", default=None, metavar="NAME", help="only this check's metrics")
     c.add_argument("--metric", default=None, metavar="NAME", help="only this metric")
     c.add_argument("--host", default=None, help="only this host (in cluster runs)")
-    c.add_argument("--db", default=None, metavar="URL", help=DB_HELP)
+    c.add_argument("--noise-pct", type=_nonneg_float, default=None, metavar="PCT",
+                   help="differences within PCT %% of A are 'same', for every metric (default: each metric's "
+                        "run-to-run noise from the history, else its family's default; 0: any difference counts)")
+    c.add_argument("--db", default=None, metavar="URL",
+                   help=DB_HELP + "; with two report files, the history is read for the noise only when --db is given")
     c.add_argument("--json", action="store_true", help="machine-readable output")
     c.set_defaults(handler=cmd_compare)
 
@@ -273,15 +281,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from gpuaccept.results.compare import compare_reports
     from gpuaccept.results.history import open_store
 
-    def load(store: Any) -> tuple[Any, Any]:
-        return _resolve(store, args.run_a), _resolve(store, args.run_b)
+    def load(store: Any) -> tuple[Any, Any, Any]:
+        a, b = _resolve(store, args.run_a), _resolve(store, args.run_b)
+        return a, b, _noise_policy(store, args, a, b)
 
-    if all(r.endswith(".json") or Path(r).is_file() for r in (args.run_a, args.run_b)):
-        a, b = load(None)
+    if all(r.endswith(".json") or Path(r).is_file() for r in (args.run_a, args.run_b)) and args.db is None:
+        a, b, noise = load(None)
     else:
         with open_store(args.db, read_only=True) as store:
-            a, b = load(store)
-    cmp = compare_reports(a, b, check=args.check, metric=args.metric, host=args.host)
+            a, b, noise = load(store)
+    cmp = compare_reports(a, b, check=args.check, metric=args.metric, host=args.host, noise=noise)
     if args.json:
         _dump(cmp.to_dict())
         return 0
@@ -290,13 +299,43 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print("no metric is in both runs" + (" (after the filters)" if args.check or args.metric or args.host else ""))
     else:
         rows = [[d.host or "-", d.check, d.metric, d.device or "-", _tags(d.tags) or "-", _num(d.a), _num(d.b),
-                 _num(d.delta), _pct(d.change), d.unit, "worse" if d.worse else ""] for d in cmp.deltas]
-        print(_table(["HOST", "CHECK", "METRIC", "DEVICE", "TAGS", "A", "B", "DELTA", "CHANGE", "UNIT", ""], rows))
-        n_worse = sum(d.worse for d in cmp.deltas)
-        print(f"{len(cmp.deltas)} metrics compared, {n_worse} worse in B")
+                 _num(d.delta), _pct(d.change), d.unit, "" if d.noise is None else f"±{_num(d.noise)}",
+                 d.verdict] for d in cmp.deltas]
+        print(_table(["HOST", "CHECK", "METRIC", "DEVICE", "TAGS", "A", "B", "DELTA", "CHANGE", "UNIT", "NOISE",
+                      "VERDICT"], rows))
+        n = cmp.counts()
+        print(f"{len(cmp.deltas)} metrics compared: {n['worse']} worse in B, {n['better']} better, {n['same']} "
+              f"same (within noise)" + (f", {n['n/a']} without a value" if n["n/a"] else ""))
+        print(_noise_line(cmp, args.noise_pct))
     if cmp.only_a or cmp.only_b:
         print(f"only in A: {len(cmp.only_a)} metrics; only in B: {len(cmp.only_b)} metrics (--json lists them)")
     return 0
+
+
+def _noise_policy(store: Any, args: argparse.Namespace, a: Any, b: Any) -> Any:
+    """The noise floors of ``compare``: ``--noise-pct``, else the history of the hosts compared (when a store
+    is open), else the family defaults."""
+    from gpuaccept.results.compare import hosts_of, run_ids_of
+    from gpuaccept.results.noise import NoisePolicy, history_values
+    from gpuaccept.results.trend import VOLATILE_TAGS
+
+    if args.noise_pct is not None or store is None:
+        return NoisePolicy(override_pct=args.noise_pct)
+    hosts = sorted(hosts_of(a) | hosts_of(b))
+    points = store.metric_points(metric=args.metric, hosts=hosts, check=args.check)
+    skip = {a.run_id, b.run_id} | run_ids_of(a) | run_ids_of(b)
+    return NoisePolicy(history=history_values(points, skip, VOLATILE_TAGS))
+
+
+def _noise_line(cmp: Any, override: float | None) -> str:
+    """``noise floors: 12 from the history (3 x stddev of the last runs), 40 family defaults (...)``."""
+    from gpuaccept.results.noise import defaults_text
+
+    if override is not None:
+        return f"noise floor: {override:g}% of A for every metric (--noise-pct)"
+    hist = sum(d.noise_from.startswith("history") for d in cmp.deltas)
+    text = "noise floors: " + (f"{hist} from the history (3 x stddev of the host's last runs), " if hist else "")
+    return text + f"defaults by family: {defaults_text()} (--noise-pct to set one for all)"
 
 
 def _trend_series(store: Any, args: argparse.Namespace, since: float | None, rule: Any) -> tuple[list[Any], str]:
