@@ -137,6 +137,7 @@ def _cmd_checks(args: argparse.Namespace) -> int:
                         "value": cls.defaults(args.profile)[p.name], "help": p.help,
                         "minimum": p.minimum, "maximum": p.maximum} for p in cls.params],
             "thresholds": [r.describe() for r in cls.thresholds],
+            "metrics": list(cls.metrics) if cls.metrics is not None else None,
         })
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
@@ -149,6 +150,8 @@ def _cmd_checks(args: argparse.Namespace) -> int:
             print(f"    {p['name']} ({p['kind']}{_bounds(p['minimum'], p['maximum'])}) = {p['value']!r}: {p['help']}")
         for t in row["thresholds"]:
             print(f"    threshold: {t}")
+        metrics = row["metrics"]
+        print(f"    metrics: {', '.join(metrics) if metrics is not None else '(not declared: rules not verified)'}")
     return EXIT_OK
 
 
@@ -242,7 +245,7 @@ def _run(args: argparse.Namespace, warm: Any, started: float) -> int:
     from gpuaccept.checks.base import host_memory_mib
     from gpuaccept.hw.devices import resolve_device
     from gpuaccept.node.runner import Interrupted, RunEvents, Runner, is_distributed
-    from gpuaccept.node.suite import check_gpu_fit, check_host_fit, plan_suite, preflight
+    from gpuaccept.node.suite import check_gpu_fit, check_host_fit, check_rule_metrics, plan_suite, preflight
     from gpuaccept.report.console import PlainConsole, RichConsole
     from gpuaccept.results.autosave import save
 
@@ -256,6 +259,8 @@ def _run(args: argparse.Namespace, warm: Any, started: float) -> int:
     reg = registry()
     device = resolve_device(opts.device)
     plan = plan_suite(opts, cfg, reg, device)
+    if baseline is not None:
+        check_rule_metrics(plan, reg, _baseline_rule_metrics(args, *baseline))
     _check_disk_path(args, plan)
     preflight(plan, cfg, reg)
     _check_expect_gpus(plan)
@@ -462,6 +467,13 @@ def _load_baseline(args: argparse.Namespace) -> Any:
 
     rules = load_rules(args.baseline_thresholds) if args.baseline_thresholds else None
     return load_baseline(args.baseline), rules
+
+
+def _baseline_rule_metrics(args: argparse.Namespace, baseline: Any, rules: Any) -> list[tuple[str, str, str]]:
+    """(metric glob, file, key) of each threshold rule --baseline judges with (none for the built-in ``*``)."""
+    source = args.baseline_thresholds if rules is not None else baseline.path
+    chosen = rules if rules is not None else baseline.thresholds
+    return [(r.metric, source, f"thresholds[{i}].metric") for i, r in enumerate(chosen)]
 
 
 def _rank_info(args: argparse.Namespace) -> Any:
