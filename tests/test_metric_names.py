@@ -182,3 +182,23 @@ def test_what_a_check_produces_on_cpu_is_declared(name: str, tmp_path: Path) -> 
     names = {m.name for m in out.metrics}
     assert names, (name, out.status, out.reason)
     assert sorted(n for n in names if not declared_match(cls, n)) == []
+
+
+GPU_CHECKS = ["health", "compute", "memory", "memtest", "stress", "agreement", "nbody", "train"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", GPU_CHECKS)
+def test_what_a_check_produces_on_a_gpu_is_declared(name: str, tmp_path: Path) -> None:
+    """The names only a GPU run gives (``gemm_*_tflops_concurrent``, ``d2d_copy_gbs``, the NVML ones)."""
+    cls = BUILTIN[name]
+    small: dict[str, dict[str, Any]] = {
+        "compute": {"dtypes": ["fp32", "bf16"], "size": 2048, "concurrent": True},
+        "memtest": {"fraction": 0.02},
+        "stress": {"duration_s": 3.0, "window_s": 0.5},
+    }
+    params = {k: v for k, v in {**cls.defaults("quick"), **small.get(name, {})}.items() if cls.param(k) is not None}
+    out = cls().run(CheckContext(device="cuda", params=params, profile="quick"))
+    names = {m.name for m in out.metrics}
+    assert names, (name, out.status, out.reason)
+    assert sorted(n for n in names if not declared_match(cls, n)) == []
