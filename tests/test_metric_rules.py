@@ -164,3 +164,19 @@ def test_an_unjudged_rule_would_have_passed_before() -> None:
 
     out = Outcome.passed("ok", [Metric("gemm_fp32_tflops", 1.0, "TFLOP/s", "cpu")])
     assert judge(out, (), [ThresholdRule("gemm_fp32_tflop", min=100000)]).status is Status.PASS
+
+
+def test_baseline_apply_and_create_refuse_a_rule_nothing_produces(tmp_path: Path) -> None:
+    base = tmp_path / "b.yaml"
+    base.write_text(BASELINE + "thresholds:\n  - {metric: stream_triad_gb, min_fraction: 0.9}\n")
+    report = str(REPORTS / "node-cpu.json")
+    line = run_main("baseline", "apply", report, "--baseline", str(base)).one_line_error()
+    assert f"{base}: thresholds[0].metric: no check produces a metric 'stream_triad_gb'" in line
+    assert "did you mean stream_triad_gbs" in line
+    rules = tmp_path / "r.yaml"
+    rules.write_text("thresholds:\n  - {metric: gemm_*_tflops, min_fraction: 0.9}\n  - {metric: '*', max_z: 5}\n")
+    res = run_main("baseline", "apply", report, "--baseline", str(base), "--thresholds", str(rules))
+    assert res.rc in (0, 1) and "no check produces" not in res.err, res.err
+    rules.write_text("thresholds:\n  - {metric: trian_step_ms, max_fraction: 1.1}\n")
+    line = run_main("baseline", "create", "--from", report, "--thresholds", str(rules)).one_line_error()
+    assert "no check produces a metric 'trian_step_ms' (did you mean train_step_ms" in line
