@@ -180,3 +180,14 @@ def test_baseline_apply_and_create_refuse_a_rule_nothing_produces(tmp_path: Path
     rules.write_text("thresholds:\n  - {metric: trian_step_ms, max_fraction: 1.1}\n")
     line = run_main("baseline", "create", "--from", report, "--thresholds", str(rules)).one_line_error()
     assert "no check produces a metric 'trian_step_ms' (did you mean train_step_ms" in line
+
+
+def test_the_run_header_prints_the_notes() -> None:
+    import io
+
+    from gpuaccept.report.console import PlainConsole
+
+    p = plan({"compute": [{"metric": "gemm_fp32_tflops", "min": 1}]}, checks=["env"])
+    out = io.StringIO()
+    PlainConsole(out, {}).header(p, "/tmp/run")
+    assert "[PLAN] note: c.yaml: checks.compute.thresholds[0].metric: check compute is not selected" in out.getvalue()
