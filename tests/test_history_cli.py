@@ -62,7 +62,9 @@ def test_history_lists_runs(db: str) -> None:
     since = json.loads(ok(gpuaccept("history", "--db", db, "--json", "--since", "2026-09-25")))
     assert sorted(r["run_id"] for r in since) == ["gpu01-run4", "gpu01-run5"]
     assert len(json.loads(ok(gpuaccept("history", "--db", db, "--json", "--limit", "2")))) == 2
-    assert json.loads(ok(gpuaccept("history", "--db", db, "--json", "--check", "nosuch"))) == []
+    assert json.loads(ok(gpuaccept("history", "--db", db, "--json", "--check", "ddp_train"))) == []  # none ran it
+    one_line_error(gpuaccept("history", "--db", db, "--check", "comput"),
+                   "--check 'comput': no such check (did you mean compute?)")
     assert "no runs match" in ok(gpuaccept("history", "--db", db, "--host", "nobody"))
 
 
@@ -124,6 +126,10 @@ def test_trend_flags_the_drop(db: str) -> None:
 def test_trend_bad_input(db: str) -> None:
     one_line_error(gpuaccept("trend", "--host", "gpu01", "--metric", "nosuch", "--db", db),
                     "host 'gpu01' has no metric 'nosuch'")
+    one_line_error(gpuaccept("trend", "--host", "gpu01", "--metric", "gemm_bf16_tflop", "--db", db),
+                    "(did you mean gemm_bf16_tflops?)")
+    one_line_error(gpuaccept("trend", "--host", "gpu01", "--metric", "gemm_bf16_tflops", "--check", "computee",
+                              "--db", db), "--check 'computee': no such check (did you mean compute?)")
     one_line_error(gpuaccept("trend", "--host", "ghost", "--metric", "gemm_bf16_tflops", "--db", db),
                     "no runs of host 'ghost'")
     one_line_error(gpuaccept("trend", "--host", "gpu01", "--metric", "gemm_bf16_tflops", "--db", db,

@@ -97,6 +97,7 @@ def _cmd_checks(args: argparse.Namespace) -> int:
                         "value": cls.defaults(args.profile)[p.name], "help": p.help,
                         "minimum": p.minimum, "maximum": p.maximum} for p in cls.params],
             "thresholds": [r.describe() for r in cls.thresholds],
+            "metrics": list(cls.metrics) if cls.metrics is not None else None,
         })
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
@@ -109,6 +110,8 @@ def _cmd_checks(args: argparse.Namespace) -> int:
             print(f"    {p['name']} ({p['kind']}{_bounds(p['minimum'], p['maximum'])}) = {p['value']!r}: {p['help']}")
         for t in row["thresholds"]:
             print(f"    threshold: {t}")
+        metrics = row["metrics"]
+        print(f"    metrics: {', '.join(metrics) if metrics is not None else '(not declared: rules not verified)'}")
     return EXIT_OK
 
 

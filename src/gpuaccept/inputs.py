@@ -10,8 +10,10 @@ line, never an internal error: no ``MemoryError`` on ``/dev/zero``, no
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,12 @@ def one_line(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def did_you_mean(name: str, candidates: Iterable[str], n: int = 3) -> str:
+    """`` (did you mean a or b?)`` naming the candidates close to ``name`` (difflib); empty when none is close."""
+    close = difflib.get_close_matches(name, sorted(set(candidates)), n=n, cutoff=0.6)
+    return f" (did you mean {' or '.join(close)}?)" if close else ""
 
 
 def read_bytes(path: str | Path, what: str = "file", limit: int = MAX_INPUT_BYTES) -> bytes:

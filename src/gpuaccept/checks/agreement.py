@@ -142,6 +142,7 @@ class AgreementCheck(Check):
     summary = ("Same seeded deterministic GEMM chain on every GPU, result hashes compared bitwise, the odd GPU "
                "named (one device: repeated runs); first product checked against fp64")
     key_metric = "agreement_match"
+    metrics = ("agreement_match", "agreement_ref_error")
     profiles: ClassVar[tuple[str, ...]] = ("full", "burnin")
     params = (
         Param("dtypes", "list", ["fp32", "bf16"], "GEMM dtypes (fp32 with TF32 off)", item="str",

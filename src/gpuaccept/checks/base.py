@@ -318,6 +318,10 @@ class Check(abc.ABC):
     timeout_s: ClassVar[dict[str, float]] = {"quick": 60.0, "standard": 300.0, "full": 1800.0}
     profiles: ClassVar[tuple[str, ...]] = SUITE_PROFILES
     key_metric: ClassVar[str | None] = None
+    #: the names of the metrics the check can produce (fnmatch patterns allowed): threshold rules, baseline
+    #: rules and metric filters are checked against them before anything runs
+    #: (:mod:`gpuaccept.checks.metricnames`); None (a plugin that declares none): its rules are not verified
+    metrics: ClassVar[tuple[str, ...] | None] = None
     #: False for a check that only takes stock (``env``): its pass alone does not make a run a pass
     measures: ClassVar[bool] = True
     #: modules the warm process (:mod:`gpuaccept.node.zygote`) imports before it forks this check's process,

@@ -53,13 +53,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from gpuaccept.checks import estimates
 from gpuaccept.checks.base import CheckContext, Outcome, Param, RequiredMetric, ThresholdRule, require
-from gpuaccept.checks.collectives_expect import (
-    free_bytes,
-    injected_fault,
-    local_max_bytes,
-    rank_busbw_expectation,
-)
-from gpuaccept.checks.fabric_watch import DELTA_RULES, FABRIC_ROOT, FabricWatch
+from gpuaccept.checks.collectives_expect import free_bytes, injected_fault, local_max_bytes, rank_busbw_expectation
+from gpuaccept.checks.fabric_watch import DELTA_METRICS, DELTA_RULES, FABRIC_ROOT, FabricWatch
 from gpuaccept.distributed.group import (
     Abandon,
     DistributedCheck,
@@ -76,6 +71,8 @@ if TYPE_CHECKING:
     import torch
 
 OPS = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "sendrecv")
+OP_METRICS = ("time_us", "algbw_gbs", "busbw_gbs", "busbw_large_gbs", "wrong")
+"""Each op's metrics: ``<op>_time_us`` and so on."""
 PLACEMENTS: dict[str, tuple[str, ...]] = {
     "allreduce": ("in",), "broadcast": ("in",), "allgather": ("out", "in"), "reducescatter": ("out", "in"),
     "alltoall": ("out",), "sendrecv": ("out",),
@@ -443,6 +440,7 @@ class CollectivesCheck(DistributedCheck):
     summary = ("allreduce, allgather, reducescatter, alltoall, broadcast, sendrecv across ranks: time, algbw, "
                "busbw per size; every element checked")
     key_metric = "*_busbw_large_gbs"
+    metrics = (*(f"{op}_{m}" for op in OPS for m in OP_METRICS), *DELTA_METRICS)
     params = (
         Param("ops", "list", list(OPS), "operations to sweep", choices=OPS),
         Param("dtypes", "list", ["float32"], "element types", choices=tuple(DTYPES)),

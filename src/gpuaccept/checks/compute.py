@@ -370,6 +370,7 @@ class ComputeCheck(Check):
     tag = "COMPUTE"
     summary = "GEMM TFLOP/s per dtype on each GPU alone and all at once, result verified in fp64"
     key_metric = "gemm_bf16_tflops*"  # reports from before details.key_metric; runs choose per device
+    metrics = tuple(f"gemm_{d}_tflops{mode}" for d in GEMM_DTYPES for mode in ("", "_concurrent"))
     params = (
         Param("dtypes", "list", ["fp32", "tf32", "fp16", "bf16", "fp8"], "GEMM dtypes to measure",
               item="str", choices=GEMM_DTYPES),

@@ -62,6 +62,8 @@ class DdpTrainCheck(DistributedCheck):
     tag = "TRAIN"
     summary = "DistributedDataParallel on seeded synthetic data: loss must fall, parameters bit-identical on all ranks"
     key_metric = "ddp_samples_per_s"
+    metrics = ("ddp_step_ms", "ddp_loss_first", "ddp_loss_last", "ddp_loss_drop", "ddp_samples_per_s",
+               "ddp_param_mismatch_ranks")
     params = (
         Param("steps", "int", 60, "optimizer steps", minimum=2, maximum=100_000),
         Param("window", "int", 10, "steps averaged at the start and at the end to judge the loss drop", minimum=1,

@@ -60,6 +60,8 @@ class DiskCheck(Check):
     tag = "DISK"
     summary = "Sequential MB/s and random 4k IOPS of a scratch path (fio JSON, else Python with O_DIRECT), free space"
     key_metric = "disk_seq_write_mbs"
+    metrics = ("disk_free_gib", "disk_seq_write_mbs", "disk_seq_read_mbs", "disk_rand_write_iops",
+               "disk_rand_read_iops")
     profiles: ClassVar[tuple[str, ...]] = ("full", "burnin")
     params = (
         Param("path", "str", "", "scratch directory to test ('' = the system temp directory); must exist and be "

@@ -73,6 +73,7 @@ class DiskSpaceCheck(Check):
     profiles: ClassVar[tuple[str, ...]] = ()  # gpuaccept healthcheck, or --checks disk_space
     timeout_s: ClassVar[dict[str, float]] = {"quick": 10.0, "standard": 10.0, "full": 10.0}
     key_metric = "disk_free_gib"
+    metrics = ("disk_free_gib", "disk_free_pct")
     imports_beside = True  # statvfs only
 
     @classmethod

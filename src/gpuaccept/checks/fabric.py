@@ -147,6 +147,10 @@ def delta_metrics(delta: PortDelta, tags: Mapping[str, str | int | float]) -> li
             for name in ERROR_COUNTERS if name in delta.deltas]
 
 
+DELTA_METRICS = tuple(f"rdma_{name}_delta" for name in ERROR_COUNTERS)
+"""The names :func:`delta_metrics` gives (checks that watch the fabric declare them)."""
+
+
 def _summary(ports: list[RdmaPort], inv: Inventory) -> str:
     up = [p for p in ports if p.up]
     groups = Counter((p.rate_gbps, p.link_layer or "unknown") for p in up)
@@ -264,6 +268,8 @@ class FabricCheck(Check):
     )
     timeout_s: ClassVar[dict[str, float]] = {"quick": 60.0, "standard": 60.0, "full": 120.0}
     key_metric = "rdma_ports_active"
+    metrics = ("rdma_port_up", "rdma_port_rate_gbps", "rdma_ports_active",
+               *(f"rdma_{name}_total" for name in TOTAL_COUNTERS), *DELTA_METRICS)
     imports_beside = True  # sysfs reads and counter deltas over sample_s: no CPU or GPU work timed
 
     @classmethod

@@ -26,12 +26,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuaccept.checks.base import Outcome, Param
-from gpuaccept.checks.fabric import DELTA_RULES, delta_metrics
+from gpuaccept.checks.fabric import DELTA_METRICS, DELTA_RULES, delta_metrics
 from gpuaccept.errors import InputError
 from gpuaccept.hw.rdma import DATA_COUNTERS, PortDelta, Snapshot, diff, read_snapshot
 from gpuaccept.model import Status
 
-__all__ = ["AFTER_ROOT_ENV", "DELTA_RULES", "FABRIC_ROOT", "FabricWatch"]
+__all__ = ["AFTER_ROOT_ENV", "DELTA_METRICS", "DELTA_RULES", "FABRIC_ROOT", "FabricWatch"]
 
 AFTER_ROOT_ENV = "GPUACCEPT_TEST_FABRIC_AFTER"
 """Tests only: read the "after" snapshot below this root instead of ``fabric_root`` (a recorded tree

@@ -482,6 +482,11 @@ class HealthCheck(Check):
     # nvmlInit can take seconds per GPU when persistence mode is off.
     timeout_s: ClassVar[dict[str, float]] = {"quick": 60.0, "standard": 60.0, "full": 120.0, "burnin": 120.0}
     key_metric = "temperature_c"
+    metrics = ("ecc_volatile_uncorrectable", "ecc_volatile_correctable", "ecc_aggregate_uncorrectable",
+               "ecc_aggregate_correctable", "retired_pages_pending", "retired_pages_sbe", "retired_pages_dbe",
+               "remapped_rows_correctable", "remapped_rows_uncorrectable", "remapped_rows_pending",
+               "remapped_rows_failure", "pcie_link_width", "pcie_link_gen", "temperature_c", "power_w",
+               "power_limit_w", "nvlink_links_active", "nvlink_links_down", *LIMITS)
     imports_beside = True  # one NVML snapshot and GPU-side clock event reasons: no CPU or GPU work timed
 
     @classmethod

@@ -305,6 +305,7 @@ class MemoryCheck(Check):
     tag = "MEMORY"
     summary = "GPU memory copy and pinned host<->device bandwidth (STREAM copy/triad on CPU), data verified"
     key_metric = "*_copy_gbs"
+    metrics = ("stream_copy_gbs", "stream_triad_gbs", "d2d_copy_gbs", "h2d_pinned_gbs", "d2h_pinned_gbs")
     params = (
         Param("size_mib", "int", 1024, "GPU device-to-device buffer size in MiB (two buffers are allocated)",
               minimum=1, maximum=1 << 20, gpu_memory_mib=True, gpu_buffers=2),

@@ -241,6 +241,7 @@ class MemtestCheck(Check):
     tag = "MEMORY"
     summary = "Fill free GPU memory with walking-bit, random and address patterns and verify every word"
     key_metric = "memtest_errors"
+    metrics = ("memtest_errors", "memtest_bytes_tested", "memtest_gbs")
     params = (
         Param("fraction", "float", 0.9, "GPU: fraction of the free device memory to test", minimum=0.0,
               maximum=1.0),

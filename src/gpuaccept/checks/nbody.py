@@ -254,6 +254,7 @@ class NBodyCheck(Check):
     tag = "COMPUTE"
     summary = "all-pairs gravitational n-body GFLOP/s per device (like 'nbody -benchmark'), verified in fp64"
     key_metric = "nbody_gflops"
+    metrics = ("nbody_gflops",)
     params = (
         Param("bodies", "int", 65536, "number of bodies on GPU", minimum=2, maximum=1 << 22),
         Param("cpu_bodies", "int", 2048, "number of bodies on CPU (each step is N^2 interactions)", minimum=2,

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 from gpuaccept.checks import estimates
 from gpuaccept.checks.base import Check, CheckContext, Outcome, Param, RequiredMetric
-from gpuaccept.checks.fabric_watch import DELTA_RULES, FABRIC_ROOT, FabricWatch
+from gpuaccept.checks.fabric_watch import DELTA_METRICS, DELTA_RULES, FABRIC_ROOT, FabricWatch
 from gpuaccept.errors import InputError
 from gpuaccept.model import Metric, Status, worst
 from gpuaccept.nccltests.busbw import FabricFacts, live_facts, result_fabric
@@ -82,6 +82,8 @@ class NcclTestsCheck(Check):
     timeout_s: ClassVar[dict[str, float]] = {"quick": 120.0, "standard": 600.0, "full": 1800.0}
     profiles: ClassVar[tuple[str, ...]] = ("standard", "full")
     key_metric = "allreduce_busbw_large_gbs"
+    metrics = (*(f"{OP_NAMES.get(t, t)}_{m}" for t in TESTS for m in ("busbw_large_gbs", "wrong", "out_of_bounds",
+                                                                     "avg_busbw_gbs")), *DELTA_METRICS)
 
     @classmethod
     def required_metrics(cls, params: dict[str, Any], devices: list[str]) -> list[RequiredMetric]:

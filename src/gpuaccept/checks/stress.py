@@ -221,6 +221,9 @@ class StressCheck(Check):
     summary = ("Sustained GEMM on every device for duration_s: each result compared with the first and fp64, "
                "NVML clocks/temperature/power/throttling sampled, throughput drop judged")
     key_metric = "stress_tflops"
+    metrics = ("stress_tflops", "stress_tflops_start", "stress_tflops_end", "stress_throughput_drop",
+               "stress_mismatches", "stress_ref_error", "stress_iterations", "stress_throttle_fraction",
+               "stress_sm_clock_mhz", "stress_temperature_c_max", "stress_power_w_mean")
     profiles: ClassVar[tuple[str, ...]] = ("full", "burnin")
     params = (
         Param("duration_s", "float", 300.0, "seconds of load on each device", minimum=5.0, maximum=86400.0),

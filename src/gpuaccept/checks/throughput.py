@@ -178,6 +178,7 @@ class ThroughputCheck(Check):
     summary = ("Training samples/s of a small ResNet-style CNN and a small transformer on synthetic data "
                "(bf16/fp16 autocast on GPU), judged against the fleet baseline")
     key_metric = "throughput_transformer_samples_s"
+    metrics = tuple(f"throughput_{m}_samples_s" for m in MODELS)
     profiles: ClassVar[tuple[str, ...]] = ("full", "burnin")
     params = (
         Param("models", "list", list(MODELS), "models to train", item="str", choices=MODELS),

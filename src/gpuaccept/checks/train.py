@@ -130,6 +130,7 @@ class TrainCheck(Check):
     tag = "TRAIN"
     summary = "Train a small MLP on a seeded teacher task: loss must fall by min_loss_drop, step time reported"
     key_metric = "train_loss_drop"
+    metrics = ("train_loss_first", "train_loss_last", "train_loss_drop", "train_step_ms")
     params = (
         Param("steps", "int", 200, "optimizer steps (one fresh batch each)", minimum=2, maximum=100_000),
         Param("window", "int", 20, "steps averaged at the start and at the end to judge the loss drop", minimum=1,

@@ -158,6 +158,13 @@ def _load_baseline(req: RunRequest) -> Any:
     return load_baseline(req.baseline), rules
 
 
+def _baseline_rule_metrics(req: RunRequest, baseline: Any, rules: Any) -> list[tuple[str, str, str]]:
+    """(metric glob, file, key) of each threshold rule --baseline judges with (none for the built-in ``*``)."""
+    source = str(req.baseline_thresholds if rules is not None else baseline.path)
+    chosen = rules if rules is not None else baseline.thresholds
+    return [(r.metric, source, f"thresholds[{i}].metric") for i, r in enumerate(chosen)]
+
+
 def _rank_info(req: RunRequest) -> Any:
     """The RankInfo under --distributed (UsageError when the environment is wrong), else None.
 
@@ -237,7 +244,7 @@ def prepare(req: RunRequest, warn: Callable[[str], None] = lambda line: None) ->
     from gpuaccept.checks.base import host_memory_mib
     from gpuaccept.hw.devices import resolve_device
     from gpuaccept.node.runner import is_distributed
-    from gpuaccept.node.suite import check_gpu_fit, check_host_fit, plan_suite, preflight
+    from gpuaccept.node.suite import check_gpu_fit, check_host_fit, check_rule_metrics, plan_suite, preflight
 
     opts, cfg, report_dir = merge_options(req)
     baseline = _load_baseline(req)
@@ -249,6 +256,8 @@ def prepare(req: RunRequest, warn: Callable[[str], None] = lambda line: None) ->
     reg = registry()
     device = resolve_device(opts.device)
     plan = plan_suite(opts, cfg, reg, device)
+    if baseline is not None:
+        check_rule_metrics(plan, reg, _baseline_rule_metrics(req, *baseline))
     _check_disk_path(req.disk_path, plan)
     preflight(plan, cfg, reg)
     _check_expect_gpus(plan)

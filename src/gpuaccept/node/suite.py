@@ -6,12 +6,13 @@ returns data that ``gpuaccept run --plan`` prints and the runner executes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpuaccept.checks import check_path
 from gpuaccept.checks.base import PROFILES, Check, MemoryNeed, ThresholdRule
+from gpuaccept.checks.metricnames import rule_finding
 from gpuaccept.errors import ConfigError, UsageError
 from gpuaccept.node.config import Config
 
@@ -62,6 +63,9 @@ class SuitePlan:
     require_gpu: bool
     expect_gpus: int | None
     checks: list[PlannedCheck]
+    #: what a person should know about the plan: rules that apply to nothing in this run, rules on a
+    #: check that declares no metrics (not verified); ``gpuaccept run`` prints them before it starts
+    notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -71,6 +75,7 @@ class SuitePlan:
             "require_gpu": self.require_gpu,
             "expect_gpus": self.expect_gpus,
             "checks": [c.to_dict() for c in self.checks],
+            "notes": list(self.notes),
         }
 
 
@@ -116,8 +121,39 @@ def plan_suite(opts: RunOptions, config: Config, registry: dict[str, type[Check]
         ))
     if not planned:
         raise UsageError("no check selected: --checks/--skip/profile leave nothing to run")
-    return SuitePlan(profile=opts.profile, device=device, gpus=opts.gpus, require_gpu=opts.require_gpu,
+    plan = SuitePlan(profile=opts.profile, device=device, gpus=opts.gpus, require_gpu=opts.require_gpu,
                      expect_gpus=opts.expect_gpus, checks=planned)
+    check_config_metrics(plan, config, registry)
+    return plan
+
+
+def check_config_metrics(plan: SuitePlan, config: Config, registry: dict[str, type[Check]]) -> None:
+    """ConfigError when a config threshold names a metric its check cannot produce (misspelt, or of another
+    check), with a "did you mean"; a note in ``plan.notes`` for a rule of a check that is not selected or
+    declares no metrics. Pure (:func:`gpuaccept.checks.metricnames.rule_finding`)."""
+    selected = {c.name for c in plan.checks}
+    for name, settings in config.checks.items():
+        for i, rule in enumerate(settings.thresholds):
+            key = f"checks.{name}.thresholds[{i}].metric"
+            found = rule_finding(rule.metric, registry, selected, owner=name)
+            if found.error:
+                raise ConfigError(config.source, key, found.error)
+            if found.note:
+                plan.notes.append(f"{config.source}: {key}: {found.note}")
+
+
+def check_rule_metrics(plan: SuitePlan, registry: dict[str, type[Check]],
+                       rules: Iterable[tuple[str, str, str]]) -> None:
+    """ConfigError when a rule that applies to every check (a baseline threshold), given as (metric glob,
+    source, key), names a metric no check produces; a note in ``plan.notes`` when it names only metrics of
+    checks that are not selected, or of none that declares its metrics."""
+    selected = {c.name for c in plan.checks}
+    for metric, source, key in rules:
+        found = rule_finding(metric, registry, selected)
+        if found.error:
+            raise ConfigError(source, key, found.error)
+        if found.note:
+            plan.notes.append(f"{source}: {key}: {found.note}")
 
 
 def preflight(plan: SuitePlan, config: Config, registry: dict[str, type[Check]]) -> None:

@@ -81,6 +81,8 @@ class PlainConsole:
         names = ", ".join(c.name for c in plan.checks)
         self._print(f"[ENV] gpuaccept profile={plan.profile} device={plan.device} checks={names}")
         self._print(f"[ENV] report directory: {run_dir}")
+        for note in plan.notes:
+            self._print(f"[PLAN] note: {note}")
 
     def on_start(self, check: PlannedCheck, i: int, n: int) -> None:
         """A check starts (the runner's ``RunEvents.on_start``)."""
@@ -118,6 +120,8 @@ class RichConsole:
     def header(self, plan: SuitePlan, run_dir: str) -> None:
         self.console.print(f"[bold]gpuaccept[/] profile [cyan]{plan.profile}[/] on [cyan]{plan.device}[/], "
                            f"{len(plan.checks)} checks -> {run_dir}")
+        for note in plan.notes:
+            self.console.print(f"[yellow]note:[/] {escape(note)}")
 
     def on_start(self, check: PlannedCheck, i: int, n: int) -> None:
         self._status = self.console.status(f"[{i}/{n}] {check.name} (timeout {check.timeout_s:g} s)")

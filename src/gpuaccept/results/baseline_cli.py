@@ -141,6 +141,22 @@ def write_output(path: str, text: str) -> None:
         raise UsageError(f"cannot write --output {path}: {exc.strerror or exc}") from None
 
 
+def check_rule_names(rules: Sequence[Any], source: str, checks: Sequence[str] | None = None) -> None:
+    """ConfigError when a threshold rule of ``source`` names a metric no check produces (with a "did you mean");
+    a note on stderr for one that names only metrics of checks outside ``checks`` (None: every check)."""
+    from gpuaccept.checks import registry
+    from gpuaccept.checks.metricnames import rule_finding
+    from gpuaccept.errors import ConfigError
+
+    reg = registry()
+    for i, rule in enumerate(rules):
+        found = rule_finding(rule.metric, reg, list(reg) if checks is None else checks)
+        if found.error:
+            raise ConfigError(source, f"thresholds[{i}].metric", found.error)
+        if found.note:
+            print(f"gpuaccept: note: {source}: thresholds[{i}].metric: {found.note}", file=sys.stderr)
+
+
 # ---------------------------------------------------------------------------------------------- commands
 
 
@@ -154,6 +170,7 @@ def cmd_create(args: argparse.Namespace) -> int:
     if not args.history and (args.host or args.since or args.db):
         raise UsageError("--host, --since and --db select runs from the history: use them with --history")
     rules = load_rules(args.thresholds) if args.thresholds else ()
+    check_rule_names(rules, args.thresholds)
     items: Sequence[NodeReport | ClusterReport]
     if args.history:
         items = _from_history(args)
@@ -238,6 +255,11 @@ def cmd_apply(args: argparse.Namespace) -> int:
     if len(items) != 1:
         raise UsageError(f"{args.report}: holds {len(items)} reports; give one report file")
     item = items[0]
+    ran = sorted({c.name for rep in ([n.report for n in item.nodes if n.report] if isinstance(item, ClusterReport)
+                                     else [item])
+                  for c in rep.checks})
+    check_rule_names(rules if rules is not None else baseline.thresholds,
+                     args.thresholds if rules is not None else baseline.path, ran)
     judged: NodeReport | ClusterReport
     nodes: list[NodeReport]
     if isinstance(item, ClusterReport):

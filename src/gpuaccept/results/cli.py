@@ -18,6 +18,7 @@ from gpuaccept.argtypes import nonneg_float as _nonneg_float
 from gpuaccept.argtypes import nonneg_int as _nonneg_int
 from gpuaccept.argtypes import positive_float as _positive_float
 from gpuaccept.argtypes import positive_int as _positive_int
+from gpuaccept.inputs import did_you_mean
 
 
 def _gpu_uuid(text: str) -> str:
@@ -220,6 +221,7 @@ def cmd_history(args: argparse.Namespace) -> int:
         return 0
     hw, kind = _hardware_arg(args)
     with open_store(args.db, read_only=True) as store:
+        known_check(store, args.check)
         runs = store.list_runs(host=args.host, check=args.check, since=since, kind=args.kind,
                                limit=args.limit or None, include_members=args.all_nodes, hw_id=hw)
         seen = store.sightings([hw]) if hw is not None else []
@@ -250,6 +252,19 @@ def cmd_history(args: argparse.Namespace) -> int:
     print(_table(["RUN", "KIND", "HOST", "STARTED", "VERDICT", "PROFILE/BACKEND", "SKU", "CHECKS", "FAILED",
                   "IN CLUSTER"], rows))
     return 0
+
+
+def known_check(store: Any, check: str | None) -> None:
+    """UsageError when ``--check`` names neither a check of this gpuaccept nor one a stored run ran (a typo
+    would otherwise list nothing), with a "did you mean"."""
+    if check is None:
+        return
+    from gpuaccept.checks import registry
+    from gpuaccept.errors import UsageError
+
+    known = sorted(set(store.check_names()) | set(registry()))
+    if check not in known:
+        raise UsageError(f"--check {check!r}: no such check{did_you_mean(check, known)}; known: {', '.join(known)}")
 
 
 def _hardware_arg(args: argparse.Namespace) -> tuple[str | None, str]:
@@ -344,6 +359,7 @@ def _trend_series(store: Any, args: argparse.Namespace, since: float | None, rul
     from gpuaccept.errors import InputError, UsageError
     from gpuaccept.results.trend import build_trends
 
+    known_check(store, args.check)
     hw, kind = _hardware_arg(args)
     if hw is not None:
         if args.device is not None:
@@ -359,8 +375,8 @@ def _trend_series(store: Any, args: argparse.Namespace, since: float | None, rul
             names = store.metric_names(hw_id=hw)
             if args.metric not in names:
                 shown = ", ".join(names[:15]) + (", ..." if len(names) > 15 else "")
-                raise InputError(f"{kind.upper()} {hw} has no metric {args.metric!r} in {store} "
-                                 f"(metrics: {shown or 'none'})")
+                raise InputError(f"{kind.upper()} {hw} has no metric {args.metric!r} in {store}"
+                                 f"{did_you_mean(args.metric, names)} (metrics: {shown or 'none'})")
             raise InputError(f"no values of {args.metric} of {hw} match --check/--since")
         return series, hw
     own = store.metric_series(args.host, args.metric, since=since, check=args.check, device=args.device)
@@ -368,11 +384,13 @@ def _trend_series(store: Any, args: argparse.Namespace, since: float | None, rul
         hosts = store.hosts()
         if args.host not in hosts:
             shown = ", ".join(hosts[:10]) + (", ..." if len(hosts) > 10 else "")
-            raise InputError(f"no runs of host {args.host!r} in {store} (hosts: {shown or 'none'})")
+            raise InputError(f"no runs of host {args.host!r} in {store}{did_you_mean(args.host, hosts)} "
+                             f"(hosts: {shown or 'none'})")
         names = store.metric_names(args.host)
         if args.metric not in names:
             shown = ", ".join(names[:15]) + (", ..." if len(names) > 15 else "")
-            raise InputError(f"host {args.host!r} has no metric {args.metric!r} in {store} (metrics: {shown})")
+            raise InputError(f"host {args.host!r} has no metric {args.metric!r} in {store}"
+                             f"{did_you_mean(args.metric, names)} (metrics: {shown})")
         raise InputError(f"no values of {args.metric} on {args.host} match --check/--device/--since")
     ids = sorted({p.hw_id for p in own if p.hw_id is not None})
     hosts = sorted({s.host for s in store.sightings(ids)} | {args.host})

@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gpuaccept.errors import UsageError
+from gpuaccept.inputs import did_you_mean
 from gpuaccept.model import ClusterReport, Metric, NodeReport
 from gpuaccept.results.noise import FAMILIES, HISTORY_SIGMAS, HISTORY_WINDOW, MIN_HISTORY, NoisePolicy, judge
 from gpuaccept.results.rows import finite, tags_json
@@ -112,13 +114,32 @@ def _key_dict(key: Key, host: str, unit: str) -> dict[str, Any]:
             "unit": unit}
 
 
+def _check_filters(keys: set[Key], check: str | None, metric: str | None) -> None:
+    checks, metrics = sorted({k[1] for k in keys}), sorted({k[2] for k in keys})
+    if check is not None and check not in checks:
+        raise UsageError(f"--check {check!r}: neither run has this check{did_you_mean(check, checks)}; "
+                         f"checks: {', '.join(checks) or 'none'}")
+    if metric is not None and metric not in metrics:
+        raise UsageError(f"--metric {metric!r}: neither run has this metric{did_you_mean(metric, metrics)}")
+    if check is not None and metric is not None:
+        owners = sorted({k[1] for k in keys if k[2] == metric})
+        if check not in owners:
+            raise UsageError(f"--metric {metric!r} is not a metric of check {check} in these runs but of "
+                             f"{', '.join(owners)}")
+
+
 def compare_reports(a: Report, b: Report, check: str | None = None, metric: str | None = None,
                     host: str | None = None, noise: NoisePolicy | None = None) -> Comparison:
     """Deltas from run ``a`` to run ``b``, optionally only for one check, metric or host; differences within
-    ``noise`` (default: each metric family's default floor) are "same"."""
+    ``noise`` (default: each metric family's default floor) are "same".
+
+    UsageError (with a "did you mean") when ``check`` or ``metric`` is in neither run, or ``metric`` is
+    not one of ``check``'s: a filter that matches nothing is a typo, not "no metric in both runs".
+    """
     noise = noise or NoisePolicy()
     by_host = isinstance(a, ClusterReport) or isinstance(b, ClusterReport)
     ma, mb = _metrics(a, by_host), _metrics(b, by_host)
+    _check_filters(set(ma) | set(mb), check, metric)
     cmp = Comparison(run_a=a.run_id, run_b=b.run_id, by_host=by_host, noise_pct=noise.override_pct)
     for key in sorted(set(ma) | set(mb), key=lambda k: (k[1], k[2], k[0], k[3], k[4])):
         in_a, in_b = ma.get(key), mb.get(key)

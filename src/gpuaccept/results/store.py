@@ -535,6 +535,11 @@ class Store(abc.ABC):
             " ORDER BY name"
         return [r[0] for r in self._retrying(lambda: self._execute(sql, params), write=False)]
 
+    def check_names(self) -> list[str]:
+        """Every check name stored, sorted."""
+        rows = self._retrying(lambda: self._execute("SELECT DISTINCT name FROM checks ORDER BY name"), write=False)
+        return [r[0] for r in rows]
+
     def sightings(self, hw_ids: Sequence[str]) -> list[Sighting]:
         """Where each of ``hw_ids`` was (host and device), first seen first: a GPU's moves from host to host."""
         ids = list(hw_ids)
