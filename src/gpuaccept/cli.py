@@ -307,7 +307,7 @@ def _run(args: argparse.Namespace, warm: Any, started: float) -> int:
         leader = info.rank == 0
         runner = DistributedRunner(plan, Path(report_dir), info, run_id=args.run_id, argv=sys.argv[1:],
                                    events=RunEvents.of(console) if leader else RunEvents(), verbose=args.verbose,
-                                   dist_timeout_s=args.dist_timeout, warm=warm)
+                                   dist_timeout_s=args.dist_timeout, warm=warm, requested_device=opts.device)
         try:
             runner.join()
         except RendezvousError as exc:
@@ -317,7 +317,8 @@ def _run(args: argparse.Namespace, warm: Any, started: float) -> int:
             console.header(plan, str(runner.run_dir))
     else:
         common: dict[str, Any] = dict(run_id=args.run_id, argv=sys.argv[1:], events=RunEvents.of(console),
-                                      verbose=args.verbose, nproc=nproc, dist_timeout_s=args.dist_timeout, warm=warm)
+                                      verbose=args.verbose, nproc=nproc, dist_timeout_s=args.dist_timeout, warm=warm,
+                                      requested_device=opts.device)
         if budget is not None:
             from gpuaccept.node.budget_run import WindowRunner
 
