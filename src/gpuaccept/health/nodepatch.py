@@ -110,15 +110,14 @@ def node_report_for(report: NodeReport | ClusterReport, node: str, *, any_host: 
 
 def verdict_from_report(report: NodeReport, node: str, checked: str) -> NodeVerdict:
     """``pass`` for a successful run, ``fail`` for a failed one (the reason names the checks that failed or
-    errored). NoVerdict for a report that decides nothing: still ``running``, ``interrupted``,
-    ``nothing_measured`` (every check skipped: the node was not tested, which is neither), or a
-    CPU-only success (``cpu_only``: no GPU was tested, so the node is not labelled healthy)."""
-    if report.verdict is Verdict.SUCCESS and report.cpu_only:
-        raise NoVerdict(f"run {report.run_id} passed on CPU only ({report.cpu_only}): not a GPU acceptance; "
-                        "the node is left as it is", report.verdict)
+    errored; a CPU-only run's reason starts with ``CPU only: <why>``, as its ``[RESULT]`` line does). NoVerdict
+    for a report that decides nothing: still ``running``, ``interrupted``, or ``nothing_measured`` (every check
+    skipped: the node was not tested, which is neither)."""
     if report.verdict is Verdict.SUCCESS:
         passed = sum(1 for c in report.checks if c.status.value in ("pass", "warn"))
         reason = f"{passed} of {len(report.checks)} checks passed ({report.profile} profile)"
+        if report.cpu_only:  # the reason annotation says it first: no GPU was accepted
+            reason = f"CPU only: {report.cpu_only}; {reason}"
         return NodeVerdict(node, PASS, reason, report.run_id, checked)
     if report.verdict is Verdict.FAILURE:
         failed = [c for c in report.checks if c.status.is_failure]

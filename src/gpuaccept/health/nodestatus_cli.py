@@ -194,8 +194,7 @@ def _verdict(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
     except NoVerdict as exc:
         _say(args, f"unknown: node {node}: {exc}")
-        # a CPU-only success tested no GPU: the same code as nothing measured
-        return EXIT_NOTHING_MEASURED if exc.verdict in (Verdict.NOTHING_MEASURED, Verdict.SUCCESS) else EXIT_USAGE
+        return EXIT_NOTHING_MEASURED if exc.verdict is Verdict.NOTHING_MEASURED else EXIT_USAGE
     return _act(args, verdict)
 
 
