@@ -76,10 +76,22 @@ def test_gpus_without_a_driver_fail_naming_them() -> None:
     assert "CUDA sees 7 of the 8 GPUs this job was given" in one.reason
 
 
-def test_cuda_seeing_fewer_than_the_job_was_given_fails() -> None:
+def test_cuda_or_nvml_seeing_fewer_than_the_job_was_given_fails() -> None:
     out = env_on("gpu_8x", "cuda", torch_facts(2), nvml_facts(ALL8), {"CUDA_VISIBLE_DEVICES": "0,1,2,3"})
     assert out.status is Status.FAIL
     assert "CUDA sees 2 of the 4 GPUs this job was given (CUDA_VISIBLE_DEVICES=0,1,2,3)" in out.reason
+    out = env_on("gpu_8x", "cuda", torch_facts(4), nvml_facts(ALL8[:3]), {"CUDA_VISIBLE_DEVICES": "0,1,2,3"})
+    assert out.status is Status.FAIL
+    assert "NVML sees 3 GPUs, fewer than the 4 this job was given of the 8 NVIDIA GPUs on the PCI bus" in out.reason
+
+
+def test_expect_gpus_caps_what_the_job_was_given() -> None:
+    """A container runtime that narrows the GPUs without an environment variable (CDI): --expect-gpus says so."""
+    ctx = CheckContext(device="cuda", params={}, timeout_s=60, expect_gpus=4)
+    out = evaluate_env(ctx, HOST, torch_facts(4), nvml_facts(ALL8[:4]), None, bus=read_bus_gpus(SYSFS / "gpu_8x"),
+                       env={})
+    assert out.status is Status.PASS, out.reason
+    assert env_on("gpu_8x", "cuda", torch_facts(4), nvml_facts(ALL8[:4])).status is Status.FAIL
 
 
 @pytest.mark.parametrize(("env", "nvml", "torch_count"), [

@@ -289,7 +289,7 @@ def evaluate_env(ctx: CheckContext, host: dict[str, Any], tch: dict[str, Any], n
         gpu_count = torch_count or 0
     if env is None:
         env = {} if cuda_visible_devices is None else {"CUDA_VISIBLE_DEVICES": cuda_visible_devices}
-    on_bus = judge_bus(bus, nvml, tch, env, ctx.device)
+    on_bus = judge_bus(bus, nvml, tch, env, ctx.device, ctx.expect_gpus)
     problems: list[tuple[Status, str]] = list(on_bus.problems)
 
     if ctx.expect_gpus is not None and gpu_count != ctx.expect_gpus:

@@ -127,18 +127,21 @@ def _n(count: int, vendor: str) -> str:
 
 
 def _nvml_problems(gpus: list[BusGpu], allowed: int, nvml: dict[str, Any], env: Mapping[str, str]) -> list[str]:
-    """NVML absent, or seeing fewer GPUs than the bus holds for this job."""
+    """NVML absent, or seeing fewer GPUs than this job was given of those on the bus."""
     if not nvml.get("available"):
         return [f"{_n(len(gpus), 'NVIDIA')} on the PCI bus but NVML is not available ({nvml.get('error')}): the "
                 f"driver is not loaded, or a container runs without the NVIDIA runtime"]
     seen = int(nvml.get("gpu_count", 0))
-    container = env.get("NVIDIA_VISIBLE_DEVICES", "all").strip().lower()
-    # NVML counts physical GPUs: a container given MIG instances sees their parents, at least one
-    expect = len(gpus) if container == "all" else (1 if "mig" in container or ":" in container else allowed)
+    # NVML counts physical GPUs: a job given MIG instances sees their parents, at least one
+    narrowing = f"{env.get('NVIDIA_VISIBLE_DEVICES', '')},{env.get('CUDA_VISIBLE_DEVICES', '')}".lower()
+    expect = 1 if "mig" in narrowing or ":" in narrowing else allowed
     if seen >= min(expect, len(gpus)):
         return []
     found = {_bus_key(str(g.get("pci_bus_id", ""))) for g in nvml.get("gpus", [])}
     missing = [g.address for g in gpus if _bus_key(g.address) not in found]
+    if allowed < len(gpus):
+        return [f"NVML sees {seen} GPU{'s' if seen != 1 else ''}, fewer than the {allowed} this job was given of the "
+                f"{_n(len(gpus), 'NVIDIA')} on the PCI bus"]
     where = f" (not seen: {', '.join(missing[:8])})" if missing and found else ""
     return [f"NVML sees {seen} of the {_n(len(gpus), 'NVIDIA')} on the PCI bus{where}"]
 
@@ -188,9 +191,11 @@ def cpu_only_reason(gpus: list[BusGpu] | None, env: Mapping[str, str], requested
 
 
 def judge_bus(gpus: list[BusGpu] | None, nvml: dict[str, Any], tch: dict[str, Any], env: Mapping[str, str],
-              device: str) -> BusVerdict:
+              device: str, expect: int | None = None) -> BusVerdict:
     """GPUs on the bus that this job cannot use are a FAIL naming the cause, whatever ``device`` says;
     none on the bus, or none given to the job, makes the run CPU only (as does ``device`` cpu).
+    ``expect`` (``--expect-gpus``) caps what the job was given, for a container runtime that narrows the
+    GPUs without saying so in the environment (CDI).
 
     ``nvml`` and ``tch`` are :func:`gpuaccept.checks.env.nvml_info` and ``torch_info``. Pure.
     """
@@ -216,6 +221,8 @@ def judge_bus(gpus: list[BusGpu] | None, nvml: dict[str, Any], tch: dict[str, An
     vendor = "NVIDIA" if any(g.vendor == "NVIDIA" for g in gpus) else "AMD"
     mine = [g for g in gpus if g.vendor == vendor]
     allowed, why = allowed_gpus(len(mine), env, vendor)
+    if expect is not None and expect < allowed:
+        allowed, why = expect, f"--expect-gpus {expect}"
     if allowed == 0:
         return BusVerdict(problems, cpu_only_reason(gpus, env, device), 0, why)
     messages = _nvml_problems(mine, allowed, nvml, env) if vendor == "NVIDIA" else []
