@@ -139,3 +139,19 @@ def test_cpu_only_reason_from_the_bus_alone() -> None:
     assert cpu_only_reason(gpus, {"CUDA_VISIBLE_DEVICES": "NoDevFiles"}, "auto") == \
         "this job was given none of the node's 8 NVIDIA GPUs (CUDA_VISIBLE_DEVICES=NoDevFiles)"
     assert cpu_only_reason(None, {}, "auto") == "no GPU found (the PCI bus cannot be read here)"
+
+
+@pytest.mark.gpu
+def test_this_gpu_node_reads_its_bus_and_passes() -> None:
+    """On a real GPU node: every GPU NVML sees is on the bus with the nvidia driver bound, and env passes on it."""
+    import os
+
+    from gpuaccept.checks.env import EnvCheck, nvml_info
+
+    gpus = read_bus_gpus("/")
+    nvml = nvml_info(os.environ.get("CUDA_VISIBLE_DEVICES"))
+    assert gpus is not None and len(gpus) >= nvml["gpu_count"] > 0
+    assert {g.driver for g in gpus} == {"nvidia"}
+    out = EnvCheck().run(CheckContext(device="cuda", params={}, timeout_s=60))
+    assert out.status is not Status.FAIL, out.reason
+    assert out.details["cpu_only"] is None
