@@ -224,7 +224,7 @@ def judge_bus(gpus: list[BusGpu] | None, nvml: dict[str, Any], tch: dict[str, An
     if expect is not None and expect < allowed:
         allowed, why = expect, f"--expect-gpus {expect}"
     if allowed == 0:
-        return BusVerdict(problems, cpu_only_reason(gpus, env, device), 0, why)
+        return BusVerdict(problems, f"this job was given none of the node's {_n(len(mine), vendor)} ({why})", 0, why)
     messages = _nvml_problems(mine, allowed, nvml, env) if vendor == "NVIDIA" else []
     messages += _torch_problems(vendor, allowed, why, tch)
     problems += [(Status.FAIL, m) for m in messages]
