@@ -235,7 +235,7 @@ def test_check_counts_only_the_visible_gpus(tmp_path: Path, monkeypatch: pytest.
     assert (tmp_path / "cvd").read_text().strip() == "4,5,6,7"
 
 
-@pytest.mark.parametrize(("cvd", "g", "nproc"), [(None, "8", 8), ("0,1", "2", 2), ("MIG-1a,MIG-3c,MIG-5e", "3", 3),
+@pytest.mark.parametrize(("cvd", "g", "nproc"), [(None, "8", 8), ("0,1", "2", 2), ("MIG-1a,MIG-3c,MIG-5e", "1", 1),
                                                  ("NoDevFiles", "1", 0), ("-1", "1", 0)])
 def test_gpu_args_counts_as_default_nproc(cvd: str | None, g: str, nproc: int, monkeypatch: pytest.MonkeyPatch) -> None:
     from gpuaccept.distributed.local import default_nproc

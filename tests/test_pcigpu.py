@@ -97,13 +97,27 @@ def test_expect_gpus_caps_what_the_job_was_given() -> None:
 @pytest.mark.parametrize(("env", "nvml", "torch_count"), [
     ({"CUDA_VISIBLE_DEVICES": "4,5,6,7"}, ALL8, 4),  # Slurm: the node's NVML, 4 GPUs for the job
     ({"NVIDIA_VISIBLE_DEVICES": "GPU-a1,GPU-b2"}, ["18", "2a"], 2),  # a container given 2 GPUs
-    ({"NVIDIA_VISIBLE_DEVICES": "0:0,0:1", "CUDA_VISIBLE_DEVICES": "MIG-1a,MIG-2b"}, ["18"], 2),  # 2 MIG slices
+    # 2 MIG slices of GPU 0: NVML sees their parent, CUDA one slice (a process enumerates a single MIG instance)
+    ({"NVIDIA_VISIBLE_DEVICES": "0:0,0:1", "CUDA_VISIBLE_DEVICES": "MIG-1a,MIG-2b"}, ["18"], 1),
 ])
 def test_a_job_given_fewer_gpus_than_the_node_holds_passes(env: dict[str, str], nvml: list[str],
                                                            torch_count: int) -> None:
     out = env_on("gpu_8x", "cuda", torch_facts(torch_count), nvml_facts(nvml), env)
     assert out.status is Status.PASS, out.reason
     assert out.details["cpu_only"] is None and "CPU only" not in out.reason
+
+
+def test_mig_on_without_a_mig_entry_needs_one_cuda_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuaccept.checks.env import nvml_info
+    from tests.test_nvml import H100_SPEC, FakeNvml
+
+    FakeNvml([dict(H100_SPEC, nvmlDeviceGetMigMode=(1, 1)), dict(H100_SPEC, nvmlDeviceGetMigMode=(0, 0)),
+              dict(H100_SPEC)]).install(monkeypatch)
+    assert nvml_info()["mig_gpus"] == 1  # on, off, not supported
+    mig = {**nvml_facts(ALL8), "mig_gpus": 8}
+    assert env_on("gpu_8x", "cuda", torch_facts(1), mig).status is Status.PASS
+    out = env_on("gpu_8x", "cuda", torch_facts(1), nvml_facts(ALL8))
+    assert out.status is Status.FAIL and "CUDA sees 1 of the 8 GPUs this job was given" in out.reason
 
 
 def test_no_gpu_on_the_bus_is_a_cpu_only_pass() -> None:

@@ -237,6 +237,7 @@ def nvml_info(cuda_visible_devices: str | None = None) -> dict[str, Any]:
                   else "") for g in snap.gpus])
     return {
         "available": True,
+        "mig_gpus": _mig_gpus(),
         "driver_version": snap.driver_version,
         "nvml_version": snap.nvml_version,
         "cuda_driver_version": snap.cuda_driver_version,
@@ -245,6 +246,27 @@ def nvml_info(cuda_visible_devices: str | None = None) -> dict[str, Any]:
                   "serial": g.serial, "pci_bus_id": g.pci_bus_id, "memory_total_bytes": g.memory_total_bytes,
                   "sku": _sku_id(g.name)} for g in snap.gpus],
     }
+
+
+def _mig_gpus() -> int | None:
+    """How many GPUs have MIG on (``nvidia-smi --query-gpu=mig.mode.current``); None when NVML cannot say."""
+    from gpuaccept.hw.nvml import NvmlUnavailable, open_nvml
+    from gpuaccept.hw.nvml_ext import mig_enabled
+
+    try:
+        nvml = open_nvml()
+    except NvmlUnavailable:
+        return None
+    try:
+        modes = [mig_enabled(nvml, nvml.nvmlDeviceGetHandleByIndex(i)) for i in range(nvml.nvmlDeviceGetCount())]
+    except nvml.NVMLError:
+        return None
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except nvml.NVMLError:
+            pass
+    return sum(1 for m in modes if m)
 
 
 def identity_info(root: str = "/") -> dict[str, Any]:
@@ -303,7 +325,8 @@ def evaluate_env(ctx: CheckContext, host: dict[str, Any], tch: dict[str, Any], n
         elif not tch.get("cuda_available"):
             problems.append((Status.FAIL, f"device is cuda but torch {tch.get('version')} cannot use CUDA "
                                           f"(torch.version.cuda={tch.get('cuda')})"))
-        elif nvml_count is not None and torch_count != gpu_count:
+        elif nvml_count is not None and torch_count != gpu_count and not (nvml.get("mig_gpus") and torch_count):
+            # with MIG on, CUDA enumerates a single MIG instance per process: NVML's GPU count is not CUDA's
             problems.append((Status.FAIL, f"NVML sees {gpu_count} GPUs (CUDA_VISIBLE_DEVICES applied) "
                                           f"but torch sees {torch_count}"))
     compat_status, compat_reason = cuda_compat(nvml.get("cuda_driver_version") if nvml.get("available") else None,

@@ -33,8 +33,9 @@ def nvidia_gpu_count() -> int:
 def visible_count(total: int, cuda_visible_devices: str | None) -> int:
     """How many CUDA devices a process sees of ``total`` GPUs under ``cuda_visible_devices`` (None: unset, all).
 
-    Each listed GPU (index or ``GPU-`` UUID) counts once, at most ``total``; each ``MIG-`` entry is
-    a CUDA device of its own, so MIG instances count one each (``nvidia-smi -L`` lists them).
+    Each listed GPU (index or ``GPU-`` UUID) counts once, at most ``total``; ``MIG-`` entries count
+    one in all, as a CUDA process enumerates a single MIG instance (NVIDIA's MIG user guide,
+    "CUDA_VISIBLE_DEVICES").
     """
     if cuda_visible_devices is None:
         return total
@@ -42,12 +43,13 @@ def visible_count(total: int, cuda_visible_devices: str | None) -> int:
         return 0
     entries = [e.strip() for e in cuda_visible_devices.split(",") if e.strip()]
     mig = sum(1 for e in entries if e.lower().startswith("mig-"))
-    return min(len(entries) - mig, total) + (mig if total > 0 else 0)
+    return min(len(entries) - mig, total) + (1 if mig and total > 0 else 0)
 
 
 def visible_gpu_count(env: Mapping[str, str]) -> int:
     """The GPUs a process started with ``env`` sees: the driver's count (:func:`nvidia_gpu_count`)
-    narrowed by its ``CUDA_VISIBLE_DEVICES`` (``python -c "import torch; print(torch.cuda.device_count())"``)."""
+    narrowed by its ``CUDA_VISIBLE_DEVICES`` (``python -c "import torch; print(torch.cuda.device_count())"``).
+    MIG on without ``CUDA_VISIBLE_DEVICES`` is not seen here: NVML's count of physical GPUs is used."""
     return visible_count(nvidia_gpu_count(), env.get("CUDA_VISIBLE_DEVICES"))
 
 

@@ -155,8 +155,9 @@ def _bus_key(bus_id: str) -> str:
         return bus_id.lower()
 
 
-def _torch_problems(vendor: str, allowed: int, why: str | None, tch: dict[str, Any]) -> list[str]:
-    """torch unable to use the GPUs this job was given, or seeing fewer of them."""
+def _torch_problems(vendor: str, allowed: int, why: str | None, tch: dict[str, Any], mig: bool) -> list[str]:
+    """torch unable to use the GPUs this job was given, or seeing fewer of them (with MIG on and no
+    ``MIG-`` entry chosen, CUDA enumerates a single MIG instance: one is enough)."""
     runtime = "ROCm" if vendor == "AMD" else "CUDA"
     given = f"the {allowed} GPU{'s' if allowed != 1 else ''} this job was given" + (f" ({why})" if why else "")
     if not tch.get("installed"):
@@ -168,7 +169,7 @@ def _torch_problems(vendor: str, allowed: int, why: str | None, tch: dict[str, A
         cause = tch.get("cuda_error") or "torch.cuda.is_available() is False"
         return [f"torch {tch.get('version')} ({runtime} {built}) cannot use {given}: {cause}"]
     seen = int(tch.get("device_count", 0))
-    if seen < allowed:
+    if seen < (1 if mig else allowed):
         return [f"{runtime} sees {seen} of {given}"]
     return []
 
@@ -226,7 +227,7 @@ def judge_bus(gpus: list[BusGpu] | None, nvml: dict[str, Any], tch: dict[str, An
     if allowed == 0:
         return BusVerdict(problems, f"this job was given none of the node's {_n(len(mine), vendor)} ({why})", 0, why)
     messages = _nvml_problems(mine, allowed, nvml, env) if vendor == "NVIDIA" else []
-    messages += _torch_problems(vendor, allowed, why, tch)
+    messages += _torch_problems(vendor, allowed, why, tch, bool(nvml.get("mig_gpus")))
     problems += [(Status.FAIL, m) for m in messages]
     if device != "cuda":  # usable GPUs on a cpu run: --device cpu asked for it
         return BusVerdict(problems, cpu_only_reason(gpus, env, "auto" if problems else "cpu"), allowed, why)
