@@ -19,7 +19,7 @@ def test_passing_run_exits_0_with_prefixed_plain_lines_and_a_valid_report(tmp_pa
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert any(line.startswith("[COMPUTE] steady: PASS") for line in lines)
-    assert lines[-1] == "[RESULT] SUCCESS"
+    assert lines[-1].startswith("[RESULT] SUCCESS (CPU only: ")  # --device cpu: never read as a GPU acceptance
     assert "\x1b[" not in r.stdout  # no terminal escapes in logs
     run_dir = only_run_dir(tmp_path / "rep")
     report = validate_report(run_dir / "report.json")

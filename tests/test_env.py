@@ -256,7 +256,8 @@ def test_nvml_info_under_fake_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
     assert [g["sku"] for g in info["gpus"]] == ["h100_sxm", None]
     assert info["gpus"][0]["pci_bus_id"] == "00000000:18:00.0"
     out = evaluate_env(ctx("cpu", expect_gpus=2), HOST, torch_facts(0, cuda=None, available=False), info, None)
-    assert out.status == Status.PASS and out.reason.endswith("; CPU run") and metric(out, "gpu_count") == 2
+    assert out.status == Status.PASS and out.reason.endswith("; CPU only: --device cpu: the GPUs were not tested") \
+        and metric(out, "gpu_count") == 2
     # what identifies each GPU, and the label its metrics carry in this run
     assert [(g["device"], g["uuid"], g["serial"]) for g in info["gpus"]] == [
         ("cuda:0", "GPU-00000000-1111-2222-3333-444444444444", "1654922012345"),
@@ -294,8 +295,8 @@ def test_run_on_cpu_machine() -> None:
 
     out = EnvCheck().run(ctx("cpu"))
     assert out.status == Status.PASS, out.reason
-    assert out.reason.startswith("no GPU (NVML not available: ")
-    assert out.reason.endswith(f"; CPU run (torch {torch.__version__})")
+    assert out.reason.startswith(f"CPU only: this node has no GPU (torch {torch.__version__}; NVML not available: ")
+    assert out.details["cpu_only"] == "this node has no GPU" and out.details["pci_gpus"] == []
     assert metric(out, "gpu_count") == 0
     assert metric(out, "cpu_count") == os.cpu_count()
     meminfo = Path("/proc/meminfo").read_text().splitlines()
@@ -327,7 +328,7 @@ def test_check_declaration() -> None:
     assert CHECKS == (EnvCheck,)
     assert EnvCheck.name == "env" and EnvCheck.tag == "ENV" and EnvCheck.key_metric == "gpu_count"
     for profile in PROFILES:
-        assert EnvCheck.defaults(profile) == {} and EnvCheck.timeout_s[profile] > 0
+        assert EnvCheck.defaults(profile) == {"pci_root": "/"} and EnvCheck.timeout_s[profile] > 0
 
 
 def test_check_modules_do_not_import_torch() -> None:

@@ -60,7 +60,7 @@ def test_two_local_nodes_run_the_suite_and_merge_into_a_cluster_report(tmp_path:
     for node in report["nodes"]:
         metric = node["report"]["checks"][0]["metrics"][0]
         assert (metric["name"], metric["value"], metric["unit"]) == ("steady_value", 10.0, "GB/s")
-    assert r.stdout.splitlines()[-2] == "[RESULT] SUCCESS"
+    assert r.stdout.splitlines()[-2] == "[RESULT] SUCCESS (CPU only on 2 of 2 node(s): local-0, local-1)"
     job = json.loads((tmp_path / "run" / "launch" / "job.json").read_text())
     assert job["expected_hosts"] == ["local-0", "local-1"]
     assert job["spec"]["suite_args"] == ["--checks", "steady", "--device", "cpu"]

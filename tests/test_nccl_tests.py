@@ -223,6 +223,30 @@ def test_gpu_args_keeps_an_explicit_g() -> None:
     assert args == ["-g", "4"] and env["CUDA_VISIBLE_DEVICES"] == "4,5"
 
 
+def test_check_counts_only_the_visible_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job given 4 of a node's 8 GPUs runs nccl-tests with -g 4 (-g 8 is "Invalid number of GPUs")."""
+    bindir = fake_binary(tmp_path, "cputime_C1.txt")
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
+    monkeypatch.setattr("gpuaccept.hw.devices.nvidia_gpu_count", lambda: 8)  # NVML: the node's 8 GPUs
+    NcclTestsCheck().run(_ctx(NcclTestsCheck.defaults("standard")))
+    argv = (tmp_path / "argv").read_text().split()
+    assert argv[argv.index("-g") + 1] == "4"
+    assert (tmp_path / "cvd").read_text().strip() == "4,5,6,7"
+
+
+@pytest.mark.parametrize(("cvd", "g", "nproc"), [(None, "8", 8), ("0,1", "2", 2), ("MIG-1a,MIG-3c,MIG-5e", "1", 1),
+                                                 ("NoDevFiles", "1", 0), ("-1", "1", 0)])
+def test_gpu_args_counts_as_default_nproc(cvd: str | None, g: str, nproc: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuaccept.distributed.local import default_nproc
+
+    monkeypatch.setattr("gpuaccept.hw.devices.nvidia_gpu_count", lambda: 8)
+    env = {} if cvd is None else {"CUDA_VISIBLE_DEVICES": cvd}
+    args, _ = gpu_args(["-b", "8M"], None, env)
+    assert args == ["-b", "8M", "-g", g]
+    assert default_nproc("cuda", None, env) == nproc
+
+
 def test_cli_parse_table_json_and_stdin(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     assert main(["nccl-tests", "parse", str(DATA / "current_2hosts_h100.txt"), "--min-busbw", "300"]) == 0
     out = capsys.readouterr().out

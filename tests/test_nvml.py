@@ -151,7 +151,7 @@ H100_SPEC: dict[str, Any] = {
 }
 
 DEVICE_FUNCS = (*(k for k in H100_SPEC if k.startswith("nvml")), "nvmlDeviceGetGpuMaxPcieLinkGeneration",
-                "nvmlDeviceGetCurrentClocksThrottleReasons")
+                "nvmlDeviceGetCurrentClocksThrottleReasons", "nvmlDeviceGetMigMode")
 
 
 def field_value(ret: int, value: int) -> types.SimpleNamespace:

@@ -99,7 +99,7 @@ def test_env_alone_passing_measured_nothing(tmp_path: Path) -> None:
 def test_one_measuring_check_makes_it_a_success_again(tmp_path: Path) -> None:
     r = gpuaccept("run", "--device", "cpu", "--checks", "skipper,steady", "--report-dir", str(tmp_path))
     assert r.returncode == 0, (r.stdout, r.stderr)
-    assert r.stdout.splitlines()[-1] == "[RESULT] SUCCESS"
+    assert r.stdout.splitlines()[-1].startswith("[RESULT] SUCCESS (CPU only: ")
 
 
 # ---- declared metrics -------------------------------------------------------------------------------------
@@ -241,4 +241,4 @@ def test_the_verdict_is_the_last_line_of_merged_output(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stdout
     lines = r.stdout.splitlines()
     assert any(line.startswith("[RESULT] stored run") for line in lines), lines
-    assert lines[-1] == "[RESULT] SUCCESS"
+    assert lines[-1].startswith("[RESULT] SUCCESS (CPU only: ")

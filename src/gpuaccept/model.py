@@ -226,6 +226,9 @@ class NodeReport:
     version: str = ""
     pod: str | None = None
     """The container (Kubernetes or Run:ai pod) the report came from, when ``host`` names the node it ran on."""
+    cpu_only: str | None = None
+    """Why the run used no GPU (``"this node has no GPU"``), None for a GPU run: a CPU-only SUCCESS
+    says the CPU pipeline passed, never that GPUs were accepted."""
     in_flight: str | None = None
     """The check that was running when the report was last written (a run stopped or killed during it)."""
     budget: dict[str, Any] | None = None
@@ -270,6 +273,8 @@ class NodeReport:
         }
         if self.pod is not None:
             d["pod"] = self.pod
+        if self.cpu_only is not None:
+            d["cpu_only"] = self.cpu_only
         if self.in_flight is not None:
             d["in_flight"] = self.in_flight
         if self.budget is not None:
@@ -292,6 +297,7 @@ class NodeReport:
             argv=list(d.get("argv", [])),
             version=d.get("version", ""),
             pod=d.get("pod"),
+            cpu_only=d.get("cpu_only") or None,
             in_flight=d.get("in_flight"),
             budget=d.get("budget"),
             estimates=_estimates(d.get("estimates")),
@@ -371,6 +377,10 @@ class ClusterReport:
 
     def failed_nodes(self) -> list[str]:
         return [n.host for n in self.nodes if n.verdict is not Verdict.SUCCESS]
+
+    def cpu_only_nodes(self) -> list[str]:
+        """The nodes whose run used no GPU (their SUCCESS is a CPU pipeline's, not a GPU acceptance)."""
+        return [n.host for n in self.nodes if n.report is not None and n.report.cpu_only]
 
     def to_dict(self) -> dict[str, Any]:
         return {

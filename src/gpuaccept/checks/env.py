@@ -16,14 +16,15 @@ import os
 import platform
 import socket
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
 from gpuaccept.checks import estimates
 from gpuaccept.checks.base import PROFILES, Check, CheckContext, Outcome, Param, ThresholdRule
+from gpuaccept.hw.devices import visible_count
+from gpuaccept.hw.pcigpu import BusGpu, judge_bus, read_bus_gpus
 from gpuaccept.model import Metric, Status, worst
-
-_HIDDEN_CVD = ("", "-1", "none", "NoDevFiles")
 
 
 def parse_os_release(text: str) -> dict[str, str]:
@@ -143,12 +144,7 @@ def tiny_kernel() -> tuple[bool | None, str | None]:
 
 def visible_gpu_count(nvml_count: int, cuda_visible_devices: str | None) -> int:
     """How many of ``nvml_count`` GPUs CUDA can see under ``CUDA_VISIBLE_DEVICES`` (unset: all)."""
-    if cuda_visible_devices is None:
-        return nvml_count
-    if cuda_visible_devices.strip() in _HIDDEN_CVD:
-        return 0
-    entries = [e for e in cuda_visible_devices.split(",") if e.strip()]
-    return min(len(entries), nvml_count)
+    return visible_count(nvml_count, cuda_visible_devices)
 
 
 def _read(path: str) -> str:
@@ -241,6 +237,7 @@ def nvml_info(cuda_visible_devices: str | None = None) -> dict[str, Any]:
                   else "") for g in snap.gpus])
     return {
         "available": True,
+        "mig_gpus": _mig_gpus(),
         "driver_version": snap.driver_version,
         "nvml_version": snap.nvml_version,
         "cuda_driver_version": snap.cuda_driver_version,
@@ -249,6 +246,27 @@ def nvml_info(cuda_visible_devices: str | None = None) -> dict[str, Any]:
                   "serial": g.serial, "pci_bus_id": g.pci_bus_id, "memory_total_bytes": g.memory_total_bytes,
                   "sku": _sku_id(g.name)} for g in snap.gpus],
     }
+
+
+def _mig_gpus() -> int | None:
+    """How many GPUs have MIG on (``nvidia-smi --query-gpu=mig.mode.current``); None when NVML cannot say."""
+    from gpuaccept.hw.nvml import NvmlUnavailable, open_nvml
+    from gpuaccept.hw.nvml_ext import mig_enabled
+
+    try:
+        nvml = open_nvml()
+    except NvmlUnavailable:
+        return None
+    try:
+        modes = [mig_enabled(nvml, nvml.nvmlDeviceGetHandleByIndex(i)) for i in range(nvml.nvmlDeviceGetCount())]
+    except nvml.NVMLError:
+        return None
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except nvml.NVMLError:
+            pass
+    return sum(1 for m in modes if m)
 
 
 def identity_info(root: str = "/") -> dict[str, Any]:
@@ -274,9 +292,13 @@ def _sku_id(name: str) -> str | None:
 
 
 def evaluate_env(ctx: CheckContext, host: dict[str, Any], tch: dict[str, Any], nvml: dict[str, Any],
-                 cuda_visible_devices: str | None, identity: dict[str, Any] | None = None) -> Outcome:
+                 cuda_visible_devices: str | None, identity: dict[str, Any] | None = None, *,
+                 bus: list[BusGpu] | None = None, env: Mapping[str, str] | None = None) -> Outcome:
     """The env verdicts from collected facts (``tch``: :func:`torch_info`, ``nvml``: :func:`nvml_info`,
-    ``identity``: :func:`identity_info`, recorded as it is and never judged).
+    ``identity``: :func:`identity_info`, recorded as it is and never judged; ``bus``: the GPUs on the PCI
+    bus, :func:`gpuaccept.hw.pcigpu.read_bus_gpus`, None when not read; ``env``: the process environment,
+    default ``CUDA_VISIBLE_DEVICES`` alone). GPUs on the bus that this job may use but cannot are a FAIL
+    whatever the device (:func:`gpuaccept.hw.pcigpu.judge_bus`); a run that uses no GPU says "CPU only" and why.
 
     Pure, so every branch is testable on any machine.
     """
@@ -287,20 +309,24 @@ def evaluate_env(ctx: CheckContext, host: dict[str, Any], tch: dict[str, Any], n
         gpu_count = visible_gpu_count(nvml_count, cuda_visible_devices)
     else:
         gpu_count = torch_count or 0
-    problems: list[tuple[Status, str]] = []
+    if env is None:
+        env = {} if cuda_visible_devices is None else {"CUDA_VISIBLE_DEVICES": cuda_visible_devices}
+    on_bus = judge_bus(bus, nvml, tch, env, ctx.device, ctx.expect_gpus)
+    problems: list[tuple[Status, str]] = list(on_bus.problems)
 
     if ctx.expect_gpus is not None and gpu_count != ctx.expect_gpus:
         problems.append((Status.FAIL, f"expected {ctx.expect_gpus} GPUs, found {gpu_count}"))
     if ctx.require_gpu and gpu_count == 0:
         why = nvml.get("error") or "the driver sees none"
         problems.append((Status.FAIL, f"no GPU found but a GPU is required ({why})"))
-    if cuda:
+    if cuda and not on_bus.problems:  # the bus's verdict already names why torch cannot use the GPUs
         if not tch.get("installed"):
             problems.append((Status.FAIL, f"device is cuda but torch does not import: {tch.get('error')}"))
         elif not tch.get("cuda_available"):
             problems.append((Status.FAIL, f"device is cuda but torch {tch.get('version')} cannot use CUDA "
                                           f"(torch.version.cuda={tch.get('cuda')})"))
-        elif nvml_count is not None and torch_count != gpu_count:
+        elif nvml_count is not None and torch_count != gpu_count and not (nvml.get("mig_gpus") and torch_count):
+            # with MIG on, CUDA enumerates a single MIG instance per process: NVML's GPU count is not CUDA's
             problems.append((Status.FAIL, f"NVML sees {gpu_count} GPUs (CUDA_VISIBLE_DEVICES applied) "
                                           f"but torch sees {torch_count}"))
     compat_status, compat_reason = cuda_compat(nvml.get("cuda_driver_version") if nvml.get("available") else None,
@@ -316,10 +342,13 @@ def evaluate_env(ctx: CheckContext, host: dict[str, Any], tch: dict[str, Any], n
                                                                  if ctx.expect_gpus is not None else None)),
         Metric("cpu_count", float(host.get("cpu_count") or 0), "count"),
     ]
+    if bus is not None:  # lspci -d ::0300 -d ::0302 -d ::0380, NVIDIA and AMD
+        metrics.append(Metric("pci_gpu_count", float(len(bus)), "count"))
     if host.get("memory_total_bytes"):
         metrics.append(Metric("host_memory_gib", round(host["memory_total_bytes"] / 2**30, 2), "GiB"))
     details: dict[str, Any] = {**host, "torch": tch, "nvml": nvml, "cuda_visible_devices": cuda_visible_devices,
-                               "cuda_compat": compat_reason}
+                               "cuda_compat": compat_reason, "cpu_only": on_bus.cpu_only,
+                               "pci_gpus": None if bus is None else [g.to_dict() for g in bus]}
     if identity is not None:
         details["identity"] = identity
     torch_text = f"torch {tch['version']}" if tch.get("installed") else "torch not installed"
@@ -328,15 +357,16 @@ def evaluate_env(ctx: CheckContext, host: dict[str, Any], tch: dict[str, Any], n
         ordered = sorted(problems, key=lambda p: -p[0].severity)
         return Outcome(status, "; ".join(m for _, m in ordered), metrics, details)
     if gpu_count == 0:
-        why = "" if nvml_count is not None else f" ({nvml.get('error')})"
-        return Outcome(Status.PASS, f"no GPU{why}; CPU run ({torch_text})", metrics, details)
+        why = on_bus.cpu_only or "no GPU"
+        nv = "" if nvml_count is not None else f"; {nvml.get('error')}"
+        return Outcome(Status.PASS, f"CPU only: {why} ({torch_text}{nv})", metrics, details)
     names = sorted({str(g["name"]) for g in nvml.get("gpus", [])}) or ["GPU"]
     reason = (f"{gpu_count}x {'/'.join(names)}, driver {nvml.get('driver_version')} "
               f"(CUDA {nvml.get('cuda_driver_version')}), {torch_text}")
     if tch.get("cuda"):
         reason += f" (CUDA {tch['cuda']})"
     if not cuda:
-        reason += "; CPU run"
+        reason += f"; CPU only: {on_bus.cpu_only or 'device cpu'}"
     return Outcome(Status.PASS, reason, metrics, details)
 
 
@@ -348,7 +378,10 @@ class EnvCheck(Check):
     measures = False  # it takes stock; a run in which only env passed measured nothing
     summary = ("host, OS, CPU, memory, Python/torch/CUDA/cuDNN/NCCL, driver, GPU inventory; GPU UUIDs and serials, "
                "board serial and RDMA port GUIDs")
-    params: ClassVar[tuple[Param, ...]] = ()
+    params: ClassVar[tuple[Param, ...]] = (
+        Param("pci_root", "str", "/", "filesystem root under which the GPUs on the PCI bus are read "
+                                      "(<root>/sys/bus/pci/devices; a recorded tree in tests)"),
+    )
     profiles: ClassVar[tuple[str, ...]] = PROFILES  # burnin too: the inventory and health around a long load
     profile_params: ClassVar[dict[str, dict[str, Any]]] = {p: {} for p in PROFILES}
     thresholds: ClassVar[tuple[ThresholdRule, ...]] = ()
@@ -363,7 +396,8 @@ class EnvCheck(Check):
 
     def run(self, ctx: CheckContext) -> Outcome:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        return evaluate_env(ctx, host_info(), torch_info(), nvml_info(visible), visible, identity_info())
+        return evaluate_env(ctx, host_info(), torch_info(), nvml_info(visible), visible, identity_info(),
+                            bus=read_bus_gpus(str(ctx.params.get("pci_root", "/"))), env=os.environ)
 
 
 CHECKS = (EnvCheck,)

@@ -42,7 +42,10 @@ from gpuaccept.nccltests.parse import parse_text
 def gpu_args(args: list[str], gpus: list[int] | None, env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
     """``args`` plus ``-g N`` (unless given) and the environment restricting nccl-tests to ``gpus``.
 
-    ``gpus`` are CUDA ordinals as seen here; an existing ``CUDA_VISIBLE_DEVICES`` is narrowed.
+    ``gpus`` are CUDA ordinals as seen here; an existing ``CUDA_VISIBLE_DEVICES`` is narrowed. Without
+    ``gpus``, N is every GPU the binary will see: the driver's count narrowed by ``CUDA_VISIBLE_DEVICES``
+    (and its MIG entries), as :func:`gpuaccept.distributed.local.default_nproc` counts ranks; 4 on a
+    job given 4 of 8 GPUs, where ``-g 8`` makes nccl-tests exit with "Invalid number of GPUs".
     """
     env = dict(env)
     if gpus is not None:
@@ -54,9 +57,9 @@ def gpu_args(args: list[str], gpus: list[int] | None, env: dict[str, str]) -> tu
     if gpus is not None:
         n = len(gpus)
     else:
-        from gpuaccept.hw.devices import nvidia_gpu_count
+        from gpuaccept.hw.devices import visible_gpu_count
 
-        n = nvidia_gpu_count()
+        n = visible_gpu_count(env)
     return [*args, "-g", str(max(n, 1))], env
 
 

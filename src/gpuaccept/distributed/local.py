@@ -23,13 +23,9 @@ def default_nproc(device: str, gpus: list[int] | None, env: dict[str, str] | Any
         return 2
     if gpus:
         return len(gpus)
-    from gpuaccept.hw.devices import nvidia_gpu_count
+    from gpuaccept.hw.devices import visible_gpu_count
 
-    count = nvidia_gpu_count()
-    visible = env.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None and visible.strip():
-        count = min(count, len([v for v in visible.split(",") if v.strip()]))
-    return count
+    return visible_gpu_count(env)
 
 
 def rank_env(rc: RankContext, nproc: int, partial: Path, base: dict[str, str] | None = None) -> dict[str, str]:

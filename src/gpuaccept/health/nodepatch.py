@@ -110,11 +110,14 @@ def node_report_for(report: NodeReport | ClusterReport, node: str, *, any_host: 
 
 def verdict_from_report(report: NodeReport, node: str, checked: str) -> NodeVerdict:
     """``pass`` for a successful run, ``fail`` for a failed one (the reason names the checks that failed or
-    errored). NoVerdict for a report that decides nothing: still ``running``, ``interrupted``, or
-    ``nothing_measured`` (every check skipped: the node was not tested, which is neither)."""
+    errored; a CPU-only run's reason starts with ``CPU only: <why>``, as its ``[RESULT]`` line does). NoVerdict
+    for a report that decides nothing: still ``running``, ``interrupted``, or ``nothing_measured`` (every check
+    skipped: the node was not tested, which is neither)."""
     if report.verdict is Verdict.SUCCESS:
         passed = sum(1 for c in report.checks if c.status.value in ("pass", "warn"))
         reason = f"{passed} of {len(report.checks)} checks passed ({report.profile} profile)"
+        if report.cpu_only:  # the reason annotation says it first: no GPU was accepted
+            reason = f"CPU only: {report.cpu_only}; {reason}"
         return NodeVerdict(node, PASS, reason, report.run_id, checked)
     if report.verdict is Verdict.FAILURE:
         failed = [c for c in report.checks if c.status.is_failure]

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+HIDDEN_CVD = ("", "-1", "none", "NoDevFiles")
+"""``CUDA_VISIBLE_DEVICES`` values that hide every GPU (Slurm writes ``NoDevFiles`` for a job given none)."""
 
 
 def nvidia_gpu_count() -> int:
@@ -26,15 +30,35 @@ def nvidia_gpu_count() -> int:
         return len(list(proc.iterdir())) if proc.is_dir() else 0
 
 
+def visible_count(total: int, cuda_visible_devices: str | None) -> int:
+    """How many CUDA devices a process sees of ``total`` GPUs under ``cuda_visible_devices`` (None: unset, all).
+
+    Each listed GPU (index or ``GPU-`` UUID) counts once, at most ``total``; ``MIG-`` entries count
+    one in all, as a CUDA process enumerates a single MIG instance (NVIDIA's MIG user guide,
+    "CUDA_VISIBLE_DEVICES").
+    """
+    if cuda_visible_devices is None:
+        return total
+    if cuda_visible_devices.strip() in HIDDEN_CVD:
+        return 0
+    entries = [e.strip() for e in cuda_visible_devices.split(",") if e.strip()]
+    mig = sum(1 for e in entries if e.lower().startswith("mig-"))
+    return min(len(entries) - mig, total) + (1 if mig and total > 0 else 0)
+
+
+def visible_gpu_count(env: Mapping[str, str]) -> int:
+    """The GPUs a process started with ``env`` sees: the driver's count (:func:`nvidia_gpu_count`)
+    narrowed by its ``CUDA_VISIBLE_DEVICES`` (``python -c "import torch; print(torch.cuda.device_count())"``).
+    MIG on without ``CUDA_VISIBLE_DEVICES`` is not seen here: NVML's count of physical GPUs is used."""
+    return visible_count(nvidia_gpu_count(), env.get("CUDA_VISIBLE_DEVICES"))
+
+
 def resolve_device(requested: str) -> str:
     """``auto`` becomes ``cuda`` when the driver sees a GPU and CUDA_VISIBLE_DEVICES
     does not hide them all, else ``cpu``. ``cuda`` and ``cpu`` are returned as given."""
     if requested != "auto":
         return requested
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None and visible.strip() in ("", "-1", "none", "NoDevFiles"):
-        return "cpu"
-    return "cuda" if nvidia_gpu_count() > 0 else "cpu"
+    return "cuda" if visible_gpu_count(os.environ) > 0 else "cpu"
 
 
 def torch_devices(ctx_device: str, gpus: list[int] | None) -> list[Any]:

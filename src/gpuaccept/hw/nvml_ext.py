@@ -30,6 +30,16 @@ def _message(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+def mig_enabled(nvml: Any, handle: Any) -> bool | None:
+    """Whether MIG is on for the GPU at ``handle`` (``nvidia-smi --query-gpu=mig.mode.current``); None where
+    NVML cannot say (not supported, an older NVML)."""
+    try:
+        current, _pending = nvml.nvmlDeviceGetMigMode(handle)
+    except (AttributeError, TypeError, ValueError, nvml.NVMLError):
+        return None
+    return bool(current == getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1))
+
+
 def read_nvlink_errors(nvml: Any, handle: Any, active: list[bool]) -> tuple[dict[str, dict[str, int]], str]:
     """Per-link error counters of the active links: ``{field: {"<link>": count}}`` (``nvidia-smi nvlink -e``).
 

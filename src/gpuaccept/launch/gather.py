@@ -180,11 +180,16 @@ def summary_lines(cluster: ClusterReport) -> list[str]:
         n = len(e.report.checks)
         verdict = e.verdict.value.upper()
         detail = e.reason or f"{n} check(s)"
-        lines.append(f"[NODE] {e.host}: {verdict} - {detail}")
+        cpu = f" (CPU only: {e.report.cpu_only})" if e.report.cpu_only else ""
+        lines.append(f"[NODE] {e.host}: {verdict}{cpu} - {detail}")
     fabric = cluster.analysis.get("cross_node")
     if isinstance(fabric, dict) and fabric.get("checks"):
         lines.append(cross_node_line(fabric))
-    if cluster.verdict is Verdict.SUCCESS:
+    cpu_only = cluster.cpu_only_nodes()
+    if cluster.verdict is Verdict.SUCCESS and cpu_only:
+        lines.append(f"[RESULT] SUCCESS (CPU only on {len(cpu_only)} of {len(cluster.nodes)} node(s): "
+                     f"{', '.join(cpu_only[:8])}{', ...' if len(cpu_only) > 8 else ''})")
+    elif cluster.verdict is Verdict.SUCCESS:
         lines.append("[RESULT] SUCCESS")
     else:
         lines.append("[RESULT] FAILURE: " + (", ".join(cluster.failed_nodes()) or "no node reported"))

@@ -62,9 +62,11 @@ class DistributedRunner(Runner):
 
     def __init__(self, plan: SuitePlan, report_dir: Path, info: RankInfo, *, run_id: str | None = None,
                  host: str | None = None, argv: list[str] | None = None, events: RunEvents | None = None,
-                 verbose: bool = False, dist_timeout_s: float = 120.0, warm: bool | WarmProcess | None = None) -> None:
+                 verbose: bool = False, dist_timeout_s: float = 120.0, warm: bool | WarmProcess | None = None,
+                 requested_device: str = "auto") -> None:
         super().__init__(plan, report_dir, run_id="pending", host=host, argv=argv, events=events,
-                         verbose=verbose, nproc=1, dist_timeout_s=dist_timeout_s, warm=warm)
+                         verbose=verbose, nproc=1, dist_timeout_s=dist_timeout_s, warm=warm,
+                         requested_device=requested_device)
         self.report_root = Path(report_dir)
         self.info = info
         self.rank = info.rank

@@ -219,6 +219,7 @@ class Prepared:
     estimates: dict[str, float] = field(default_factory=dict)
     nproc: int = 1
     timeout_scale: float = 1.0
+    requested_device: str = "auto"  # what --device/config asked for, before "auto" was resolved
 
     @property
     def leads(self) -> bool:
@@ -284,7 +285,7 @@ def prepare(req: RunRequest, warn: Callable[[str], None] = lambda line: None) ->
 
         nproc = req.nproc or default_nproc(plan.device, plan.gpus, os.environ)
     return Prepared(req, plan, cfg, reg, report_dir, baseline=baseline, rank=info, budget=budget,
-                    estimates=estimates, nproc=nproc, timeout_scale=opts.timeout_scale)
+                    estimates=estimates, nproc=nproc, timeout_scale=opts.timeout_scale, requested_device=opts.device)
 
 
 @dataclass
@@ -326,7 +327,8 @@ def run_node(prep: Prepared, display: Any, *, warm: Any = None, started: float |
 
         runner = DistributedRunner(prep.plan, Path(prep.report_dir), prep.rank, run_id=req.run_id,
                                    argv=list(req.argv), events=RunEvents.of(display) if prep.leads else RunEvents(),
-                                   verbose=req.verbose, dist_timeout_s=req.dist_timeout, warm=warm)
+                                   verbose=req.verbose, dist_timeout_s=req.dist_timeout, warm=warm,
+                                   requested_device=prep.requested_device)
         try:
             runner.join()
         except RendezvousError as exc:
@@ -336,7 +338,7 @@ def run_node(prep: Prepared, display: Any, *, warm: Any = None, started: float |
     else:
         common: dict[str, Any] = dict(run_id=req.run_id, argv=list(req.argv), events=RunEvents.of(display),
                                       verbose=req.verbose, nproc=prep.nproc, dist_timeout_s=req.dist_timeout,
-                                      warm=warm)
+                                      warm=warm, requested_device=prep.requested_device)
         if prep.budget is not None:
             from gpuaccept.node.budget_run import WindowRunner
 

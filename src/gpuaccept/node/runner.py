@@ -114,6 +114,15 @@ def writing(path: Path, report: NodeReport | None = None) -> Iterator[None]:
         raise ReportWriteError(f"cannot write {path}: {exc.strerror or exc}", report, exc) from None
 
 
+def cpu_only_of(plan: SuitePlan, requested_device: str) -> str:
+    """Why a cpu run uses no GPU, from the PCI bus under the env check's ``pci_root`` (``/`` without one);
+    the env check's own reason, which also knows NVML and torch, replaces it when env ends."""
+    from gpuaccept.hw.pcigpu import cpu_only_reason, read_bus_gpus
+
+    root = next((str(c.params.get("pci_root", "/")) for c in plan.checks if c.name == "env"), "/")
+    return cpu_only_reason(read_bus_gpus(root), os.environ, requested_device)
+
+
 def this_host() -> str:
     """The host name reports carry: ``$GPUACCEPT_HOSTNAME``, else the short host name."""
     return os.environ.get("GPUACCEPT_HOSTNAME") or socket.gethostname().split(".")[0]
@@ -125,7 +134,8 @@ class Runner:
     def __init__(self, plan: SuitePlan, report_dir: Path, *, run_id: str | None = None,
                  host: str | None = None, argv: list[str] | None = None,
                  events: RunEvents | None = None, verbose: bool = False,
-                 nproc: int = 1, dist_timeout_s: float = 120.0, warm: bool | WarmProcess | None = None) -> None:
+                 nproc: int = 1, dist_timeout_s: float = 120.0, warm: bool | WarmProcess | None = None,
+                 requested_device: str = "auto") -> None:
         self.plan = plan
         self.nproc = nproc
         self.dist_timeout_s = dist_timeout_s
@@ -137,6 +147,8 @@ class Runner:
         self.report = NodeReport(run_id=self.run_id, host=self.host, profile=plan.profile,
                                  started=utc_now(), device=plan.device, argv=list(argv or []),
                                  version=__version__)
+        if plan.device == "cpu":  # say so from the start: a CPU-only SUCCESS is never a GPU acceptance
+            self.report.cpu_only = cpu_only_of(plan, requested_device)
         self._children: list[CheckProcess] = []
         #: why check processes start the old way (None: forked from the warm process); ``warm``: True or
         #: False forces it on or off, None leaves it to GPUACCEPT_ZYGOTE, a WarmProcess is used (and closed)
@@ -281,6 +293,8 @@ class Runner:
         self._save()
         result = self._run_one(check)
         self.report.checks.append(result)
+        if self.plan.device == "cpu" and isinstance(result.details.get("cpu_only"), str):
+            self.report.cpu_only = result.details["cpu_only"]  # env's reason knows what NVML and torch saw
         self.report.in_flight = None
         self._append(result)
         self._save()

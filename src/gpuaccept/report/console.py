@@ -57,8 +57,8 @@ def metric_line(m: Metric) -> str:
 
 
 def result_line(report: NodeReport) -> str:
-    if report.verdict is Verdict.SUCCESS:
-        return "[RESULT] SUCCESS"
+    if report.verdict is Verdict.SUCCESS:  # a CPU-only pass says so: it is no GPU acceptance
+        return f"[RESULT] SUCCESS (CPU only: {report.cpu_only})" if report.cpu_only else "[RESULT] SUCCESS"
     if report.verdict is Verdict.INTERRUPTED:
         return "[RESULT] INTERRUPTED: " + (", ".join(report.failed_checks()) or "no check failed before the stop")
     if report.verdict is Verdict.NOTHING_MEASURED:

@@ -41,6 +41,7 @@ from gpuaccept.report.views import (
     bound_text,
     check_host,
     check_names,
+    cpu_only_text,
     cross_node_coverage,
     device_sort_key,
     fmt_duration,
@@ -144,9 +145,15 @@ def _header(report: NodeReport | ClusterReport, nodes: Sequence[NodeView]) -> st
     if version:
         facts.append(("gpuaccept", e(version)))
     kind = "cluster" if isinstance(report, ClusterReport) else "node"
+    cpu_only = cpu_only_text(report)
+    if cpu_only:
+        facts.insert(1, ("GPUs", f"<b>{e(cpu_only)}</b>: the verdict is the CPU pipeline's, not a GPU acceptance"))
     dl = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts)
+    cpu = f'<div id="cpu-only" class="cpu-only">{e(cpu_only)}</div>' if cpu_only else ""
+    mark = ' data-cpu-only="1"' if cpu_only else ""
     return (f'<header><h1>gpuaccept {kind} report</h1>'
-            f'<div id="verdict" class="verdict {e(verdict)}" data-verdict="{e(verdict)}">{e(verdict.upper())}</div>'
+            f'<div id="verdict" class="verdict {e(verdict)}" data-verdict="{e(verdict)}"'
+            f'{mark}>{e(verdict.upper())}</div>{cpu}'
             f'<dl class="facts">{dl}</dl></header>')
 
 

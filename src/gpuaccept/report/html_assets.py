@@ -24,6 +24,9 @@ code, .mono { font-family: ui-monospace, "DejaVu Sans Mono", Menlo, monospace; f
   color: #fff; letter-spacing: .04em; margin: 6px 0; }
 .verdict.success { background: var(--pass); } .verdict.failure { background: var(--fail); }
 .verdict.running, .verdict.interrupted { background: var(--warn); }
+.verdict[data-cpu-only] { background: var(--warn); }
+.cpu-only { display: inline-block; font-weight: 700; margin-left: 10px; padding: 6px 10px;
+  border: 2px solid var(--warn); border-radius: 6px; }
 dl.facts { display: grid; grid-template-columns: max-content auto; gap: 2px 14px; margin: 8px 0; }
 dl.facts dt { color: var(--muted); } dl.facts dd { margin: 0; }
 .badge { display: inline-block; border-radius: 10px; padding: 0 8px; font-size: 12px; font-weight: 600;

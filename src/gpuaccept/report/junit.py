@@ -116,6 +116,7 @@ def render_junit(report: NodeReport | ClusterReport, analysis: dict[str, Any] | 
         props = ET.SubElement(suite, "properties")
         for key, prop in (("run_id", report.run_id), ("verdict", node.verdict.value),
                            ("profile", node.report.profile if node.report else ""),
+                           ("cpu_only", node.report.cpu_only if node.report and node.report.cpu_only else ""),
                            ("backend", report.backend if isinstance(report, ClusterReport) else "")):
             if prop:
                 ET.SubElement(props, "property", name=key, value=xml_text(prop))

@@ -21,6 +21,7 @@ from gpuaccept.report.views import (
     analysis_of,
     bound_text,
     check_host,
+    cpu_only_text,
     fmt_duration,
     fmt_number,
     fmt_tags,
@@ -111,7 +112,9 @@ def render_markdown(report: NodeReport | ClusterReport, analysis: dict[str, Any]
     nodes = node_views(report)
     verdict = report.verdict
     cluster = isinstance(report, ClusterReport)
-    lines = [f"## {_ICON.get(verdict, '')} gpuaccept: **{verdict.value.upper()}**", ""]
+    cpu_only = cpu_only_text(report)
+    lines = [f"## {_ICON.get(verdict, '')} gpuaccept: **{verdict.value.upper()}**"
+             + (f" ({md(cpu_only)})" if cpu_only else ""), ""]
     facts = [f"run {code(report.run_id)}"]
     if isinstance(report, ClusterReport):
         reported = sum(1 for n in nodes if not n.missing)

@@ -10,6 +10,8 @@ for node-wide values):
 - ``gpuaccept_check_status{host,check,status}``: 1 for the check's status, 0 for the other four;
 - ``gpuaccept_check_duration_seconds{host,check}``;
 - ``gpuaccept_node_verdict{host,verdict}``: 1 for the run's verdict, 0 for the others;
+- ``gpuaccept_node_cpu_only{host}``: 1 when the host's run used no GPU (its verdict is a CPU pipeline's,
+  not a GPU acceptance; the reason is in report.json's ``cpu_only``), 0 for a GPU run;
 - ``gpuaccept_node_reported{host}``: 0 for a node of a cluster run that sent no report;
 - ``gpuaccept_run_timestamp_seconds{host}`` and ``gpuaccept_run_duration_seconds{host}``;
 - ``gpuaccept_run_info{host,run_id,profile,version}`` = 1;
@@ -212,6 +214,8 @@ def families(node_reports: Sequence[NodeReport], cluster: ClusterReport | None =
     ts = Family(PREFIX + "run_timestamp_seconds", "Start of the host's latest gpuaccept run, Unix time in seconds.")
     dur = Family(PREFIX + "run_duration_seconds", "Wall time of the host's latest gpuaccept run in seconds.")
     verdict_f = Family(PREFIX + "node_verdict", "1 for the verdict of the host's latest run, 0 for the others.")
+    cpu_f = Family(PREFIX + "node_cpu_only", "1 when the host's latest run used no GPU (not a GPU acceptance), "
+                                             "0 for a GPU run.")
     reported_f = Family(PREFIX + "node_reported", "1 when the host sent a report, 0 when a cluster run is missing it.")
     status_f = Family(PREFIX + "check_status", "1 for the check's status in the host's latest run, 0 for the others.")
     cdur = Family(PREFIX + "check_duration_seconds", "Time the check took on the host, in seconds.")
@@ -240,6 +244,7 @@ def families(node_reports: Sequence[NodeReport], cluster: ClusterReport | None =
         for v in Verdict:
             verdict_f.add(1 if rep.verdict is v else 0, host=rep.host, verdict=v.value)
         reported_f.add(1, host=rep.host)
+        cpu_f.add(1 if rep.cpu_only else 0, host=rep.host)
         budget = budget_view(rep)
         if budget is not None:
             budget_f.add(budget.budget_s, host=rep.host)
@@ -259,7 +264,7 @@ def families(node_reports: Sequence[NodeReport], cluster: ClusterReport | None =
     status_f.samples = _uniform(check_rows, ("host", "check", "status"), ("rerun",))
     cdur.samples = _uniform(dur_rows, ("host", "check"), ("rerun",))
 
-    fams = [info, ts, dur, verdict_f, reported_f, status_f, cdur, budget_f, left_out_f,
+    fams = [info, ts, dur, verdict_f, cpu_f, reported_f, status_f, cdur, budget_f, left_out_f,
             *_metric_families(entries, idx)]
     if cluster is not None:
         for entry in cluster.nodes:

@@ -78,6 +78,18 @@ def verdict_of(report: NodeReport | ClusterReport) -> Verdict:
     return report.verdict
 
 
+def cpu_only_text(report: NodeReport | ClusterReport) -> str | None:
+    """``CPU only: <why>`` for a run that used no GPU (for a cluster: which nodes), None for a GPU run;
+    renderers put it beside the verdict so that a CPU-only SUCCESS never reads as a GPU acceptance."""
+    if isinstance(report, NodeReport):
+        return f"CPU only: {report.cpu_only}" if report.cpu_only else None
+    hosts = report.cpu_only_nodes()
+    if not hosts:
+        return None
+    shown = ", ".join(hosts[:8]) + (", ..." if len(hosts) > 8 else "")
+    return f"CPU only on {len(hosts)} of {len(report.nodes)} node(s): {shown}"
+
+
 def check_host(check: CheckResult, node: NodeView) -> str:
     """The host a check ran on (a rank's own host when recorded, else the node's)."""
     return check.host or node.host

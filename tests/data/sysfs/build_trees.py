@@ -43,8 +43,35 @@ def pci_dir(root: Path, bdf: str, numa: str, vendor: str, cls: str, device: str)
     return d
 
 
-def gpu(root: Path, bdf: str, numa: str, device: str = "0x2330") -> None:
-    pci_dir(root, bdf, numa, "0x10de", "0x030200", device)
+def gpu(root: Path, bdf: str, numa: str, device: str = "0x2330", *, vendor: str = "0x10de", cls: str = "0x030200",
+        driver: str | None = None) -> None:
+    """A GPU function; ``driver`` binds it (``<bdf>/driver`` links to ``sys/bus/pci/drivers/<driver>``)."""
+    d = pci_dir(root, bdf, numa, vendor, cls, device)
+    if driver:
+        write(root / "sys/bus/pci/drivers" / driver / "uevent", f"DRIVER={driver}")  # git keeps no empty folder
+        link(d / "driver", root / "sys/bus/pci/drivers" / driver)
+
+
+def not_gpus(root: Path) -> None:
+    """What is on a GPU server's bus but is no GPU: the BMC's VGA (ASPEED), NVSwitches (an NVIDIA bridge),
+    an NVIDIA audio function, an emulated display adapter (QEMU's), a virtio device."""
+    pci_dir(root, "0000:03:00.0", "0", "0x1a03", "0x030000", "0x2000")
+    for i, bus in enumerate(("c1", "c2", "c3", "c4")):
+        pci_dir(root, f"0000:{bus}:00.0", str(i // 2), "0x10de", "0x068000", "0x22a3")
+    pci_dir(root, "0000:05:00.1", "0", "0x10de", "0x040300", "0x22ba")
+    pci_dir(root, "0000:06:00.0", "0", "0x1234", "0x030000", "0x1111")
+    pci_dir(root, "0000:07:00.0", "0", "0x1af4", "0x010000", "0x1042")
+
+
+def gpu_node(name: str, *, driver: str | None, n: int = 8, vendor: str = "0x10de", cls: str = "0x030200",
+             device: str = "0x2330", unbound: tuple[int, ...] = ()) -> None:
+    """n GPUs (bound to ``driver``, except those at ``unbound``) among the devices of :func:`not_gpus`."""
+    root = HERE / name
+    shutil.rmtree(root, ignore_errors=True)
+    for i, bus in enumerate(GPU_BUSES[:n]):
+        gpu(root, f"0000:{bus}:00.0", "0" if i < n // 2 else "1", device, vendor=vendor, cls=cls,
+            driver=None if i in unbound else driver)
+    not_gpus(root)
 
 
 def hca(root: Path, name: str, bdf: str, numa: str, *, rate: str, layer: str = "InfiniBand",
@@ -143,6 +170,14 @@ def main() -> None:
     hca(root, "mlx5_1", "0000:1c:00.0", "x", rate="400 Gb/sec (4X NDR)", state="ACTIVE", netdev="ibp28s0",
         gid0="0000:0000:0000:0000:0000:0000:0000:0000")  # no GID assigned: no port GUID
     base("no_rdma")
+    # GPUs on the bus, whatever the driver says (the env check)
+    gpu_node("gpu_8x", driver="nvidia")  # bound: usable if NVML and CUDA see them
+    gpu_node("gpu_8x_unbound", driver="nvidia", unbound=(0, 1, 2, 3, 4, 5, 6, 7))  # the module did not load
+    gpu_node("gpu_8x_one_unbound", driver="nvidia", unbound=(5,))  # one GPU lost its driver
+    gpu_node("amd_8x", driver="amdgpu", vendor="0x1002", cls="0x038000", device="0x740c")  # MI250X
+    root = HERE / "no_gpu"
+    shutil.rmtree(root, ignore_errors=True)
+    not_gpus(root)
 
 
 if __name__ == "__main__":
