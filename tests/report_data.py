@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from gpuaccept.model import ClusterReport, NodeEntry, NodeReport, NodeState, Status
-from gpuaccept.report.load import load_file
+from gpuaccept.results.load import load_file
 
 DATA = Path(__file__).resolve().parent / "data" / "reports"
 CLUSTER = DATA / "cluster-h100.json"

@@ -21,8 +21,8 @@ from gpuaccept.checks import registry
 from gpuaccept.errors import GpuacceptError
 from gpuaccept.inputs import loads_json, loads_yaml
 from gpuaccept.node.config import parse_config
-from gpuaccept.report.load import report_from_dict
 from gpuaccept.results.baseline import parse_baseline
+from gpuaccept.results.load import report_from_dict
 from tests.cli_inproc import Result, run_main
 from tests.report_data import NODE_CPU
 

@@ -22,7 +22,7 @@ import pytest
 import gpuaccept
 from gpuaccept.containers import image
 from gpuaccept.errors import InputError, UsageError
-from gpuaccept.report.load import load_file
+from gpuaccept.results.load import load_file
 from tests.helpers import ROOT, cli_env
 from tests.launch_support import check_golden, one_error_line
 from tests.sshd import need_binary

@@ -58,7 +58,7 @@ NEVER: dict[str, frozenset[str]] = {
     "checks": frozenset({"node", "launch", "isolate", "health", "report", "cli"}),
     "distributed": frozenset({"node", "launch", "isolate", "health", "report", "cli"}),
     "node": frozenset({"launch", "isolate", "health", "report", "cli", "cliargs", "containers"}),
-    "results": frozenset({"node", "launch", "isolate", "health", "cli"}),
+    "results": frozenset({"node", "launch", "isolate", "health", "report", "cli"}),
     "report": frozenset({"node", "launch", "isolate", "health", "cli"}),
     "launch": frozenset({"isolate", "health"}),
 }

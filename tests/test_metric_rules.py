@@ -13,8 +13,8 @@ from gpuaccept.errors import ConfigError, UsageError
 from gpuaccept.model import Metric, Status
 from gpuaccept.node.config import parse_config
 from gpuaccept.node.suite import RunOptions, SuitePlan, check_rule_metrics, plan_suite
-from gpuaccept.report.load import load_file
 from gpuaccept.results.compare import compare_reports
+from gpuaccept.results.load import load_file
 from tests.cli_inproc import run_main
 
 REPORTS = Path(__file__).parent / "data" / "reports"

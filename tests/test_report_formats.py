@@ -13,8 +13,8 @@ import pytest
 from gpuaccept.errors import InputError
 from gpuaccept.model import ClusterReport, NodeReport, Status
 from gpuaccept.report.junit import render_junit
-from gpuaccept.report.load import load_report
 from gpuaccept.report.markdown import render_markdown
+from gpuaccept.results.load import load_report
 from tests.helpers import gpuaccept
 from tests.report_data import (
     CLUSTER,

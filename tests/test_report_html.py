@@ -15,7 +15,7 @@ import pytest
 from gpuaccept.model import ClusterReport, NodeReport
 from gpuaccept.report.html import render_html
 from gpuaccept.report.html_assets import JS
-from gpuaccept.report.load import load_file
+from gpuaccept.results.load import load_file
 from tests.chromium import decode_png, render, require_binary
 from tests.helpers import cli_env, gpuaccept
 from tests.report_data import (

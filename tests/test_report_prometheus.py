@@ -12,8 +12,8 @@ from prometheus_client.samples import Sample
 
 from gpuaccept.errors import InputError
 from gpuaccept.model import Metric, Status
-from gpuaccept.report.load import load_file
 from gpuaccept.report.prometheus import render_prometheus, write_atomic
+from gpuaccept.results.load import load_file
 from tests.helpers import gpuaccept
 from tests.report_data import HOSTILE_HOST, NODE_COLLECTIVES, NODE_CPU, cluster, hostile_cluster, node_cpu, write_json
 

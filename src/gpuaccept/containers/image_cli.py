@@ -90,7 +90,7 @@ def _cluster(args: argparse.Namespace) -> dict[str, str]:
                 raise UsageError(f"--cluster-arch {item!r}: unknown architecture (known: aarch64, x86_64, "
                                  "arm64, amd64)") from None
     if args.cluster_report is not None:
-        from gpuaccept.report.load import load_report
+        from gpuaccept.results.load import load_report
 
         report = load_report(args.cluster_report, db=args.db, report_dir=None)
         for key, source in image.report_platforms(report, args.cluster_report).items():

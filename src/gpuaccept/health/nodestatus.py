@@ -128,7 +128,7 @@ def run_suite(suite_args: list[str], node: str, report_dir: Path | None) -> Suit
 
 
 def _read_run(run_dir: Path) -> NodeReport | None:
-    from gpuaccept.report.load import load_dir
+    from gpuaccept.results.load import load_dir
 
     if not run_dir.is_dir():
         return None
@@ -138,7 +138,7 @@ def _read_run(run_dir: Path) -> NodeReport | None:
 
 def read_report(path: str) -> Any:
     """A node or cluster report from a ``report.json``/``cluster-report.json`` or a run directory."""
-    from gpuaccept.report.load import load_dir, load_file
+    from gpuaccept.results.load import load_dir, load_file
 
     p = Path(path).expanduser()
     if p.is_file():

@@ -147,8 +147,8 @@ def output_path(output: str | None, fmt: str, run_id: str) -> Path | None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from gpuaccept.model import Verdict
-    from gpuaccept.report.load import load_report
     from gpuaccept.report.prometheus import write_atomic
+    from gpuaccept.results.load import load_report
 
     report = load_report(args.ref, db=args.db, host=args.host,
                          report_dir=args.report_dir or _default_report_dir())

@@ -30,8 +30,8 @@ from typing import Any
 
 from gpuaccept.errors import GpuacceptError, InputError, UsageError
 from gpuaccept.model import ClusterReport, NodeReport
-from gpuaccept.report.load import CLUSTER_FILE, NODE_FILE, load_file
 from gpuaccept.report.prometheus import PREFIX, Family, families, iso_epoch
+from gpuaccept.results.load import CLUSTER_FILE, NODE_FILE, load_file
 
 MAX_DEPTH = 3
 """How deep under ``--from`` report files are looked for (run dirs, cluster run dirs with node subdirs)."""

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 def _parse_report(data: Any, where: str) -> NodeReport | ClusterReport | None:
     """A report from parsed JSON; None when ``data`` is plainly not a report; InputError when broken."""
-    from gpuaccept.report.load import report_from_dict
+    from gpuaccept.results.load import report_from_dict
 
     if not isinstance(data, dict) or "run_id" not in data:
         return None

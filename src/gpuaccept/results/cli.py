@@ -165,8 +165,8 @@ def _tags(tags: dict[str, Any]) -> str:
 # ---- report files ---------------------------------------------------------------------------------------------------
 def load_report_file(path: Path) -> Any:
     """A NodeReport or ClusterReport from a JSON file, validated by the one report loader
-    (:func:`gpuaccept.report.load.load_file`); InputError naming the file when it is not one."""
-    from gpuaccept.report.load import load_file
+    (:func:`gpuaccept.results.load.load_file`); InputError naming the file when it is not one."""
+    from gpuaccept.results.load import load_file
 
     return load_file(path)
 
@@ -175,7 +175,7 @@ def _report_files(paths: list[str]) -> list[tuple[Path, Any]]:
     """(source, report) for every report named: a file, a run directory (report.json, else the
     results.jsonl of a run whose report.json is missing), or every report.json below a directory."""
     from gpuaccept.errors import InputError
-    from gpuaccept.report.load import CLUSTER_FILE, NODE_FILE, RESULTS_FILE, load_dir
+    from gpuaccept.results.load import CLUSTER_FILE, NODE_FILE, RESULTS_FILE, load_dir
 
     found: list[tuple[Path, Any]] = []
     for text in paths:
