@@ -192,3 +192,17 @@ def test_nccl_tests_parse_of_a_two_host_log_says_not_judged(capsys: pytest.Captu
     assert main(["nccl-tests", "parse", str(NCCL_DATA / "current_2hosts_h100.txt"), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["status"] == "pass" and doc["not_judged"] == ["allreduce_busbw_large_gbs"]
+
+
+def test_cluster_summary_counts_not_judged_per_node_and_on_the_final_line() -> None:
+    from gpuaccept.launch.gather import summary_lines
+    from gpuaccept.model import ClusterReport, NodeEntry, NodeState
+
+    a, b = _cpu_report(), _cpu_report()
+    b.host = "n2"
+    cluster = ClusterReport("c1", "local", "2026-01-01T00:00:00Z", expected_nodes=2,
+                            nodes=[NodeEntry(r.host, NodeState.REPORTED, r, i) for i, r in enumerate((a, b))])
+    lines = summary_lines(cluster)
+    assert "[NODE] n1: SUCCESS - 4 check(s), 2 not judged" in lines
+    assert lines[-1] == ("[RESULT] SUCCESS (4 performance figures not judged: compute gemm_fp32_tflops, "
+                         "compute gemm_bf16_tflops, memory stream_copy_gbs, memory stream_triad_gbs)")

@@ -376,6 +376,21 @@ class NodeReport:
         )
 
 
+MAX_NAMED = 4
+"""Figures named by :func:`not_judged_note`; more are counted."""
+
+
+def not_judged_note(figures: list[tuple[str, str]]) -> str:
+    """``3 performance figures not judged: compute gemm_fp32_tflops, ...`` for (check, metric) pairs, the note
+    that final ``[RESULT]`` lines add; empty when there are none."""
+    if not figures:
+        return ""
+    named = ", ".join(f"{c} {m}" for c, m in figures[:MAX_NAMED])
+    more = f" and {len(figures) - MAX_NAMED} more" if len(figures) > MAX_NAMED else ""
+    word = "figure" if len(figures) == 1 else "figures"
+    return f"{len(figures)} performance {word} not judged: {named}{more}"
+
+
 STATES = ("error", "fail", "warn", "pass", NOT_JUDGED, "skip")
 """Every :attr:`CheckResult.state`, worst first."""
 

@@ -11,7 +11,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from rich.markup import escape
 
-from gpuaccept.model import NOT_JUDGED, CheckResult, Metric, NodeReport, Status, Verdict, state_label
+from gpuaccept.model import NOT_JUDGED, CheckResult, Metric, NodeReport, Status, Verdict, not_judged_note, state_label
 from gpuaccept.report.views import (
     bound_text,
     headline_metric,
@@ -26,8 +26,6 @@ if TYPE_CHECKING:  # the run's plan, read by shape: the report side imports noth
 
 _STYLE = {Status.PASS.value: "green", Status.WARN.value: "yellow", Status.FAIL.value: "bold red",
           Status.ERROR.value: "bold red", Status.SKIP.value: "dim", NOT_JUDGED: "cyan"}
-MAX_NAMED = 4
-"""Figures named on the final line; more are counted."""
 
 
 def key_metric(result: CheckResult, pattern: str | None = None) -> Metric | None:
@@ -69,20 +67,9 @@ def metric_line(m: Metric) -> str:
             + (f" {tags}" if tags else ""))
 
 
-def not_judged_note(report: NodeReport) -> str:
-    """``3 performance figures not judged: compute gemm_fp32_tflops, ...``; empty when every figure was judged."""
-    figures = report.not_judged()
-    if not figures:
-        return ""
-    named = ", ".join(f"{c} {m}" for c, m in figures[:MAX_NAMED])
-    more = f" and {len(figures) - MAX_NAMED} more" if len(figures) > MAX_NAMED else ""
-    word = "figure" if len(figures) == 1 else "figures"
-    return f"{len(figures)} performance {word} not judged: {named}{more}"
-
-
 def result_notes(report: NodeReport) -> list[str]:
     """What the final line adds in parentheses, each note a clause (joined by ``; ``)."""
-    return [n for n in (not_judged_note(report),) if n]
+    return [n for n in (not_judged_note(report.not_judged()),) if n]
 
 
 def result_line(report: NodeReport) -> str:
