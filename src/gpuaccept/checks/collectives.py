@@ -340,8 +340,7 @@ def _summary_metrics(rows: list[Row], rc: RankContext, judge_min_bytes: int, tag
         out.append(Metric(f"{op}_busbw_large_gbs", low.busbw_gbs, "GB/s", device=rc.device_label,
                           expected=ref.expected, threshold=ref.threshold, expected_source=ref.expected_source,
                           tags={**tags, "op": op, "size_bytes": low.size_bytes, "dtype": low.dtype,
-                                "inplace": int(low.inplace)},
-                          performance=op in MODELLED_OPS))  # broadcast, sendrecv: no fabric model, shown only
+                                "inplace": int(low.inplace)}, performance=op in MODELLED_OPS))
         checked = [r.wrong for r in mine if r.wrong is not None]
         if checked:
             out.append(Metric(f"{op}_wrong", float(sum(checked)), "count", device=rc.device_label,
