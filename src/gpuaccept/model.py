@@ -192,13 +192,13 @@ def miss_text(m: Metric) -> str:
     if t is None or t.met_by(m.value):
         return ""
     if not math.isfinite(m.value):
-        return f"n/a (bound {t.op} {fmt_plain(t.value)}" + ("" if m.unit in BARE_UNITS else f" {m.unit}") + ")"
+        return f"n/a (bound {t.op} {fmt_plain(t.value)} {m.unit})".replace(" )", ")")
     rel = "<" if t.op == ">=" else ">"
     for digits in range(4, 18):
         value, bound = fmt_plain(m.value, digits), fmt_plain(t.value, max(6, digits))
         if not Threshold(t.op, float(bound.replace(",", ""))).met_by(float(value.replace(",", ""))):
             break
-    return f"{value} {rel} {bound}" + ("" if m.unit in BARE_UNITS else f" {m.unit}")
+    return f"{value} {rel} {bound} {m.unit}".rstrip()
 
 
 NOT_JUDGED = "not_judged"
