@@ -185,7 +185,7 @@ def fmt_plain(x: float, digits: int = 6) -> str:
 
 
 def miss_text(m: Metric) -> str:
-    """``0.00557 < 100,000 TFLOP/s``: a metric that misses its threshold, value, comparison and bound in the
+    """``0.005567 < 100,000 TFLOP/s``: a metric that misses its threshold, value, comparison and bound in the
     metric's own unit (the one its bound is written in). The value gets the digits (4 or more) that keep the
     shown comparison true; the bound is shown as written. Empty when ``m`` meets its bound or has none."""
     t = m.threshold

@@ -28,7 +28,7 @@ def _last_bound(rules: Sequence[ThresholdRule], metric: Metric) -> Threshold | N
 
 
 def _violation(metric: Metric) -> str:
-    """``gemm_fp32_tflops on cpu 0.00557 < 100,000 TFLOP/s``: one unit, the bound as written
+    """``gemm_fp32_tflops on cpu 0.005567 < 100,000 TFLOP/s``: one unit, the bound as written
     (:func:`gpuaccept.model.miss_text`)."""
     where = f" on {metric.device}" if metric.device else ""
     return f"{metric.name}{where} {miss_text(metric)}"

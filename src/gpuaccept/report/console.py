@@ -36,7 +36,7 @@ def key_metric(result: CheckResult, pattern: str | None = None) -> Metric | None
 
 def describe_key(result: CheckResult, pattern: str | None) -> tuple[str, str]:
     """(value text, expectation text) for the summary table, the expectation in the value's unit. A value that
-    misses its bound is shown with the bound in the bound's own unit (``gemm_fp32_tflops=0.00557 TFLOP/s`` and
+    misses its bound is shown with the bound in the bound's own unit (``gemm_fp32_tflops=0.005567 TFLOP/s`` and
     ``misses >= 100,000 TFLOP/s``); a performance figure with neither is ``not judged``."""
     m = key_metric(result, pattern)
     if m is None:

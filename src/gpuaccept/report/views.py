@@ -306,7 +306,7 @@ def bound_text(m: Metric) -> str:
 
 def value_text(m: Metric) -> str:
     """``612 TFLOP/s``: the value in its display unit (:func:`fmt_value`), or, when it misses its threshold, in
-    the unit the bound is written in, with the digits that keep the comparison true (``0.00557 TFLOP/s``)."""
+    the unit the bound is written in, with the digits that keep the comparison true (``0.005567 TFLOP/s``)."""
     shown = miss_text(m)
     if not shown or not math.isfinite(m.value):
         return fmt_value(m.value, m.unit)
