@@ -484,7 +484,9 @@ def test_junit_names_the_baseline_of_a_failed_metric() -> None:
     rep, b = _wide_spread_report()
     judged = apply_baseline(rep, b, [BaselineRule(metric="*", min_fraction=0.99)])
     text = render_junit(judged)
-    assert "baseline 26.3 GB/s" in text and "spec" not in text
+    assert "baseline 26.33 GB/s" in text and "spec" not in text
+    # the reason and the metric line show the missed bound alike, in one unit
+    assert "24.77 &lt; 26.0667 GB/s (baseline:" in text and "&gt;= 26.0667 GB/s" in text
 
 
 def test_bounds_stay_inside_the_metric_domain() -> None:

@@ -72,7 +72,7 @@ def test_plain_run_spawns_two_gloo_ranks_and_merges_them(tmp_path: Path) -> None
     assert {"ddp_loss_drop", "ddp_samples_per_s", "ddp_param_mismatch_ranks", "ddp_step_ms"} <= names
     assert next(m for m in ddp["metrics"] if m["name"] == "ddp_param_mismatch_ranks")["value"] == 0
     assert (run_dir / "logs" / "collectives.rank1.log").read_text().count("busbw") == 8 * 2
-    assert "[COLLECTIVES] collectives: PASS" in r.stdout
+    assert "[COLLECTIVES] collectives: NOT JUDGED" in r.stdout  # passed, its busbw has no expectation on CPU
 
 
 def test_ddp_that_does_not_learn_fails_on_the_global_loss(tmp_path: Path) -> None:
@@ -115,7 +115,7 @@ def test_fabric_counters_that_rose_during_the_sweep_are_tied_to_their_port(tmp_p
     assert r.returncode == 1, r.stdout + r.stderr
     coll, = _checks(validate_report(only_run_dir(tmp_path / "rep") / "report.json"), "collectives")
     assert coll["status"] == "fail" and "rdma_link_downed_delta on mlx5_2:1 2 > 0 count" in coll["reason"]
-    assert "rdma_symbol_error_delta on mlx5_2:1 4031 > 0 count" in coll["reason"]
+    assert "rdma_symbol_error_delta on mlx5_2:1 4,031 > 0 count" in coll["reason"]
     ranks = coll["details"]["ranks"]
     assert ranks["0"]["fabric_counters"]["rising"] == {
         "mlx5_2:1": {"symbol_error": 4031, "link_downed": 2, "port_rcv_errors": 17}}

@@ -242,7 +242,7 @@ def test_multinode_ssh_login_runs_the_suite_and_stops(podman: Podman, multinode:
         podman.timings["gpuaccept run over ssh"] = time.monotonic() - start
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
         assert "[RESULT] SUCCESS" in run.stdout
-        assert "[COMPUTE] compute: PASS" in run.stdout and "collectives: PASS" in run.stdout
+        assert "[COMPUTE] compute: NOT JUDGED" in run.stdout and "collectives: NOT JUDGED" in run.stdout
 
         start = time.monotonic()
         podman.run("stop", "--time", "30", name)

@@ -213,7 +213,7 @@ def test_junit_one_testcase_per_check_per_node() -> None:
     compute = cases[("gpu-node-03", "compute")]
     failure = compute.find("failure")
     assert failure is not None and failure.get("message", "").startswith('rate "low" | <script>')
-    assert "FAIL: gemm_bf16_tflops on cuda:5 = 548.2 TFLOP/s (threshold >= 593.6 TFLOP/s, sku:h100_sxm)" \
+    assert "FAIL: gemm_bf16_tflops on cuda:5 = 548.2 TFLOP/s (threshold >= 593.64 TFLOP/s, sku:h100_sxm)" \
         in (failure.text or "")
     assert compute.get("time") == "41.700"
     err = cases[("gpu-node-03", "env")].find("error")

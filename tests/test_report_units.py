@@ -84,6 +84,12 @@ def test_check_chosen_key_beats_the_class_key_and_lower_is_better_picks_the_high
 
 def test_metric_line_scales_value_threshold_and_spec_together() -> None:
     m = Metric("gemm_bf16_tflops", 0.9, "TFLOP/s", device="cuda:0", expected=2.0,
-               threshold=Threshold(">=", 1.2, Status.FAIL, "sku:x"))
-    assert metric_line(m) == ("gemm_bf16_tflops [cuda:0] = 900.0 GFLOP/s (threshold >= 1,200 GFLOP/s, "
+               threshold=Threshold(">=", 0.5, Status.FAIL, "sku:x"))
+    assert metric_line(m) == ("gemm_bf16_tflops [cuda:0] = 900.0 GFLOP/s (threshold >= 500.0 GFLOP/s, "
                               "spec 2,000 GFLOP/s)")
+
+
+def test_metric_line_of_a_missed_bound_keeps_the_unit_the_bound_is_written_in() -> None:
+    m = Metric("gemm_bf16_tflops", 0.9, "TFLOP/s", device="cuda:0", expected=2.0,
+               threshold=Threshold(">=", 1.2, Status.FAIL, "sku:x"))
+    assert metric_line(m) == "gemm_bf16_tflops [cuda:0] = 0.9 TFLOP/s (threshold >= 1.2 TFLOP/s, spec 2 TFLOP/s)"

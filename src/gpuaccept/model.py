@@ -113,7 +113,10 @@ class Metric:
     where it came from (``baseline:<file>`` for a fleet baseline; absent for
     the check's own reference, such as the SKU spec);
     ``threshold`` is the bound that decided pass or fail; ``tags`` carry
-    dimensions such as ``dtype`` or ``size_bytes``.
+    dimensions such as ``dtype`` or ``size_bytes``. ``performance``: a
+    performance figure (a GEMM rate, a copy or bus bandwidth) that should be
+    judged against an expectation; one with neither threshold nor expectation
+    is "measured, not judged" (:func:`is_not_judged`).
     """
 
     name: str
@@ -124,6 +127,7 @@ class Metric:
     threshold: Threshold | None = None
     tags: dict[str, str | int | float] = field(default_factory=dict)
     expected_source: str | None = None
+    performance: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"name": self.name, "value": _json_number(self.value), "unit": self.unit}
@@ -137,6 +141,8 @@ class Metric:
             d["threshold"] = self.threshold.to_dict()
         if self.tags:
             d["tags"] = dict(self.tags)
+        if self.performance:
+            d["performance"] = True
         return d
 
     @classmethod
@@ -151,6 +157,7 @@ class Metric:
             threshold=Threshold.from_dict(thr) if thr else None,
             tags=dict(d.get("tags", {})),
             expected_source=d.get("expected_source"),
+            performance=d.get("performance") is True,
         )
 
 
@@ -159,6 +166,53 @@ def _json_number(x: float) -> float | None:
     if isinstance(x, float) and (math.isnan(x) or math.isinf(x)):
         return None
     return x
+
+
+BARE_UNITS = ("", "count", "fraction", "bool")
+"""Units not written after a number (``2``, not ``2 count``)."""
+
+
+def fmt_plain(x: float, digits: int = 6) -> str:
+    """``x`` as a person writes a bound: at most ``digits`` significant digits, thousands separated, no
+    exponent, no trailing zeros (``100,000``, ``0.005567``, ``593.6``); ``n/a`` when not finite."""
+    if not math.isfinite(x):
+        return "n/a"
+    if x == 0:
+        return "0"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(x))))
+    text = f"{x:,.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def miss_text(m: Metric) -> str:
+    """``0.005567 < 100,000 TFLOP/s``: a metric that misses its threshold, value, comparison and bound in the
+    metric's own unit (the one its bound is written in). The value gets the digits (4 or more) that keep the
+    shown comparison true; the bound is shown as written. Empty when ``m`` meets its bound or has none."""
+    t = m.threshold
+    if t is None or t.met_by(m.value):
+        return ""
+    if not math.isfinite(m.value):
+        return f"n/a (bound {t.op} {fmt_plain(t.value)} {m.unit})".replace(" )", ")")
+    rel = "<" if t.op == ">=" else ">"
+    for digits in range(4, 18):
+        value, bound = fmt_plain(m.value, digits), fmt_plain(t.value, max(6, digits))
+        if not Threshold(t.op, float(bound.replace(",", ""))).met_by(float(value.replace(",", ""))):
+            break
+    return f"{value} {rel} {bound} {m.unit}".rstrip()
+
+
+NOT_JUDGED = "not_judged"
+"""The state of a passing check with a performance figure that found neither a threshold nor an expectation."""
+
+
+def is_not_judged(m: Metric) -> bool:
+    """Whether ``m`` was measured but not judged: a performance figure with neither threshold nor expectation."""
+    return m.performance and m.threshold is None and m.expected is None
+
+
+def not_judged_names(metrics: list[Metric]) -> list[str]:
+    """The names of the measured-but-not-judged figures among ``metrics``, each once, in order."""
+    return list(dict.fromkeys(m.name for m in metrics if is_not_judged(m)))
 
 
 @dataclass
@@ -180,6 +234,17 @@ class CheckResult:
         check's name, after the first pass's. Series, baselines and comparisons use the first pass only."""
         return isinstance(self.details, dict) and "rerun" in self.details
 
+    @property
+    def not_judged(self) -> list[str]:
+        """Its performance figures that were measured but not judged (:func:`is_not_judged`), by name."""
+        return not_judged_names(self.metrics)
+
+    @property
+    def state(self) -> str:
+        """What every rendering shows: the status, or ``not_judged`` for a PASS with a figure not judged
+        (a pass of its other conditions, such as correct results, not of its performance)."""
+        return NOT_JUDGED if self.status is Status.PASS and self.not_judged else self.status.value
+
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
             "name": self.name,
@@ -188,6 +253,8 @@ class CheckResult:
             "duration_s": round(self.duration_s, 3),
             "metrics": [m.to_dict() for m in self.metrics],
         }
+        if self.not_judged:
+            d["not_judged"] = self.not_judged  # derived from the metrics, for readers of the JSON
         if self.details:
             d["details"] = self.details
         if self.rank is not None:
@@ -257,6 +324,14 @@ class NodeReport:
             return Verdict.NOTHING_MEASURED
         return Verdict.SUCCESS
 
+    def not_judged(self) -> list[tuple[str, str]]:
+        """(check, metric) for each performance figure measured but not judged, each once, in check order."""
+        return list(dict.fromkeys((c.name, n) for c in self.checks for n in c.not_judged))
+
+    def state_counts(self) -> dict[str, int]:
+        """Checks by :attr:`CheckResult.state` (``not_judged`` apart from ``pass``), every state present."""
+        return count_states(self.checks)
+
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
@@ -271,6 +346,9 @@ class NodeReport:
             "argv": list(self.argv),
             "checks": [c.to_dict() for c in self.checks],
         }
+        if self.not_judged():  # derived, for readers of the JSON: checks shown NOT JUDGED, and the figures
+            d["not_judged"] = {"checks": self.state_counts()[NOT_JUDGED],
+                               "figures": [f"{c}: {m}" for c, m in self.not_judged()]}
         if self.pod is not None:
             d["pod"] = self.pod
         if self.cpu_only is not None:
@@ -302,6 +380,38 @@ class NodeReport:
             budget=d.get("budget"),
             estimates=_estimates(d.get("estimates")),
         )
+
+
+MAX_NAMED = 4
+"""Figures named by :func:`not_judged_note`; more are counted."""
+
+
+def not_judged_note(figures: list[tuple[str, str]]) -> str:
+    """``3 performance figures not judged: compute gemm_fp32_tflops, ...`` for (check, metric) pairs, the note
+    that final ``[RESULT]`` lines add; empty when there are none."""
+    if not figures:
+        return ""
+    named = ", ".join(f"{c} {m}" for c, m in figures[:MAX_NAMED])
+    more = f" and {len(figures) - MAX_NAMED} more" if len(figures) > MAX_NAMED else ""
+    word = "figure" if len(figures) == 1 else "figures"
+    return f"{len(figures)} performance {word} not judged: {named}{more}"
+
+
+STATES = ("error", "fail", "warn", "pass", NOT_JUDGED, "skip")
+"""Every :attr:`CheckResult.state`, worst first."""
+
+
+def count_states(checks: list[CheckResult]) -> dict[str, int]:
+    """``checks`` by :attr:`CheckResult.state`, every state present (0 when none)."""
+    counts = dict.fromkeys(STATES, 0)
+    for c in checks:
+        counts[c.state] += 1
+    return counts
+
+
+def state_label(state: str) -> str:
+    """``NOT JUDGED``, ``PASS``...: a state as shown in a table."""
+    return state.replace("_", " ").upper()
 
 
 def _estimates(raw: Any) -> dict[str, float]:

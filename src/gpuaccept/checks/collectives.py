@@ -63,7 +63,7 @@ from gpuaccept.distributed.group import (
     first_line,
     process_group,
 )
-from gpuaccept.hw.fabric_expect import Expectation
+from gpuaccept.hw.fabric_expect import MODELLED_OPS, Expectation
 from gpuaccept.model import Metric, Status
 from gpuaccept.nccltests.busbw import Reference, busbw_reference
 
@@ -337,7 +337,7 @@ def _summary_metrics(rows: list[Row], rc: RankContext, judge_min_bytes: int, tag
         out.append(Metric(f"{op}_busbw_large_gbs", low.busbw_gbs, "GB/s", device=rc.device_label,
                           expected=ref.expected, threshold=ref.threshold, expected_source=ref.expected_source,
                           tags={**tags, "op": op, "size_bytes": low.size_bytes, "dtype": low.dtype,
-                                "inplace": int(low.inplace)}))
+                                "inplace": int(low.inplace)}, performance=op in MODELLED_OPS))
         checked = [r.wrong for r in mine if r.wrong is not None]
         if checked:
             out.append(Metric(f"{op}_wrong", float(sum(checked)), "count", device=rc.device_label,

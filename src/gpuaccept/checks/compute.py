@@ -529,7 +529,7 @@ class ComputeCheck(Check):
     def _metric(r: GemmResult, skus: dict[str, Sku | None]) -> Metric:
         suffix = "_concurrent" if r.mode == "concurrent" else ""
         metric = Metric(f"gemm_{r.dtype}_tflops{suffix}", r.median_tflops, "TFLOP/s", device=r.device,
-                        tags={"dtype": r.dtype, "size": r.size, "mode": r.mode, "stat": "median"})
+                        tags={"dtype": r.dtype, "size": r.size, "mode": r.mode, "stat": "median"}, performance=True)
         sku = skus.get(r.device)
         peak = sku.peak_tflops(r.dtype) if sku else None
         if sku and peak:

@@ -353,8 +353,8 @@ class MemoryCheck(Check):
         r = measure_stream(int(p["cpu_mib"]) * MIB, int(p["iterations"]), warmup=max(1, int(p["warmup"])))
         tags: dict[str, str | int | float] = {"size_bytes": r.array_bytes, "threads": r.threads}
         metrics = [
-            Metric("stream_copy_gbs", r.copy_gbs, "GB/s", device="cpu", tags=dict(tags)),
-            Metric("stream_triad_gbs", r.triad_gbs, "GB/s", device="cpu", tags=dict(tags)),
+            Metric("stream_copy_gbs", r.copy_gbs, "GB/s", device="cpu", tags=dict(tags), performance=True),
+            Metric("stream_triad_gbs", r.triad_gbs, "GB/s", device="cpu", tags=dict(tags), performance=True),
         ]
         details = {"copy_median_gbs": round(r.copy_median_gbs, 3), "triad_median_gbs": round(r.triad_median_gbs, 3),
                    "iterations": r.iterations, "threads": r.threads}
@@ -389,7 +389,7 @@ class MemoryCheck(Check):
             expected = sku.memory_bandwidth_gbs if sku is not None else None
             threshold = sku_threshold(sku, expected, "memory_d2d", Status.FAIL)
             metrics.append(Metric("d2d_copy_gbs", d2d.gbs, "GB/s", device=label, expected=expected,
-                                  threshold=threshold, tags=tags))
+                                  threshold=threshold, tags=tags, performance=True))
             dev_details: dict[str, Any] = {
                 "name": gpu_name, "sku": sku.id if sku is not None else None,
                 "d2d_median_gbs": round(statistics.median(d2d.iter_gbs), 1) if d2d.iter_gbs else None,
@@ -411,9 +411,9 @@ class MemoryCheck(Check):
                 if binding.bound and not bound:
                     dev_details["numa"] += ", but setting the affinity failed: measured unbound"
                 metrics.append(Metric("h2d_pinned_gbs", h2d.gbs, "GB/s", device=label, expected=pcie_exp,
-                                      threshold=pcie_thr, tags=dict(ptags)))
+                                      threshold=pcie_thr, tags=dict(ptags), performance=True))
                 metrics.append(Metric("d2h_pinned_gbs", d2h.gbs, "GB/s", device=label, expected=pcie_exp,
-                                      threshold=pcie_thr, tags=dict(ptags)))
+                                      threshold=pcie_thr, tags=dict(ptags), performance=True))
                 dev_details["pinned_mismatched_words"] = h2d.mismatches
                 ctx.log(f"{label}: h2d {h2d.gbs:.1f} GB/s, d2h {d2h.gbs:.1f} GB/s (pinned; {dev_details['numa']})")
                 if h2d.mismatches:

@@ -325,7 +325,7 @@ def _summary(report: Any, elapsed: float, slurm_line: str, report_path: Path | N
     """``[HEALTHCHECK] HEALTHY|FAULT ... in 4.2 s: env PASS, ...; slurm: ...; report: ...`` (one line)."""
     from gpuaccept.health.plan import faulty, first_problem
     from gpuaccept.inputs import one_line
-    from gpuaccept.model import Verdict
+    from gpuaccept.model import Verdict, state_label
 
     if report is None:
         head = "NOT RUN"
@@ -336,7 +336,7 @@ def _summary(report: Any, elapsed: float, slurm_line: str, report_path: Path | N
         head = f"FAULT {check}: {why}" if check else "FAULT: nothing measured (every check skipped)"
     else:
         head = "HEALTHY"
-    checks = ", ".join(f"{c.name}{' (re-run)' if c.is_rerun else ''} {c.status.value.upper()}"
+    checks = ", ".join(f"{c.name}{' (re-run)' if c.is_rerun else ''} {state_label(c.state)}"
                        for c in report.checks) if report is not None else ""
     parts = [f"{TAG} {head} in {elapsed:.1f} s" + (f" ({checks})" if checks else "")]
     if slurm_line:

@@ -16,7 +16,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from gpuaccept.model import CheckResult, ClusterReport, NodeEntry, NodeReport, NodeState, Status, Verdict, worst
+from gpuaccept.model import (
+    NOT_JUDGED,
+    CheckResult,
+    ClusterReport,
+    NodeEntry,
+    NodeReport,
+    NodeState,
+    Status,
+    Verdict,
+    not_judged_note,
+    worst,
+)
 
 
 def _node_verdict(sources: list[NodeReport], checks: list[CheckResult]) -> Verdict:
@@ -179,18 +190,22 @@ def summary_lines(cluster: ClusterReport) -> list[str]:
         assert e.report is not None
         n = len(e.report.checks)
         verdict = e.verdict.value.upper()
-        detail = e.reason or f"{n} check(s)"
+        unjudged = e.report.state_counts()[NOT_JUDGED]
+        detail = e.reason or f"{n} check(s)" + (f", {unjudged} not judged" if unjudged else "")
         cpu = f" (CPU only: {e.report.cpu_only})" if e.report.cpu_only else ""
         lines.append(f"[NODE] {e.host}: {verdict}{cpu} - {detail}")
     fabric = cluster.analysis.get("cross_node")
     if isinstance(fabric, dict) and fabric.get("checks"):
         lines.append(cross_node_line(fabric))
+    figures = list(dict.fromkeys(f for e in cluster.nodes if e.report is not None for f in e.report.not_judged()))
+    notes = [n for n in (not_judged_note(figures),) if n]
     cpu_only = cluster.cpu_only_nodes()
-    if cluster.verdict is Verdict.SUCCESS and cpu_only:
-        lines.append(f"[RESULT] SUCCESS (CPU only on {len(cpu_only)} of {len(cluster.nodes)} node(s): "
-                     f"{', '.join(cpu_only[:8])}{', ...' if len(cpu_only) > 8 else ''})")
-    elif cluster.verdict is Verdict.SUCCESS:
-        lines.append("[RESULT] SUCCESS")
+    if cpu_only:
+        notes.insert(0, f"CPU only on {len(cpu_only)} of {len(cluster.nodes)} node(s): "
+                        f"{', '.join(cpu_only[:8])}{', ...' if len(cpu_only) > 8 else ''}")
+    tail = f" ({'; '.join(notes)})" if notes else ""
+    if cluster.verdict is Verdict.SUCCESS:
+        lines.append("[RESULT] SUCCESS" + tail)
     else:
-        lines.append("[RESULT] FAILURE: " + (", ".join(cluster.failed_nodes()) or "no node reported"))
+        lines.append("[RESULT] FAILURE: " + (", ".join(cluster.failed_nodes()) or "no node reported") + tail)
     return lines

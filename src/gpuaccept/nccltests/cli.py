@@ -22,7 +22,7 @@ from typing import Any
 
 from gpuaccept.argtypes import nonneg_int, positive_float
 from gpuaccept.errors import InputError, UsageError
-from gpuaccept.model import Status
+from gpuaccept.model import NOT_JUDGED, Status, not_judged_names, state_label
 
 
 def _options(p: argparse.ArgumentParser) -> None:
@@ -113,9 +113,14 @@ def _table(result: Any) -> list[str]:
 
 
 def _report(result: Any, judgement: Any, args: argparse.Namespace, run: Any = None) -> int:
+    """Print the judged run (a table and a status line, or JSON); a pass whose busbw found no expectation is
+    ``NOT JUDGED`` (exit 0: nothing failed). The exit code: 1 for a fail or error, else 0."""
+    unjudged = not_judged_names(judgement.metrics)
     if args.json:
         doc = {"status": judgement.status.value, "reason": judgement.reason, **result.to_dict(),
                "metrics": [m.to_dict() for m in judgement.metrics]}
+        if unjudged:
+            doc["not_judged"] = unjudged
         if run is not None:
             doc["argv"], doc["returncode"] = run.argv, run.returncode
         print(json.dumps(doc, indent=2))
@@ -123,7 +128,8 @@ def _report(result: Any, judgement: Any, args: argparse.Namespace, run: Any = No
         if result.devices:
             print(f"devices: {len(result.devices)} ranks on {', '.join(result.hosts)}")
         print("\n".join(_table(result)))
-        print(f"{judgement.status.value.upper()}: {judgement.reason}")
+        shown = NOT_JUDGED if judgement.status is Status.PASS and unjudged else judgement.status.value
+        print(f"{state_label(shown)}: {judgement.reason}")
     return 0 if judgement.status in (Status.PASS, Status.WARN, Status.SKIP) else 1
 
 

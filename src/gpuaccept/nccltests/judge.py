@@ -136,7 +136,7 @@ def judge(result: NcclTestsResult, test: str, *, min_busbw_gbs: float | None = N
     tags: dict[str, str | int | float] = {"op": op, "size_bytes": low.size_bytes, "type": low.type}
     ref = busbw_reference(fabric, min_busbw_gbs=min_busbw_gbs, min_source=source, baseline=baseline)
     metrics = [Metric(f"{op}_busbw_large_gbs", _low(low), "GB/s", expected=ref.expected, threshold=ref.threshold,
-                      tags=tags, expected_source=ref.expected_source)]
+                      tags=tags, expected_source=ref.expected_source, performance=True)]
     problems: list[str] = []
     warnings: list[str] = []
     wrong = _wrong_total(rows) if result.check_column == "#wrong" else None

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpuaccept.checks.base import Outcome, ThresholdRule
-from gpuaccept.model import Metric, Status, Threshold, worst
+from gpuaccept.model import Metric, Status, Threshold, is_not_judged, miss_text, worst
 
 MAX_LISTED = 3
 
@@ -27,14 +27,21 @@ def _last_bound(rules: Sequence[ThresholdRule], metric: Metric) -> Threshold | N
     return None
 
 
-def _fmt(x: float) -> str:
-    return f"{x:.4g}"
-
-
-def _violation(metric: Metric, bound: Threshold) -> str:
+def _violation(metric: Metric) -> str:
+    """``gemm_fp32_tflops on cpu 0.005567 < 100,000 TFLOP/s``: one unit, the bound as written
+    (:func:`gpuaccept.model.miss_text`)."""
     where = f" on {metric.device}" if metric.device else ""
-    rel = "<" if bound.op == ">=" else ">"
-    return f"{metric.name}{where} {_fmt(metric.value)} {rel} {_fmt(bound.value)} {metric.unit}".rstrip()
+    return f"{metric.name}{where} {miss_text(metric)}"
+
+
+def unjudged_on_gpu(metrics: Sequence[Metric], device: str) -> list[str]:
+    """``name on cuda:N`` for each performance figure of a ``cuda`` run that found no expectation (no SKU
+    entry, no fabric-derived busbw, no baseline, no rule): each is a WARN. Empty on ``cpu``."""
+    if device != "cuda":
+        return []
+    out = [m.name + (f" on {m.device}" if m.device else "") for m in metrics
+           if is_not_judged(m) and m.device != "cpu"]
+    return list(dict.fromkeys(out))
 
 
 def judge(
@@ -43,13 +50,16 @@ def judge(
     overrides: Sequence[ThresholdRule] = (),
     *,
     require_gpu: bool = False,
+    device: str = "cpu",
 ) -> Judgement:
     """Apply thresholds to ``outcome``; the result is never better than the check's own status.
 
     Per metric the bound comes from the last matching user rule (``overrides``),
     else the threshold the check attached itself (e.g. from the SKU table),
     else the last matching built-in rule (``defaults``). A skip caused by the
-    absence of a GPU becomes a failure when ``require_gpu`` is set.
+    absence of a GPU becomes a failure when ``require_gpu`` is set. On ``device`` ``cuda``, a
+    performance figure that finds neither bound nor expectation is a WARN naming it
+    (:func:`unjudged_on_gpu`); on ``cpu`` it stays "measured, not judged".
     """
     if outcome.status is Status.SKIP:
         if require_gpu and outcome.needs_gpu:
@@ -63,7 +73,13 @@ def judge(
         metric.threshold = bound
         if bound is not None and not bound.met_by(metric.value):
             statuses.append(bound.severity)
-            problems.setdefault(bound.severity, []).append(_violation(metric, bound))
+            problems.setdefault(bound.severity, []).append(_violation(metric))
+    missing = unjudged_on_gpu(outcome.metrics, device)
+    if missing:
+        statuses.append(Status.WARN)
+        problems[Status.WARN].append(f"no expectation for {', '.join(missing[:MAX_LISTED])}"
+                                     + (f" and {len(missing) - MAX_LISTED} more" if len(missing) > MAX_LISTED
+                                        else "") + " (no SKU entry, fabric or baseline): not judged")
 
     status = worst(*statuses)
     listed = problems[Status.FAIL] + problems[Status.WARN]

@@ -477,7 +477,8 @@ class Runner:
             base, rules = self.baseline
             overlay_baseline(CheckResult(check.name, outcome.status, outcome.reason, metrics=outcome.metrics,
                                          details=outcome.details), self.report, base, rules)
-        j = judge(outcome, check.defaults, check.overrides, require_gpu=self.plan.require_gpu)
+        j = judge(outcome, check.defaults, check.overrides, require_gpu=self.plan.require_gpu,
+                  device=self.plan.device)
         return CheckResult(check.name, j.status, j.reason, duration_s=elapsed, metrics=j.metrics,
                            details=outcome.details, host=self.host)
 

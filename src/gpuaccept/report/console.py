@@ -11,15 +11,21 @@ from typing import IO, TYPE_CHECKING, Any
 
 from rich.markup import escape
 
-from gpuaccept.model import CheckResult, Metric, NodeReport, Status, Verdict
-from gpuaccept.report.units import fmt_value
-from gpuaccept.report.views import bound_text, headline_metric, reference_text, shown_name
+from gpuaccept.model import NOT_JUDGED, CheckResult, Metric, NodeReport, Status, Verdict, not_judged_note, state_label
+from gpuaccept.report.views import (
+    bound_text,
+    headline_metric,
+    reference_text,
+    shown_name,
+    threshold_met,
+    value_text,
+)
 
 if TYPE_CHECKING:  # the run's plan, read by shape: the report side imports nothing of the node engine
     from gpuaccept.node.suite import PlannedCheck, SuitePlan
 
-_STYLE = {Status.PASS: "green", Status.WARN: "yellow", Status.FAIL: "bold red", Status.ERROR: "bold red",
-          Status.SKIP: "dim"}
+_STYLE = {Status.PASS.value: "green", Status.WARN.value: "yellow", Status.FAIL.value: "bold red",
+          Status.ERROR.value: "bold red", Status.SKIP.value: "dim", NOT_JUDGED: "cyan"}
 
 
 def key_metric(result: CheckResult, pattern: str | None = None) -> Metric | None:
@@ -29,17 +35,22 @@ def key_metric(result: CheckResult, pattern: str | None = None) -> Metric | None
 
 
 def describe_key(result: CheckResult, pattern: str | None) -> tuple[str, str]:
-    """(value text, expectation text) for the summary table, the expectation in the value's unit."""
+    """(value text, expectation text) for the summary table, the expectation in the value's unit. A value that
+    misses its bound is shown with the bound in the bound's own unit (``gemm_fp32_tflops=0.005567 TFLOP/s`` and
+    ``misses >= 100,000 TFLOP/s``); a performance figure with neither is ``not judged``."""
     m = key_metric(result, pattern)
     if m is None:
         return "", ""
     where = f" [{m.device}]" if m.device and m.device != "cpu" else ""
-    value = f"{m.name}={fmt_value(m.value, m.unit)}{where}"
+    value = f"{m.name}={value_text(m)}{where}"
+    missed = threshold_met(m) is False
     expect = ""
     if m.threshold is not None:
-        expect = bound_text(m)
+        expect = ("misses " if missed else "") + bound_text(m)
     if m.expected is not None:
         expect = (expect + " " if expect else "") + f"({reference_text(m, 'spec')})"
+    elif m.threshold is None and m.name in result.not_judged:
+        expect = "(not judged: no expectation)"
     return value, expect
 
 
@@ -52,18 +63,28 @@ def metric_line(m: Metric) -> str:
     if m.expected is not None:
         extra.append(reference_text(m, "spec"))
     tags = " ".join(f"{k}={v}" for k, v in m.tags.items())
-    return (f"{m.name}{where} = {fmt_value(m.value, m.unit)}" + (f" ({', '.join(extra)})" if extra else "")
+    return (f"{m.name}{where} = {value_text(m)}" + (f" ({', '.join(extra)})" if extra else "")
             + (f" {tags}" if tags else ""))
 
 
+def result_notes(report: NodeReport) -> list[str]:
+    """What the final line adds in parentheses, each note a clause (joined by ``; ``)."""
+    cpu = f"CPU only: {report.cpu_only}" if report.cpu_only else ""  # a CPU-only pass is no GPU acceptance
+    return [n for n in (cpu, not_judged_note(report.not_judged())) if n]
+
+
 def result_line(report: NodeReport) -> str:
-    if report.verdict is Verdict.SUCCESS:  # a CPU-only pass says so: it is no GPU acceptance
-        return f"[RESULT] SUCCESS (CPU only: {report.cpu_only})" if report.cpu_only else "[RESULT] SUCCESS"
+    """The final line: the verdict, what failed, and :func:`result_notes` in parentheses."""
+    notes = result_notes(report)
+    tail = f" ({'; '.join(notes)})" if notes else ""
+    if report.verdict is Verdict.SUCCESS:
+        return "[RESULT] SUCCESS" + tail
     if report.verdict is Verdict.INTERRUPTED:
-        return "[RESULT] INTERRUPTED: " + (", ".join(report.failed_checks()) or "no check failed before the stop")
+        return ("[RESULT] INTERRUPTED: " + (", ".join(report.failed_checks()) or "no check failed before the stop")
+                + tail)
     if report.verdict is Verdict.NOTHING_MEASURED:
-        return "[RESULT] NOTHING MEASURED: every check skipped (see the reasons above); not a pass"
-    return "[RESULT] FAILURE: " + ", ".join(report.failed_checks())
+        return "[RESULT] NOTHING MEASURED: every check skipped (see the reasons above); not a pass" + tail
+    return "[RESULT] FAILURE: " + ", ".join(report.failed_checks()) + tail
 
 
 class PlainConsole:
@@ -92,7 +113,7 @@ class PlainConsole:
         """A check ended (the runner's ``RunEvents.on_end``)."""
         value, expect = describe_key(result, check.key_metric)
         extra = f" {value}" + (f" {expect}" if expect else "") if value else ""
-        self._print(f"[{check.tag}] {check.name}: {result.status.value.upper()} "
+        self._print(f"[{check.tag}] {check.name}: {state_label(result.state)} "
                     f"{result.duration_s:.1f}s{extra} - {result.reason}")
         if self.verbose:
             for m in result.metrics:
@@ -101,7 +122,7 @@ class PlainConsole:
     def summary(self, report: NodeReport, tags: dict[str, str]) -> None:
         for r in report.checks:
             value, expect = describe_key(r, self.keys.get(r.name))
-            self._print(f"[RESULT] {shown_name(r):<12} {r.status.value.upper():<5} {value} {expect}".rstrip())
+            self._print(f"[RESULT] {shown_name(r):<12} {state_label(r.state):<5} {value} {expect}".rstrip())
         self._print(f"[RESULT] report: {report.run_id}")
         self._print(result_line(report))
 
@@ -130,8 +151,8 @@ class RichConsole:
     def on_end(self, check: PlannedCheck, result: CheckResult) -> None:
         if self._status is not None:
             self._status.stop()
-        style = _STYLE[result.status]
-        self.console.print(f"[{style}]{result.status.value.upper():<5}[/] {escape(check.name):<10} "
+        style = _STYLE[result.state]
+        self.console.print(f"[{style}]{state_label(result.state):<5}[/] {escape(check.name):<10} "
                            f"{result.duration_s:5.1f}s  {escape(result.reason)}", highlight=False)
         if self.verbose:
             for m in result.metrics:
@@ -149,7 +170,7 @@ class RichConsole:
             table.add_column(col)
         for r in report.checks:
             value, expect = describe_key(r, self.keys.get(r.name))
-            table.add_row(escape(shown_name(r)), f"[{_STYLE[r.status]}]{r.status.value.upper()}[/]", escape(value),
+            table.add_row(escape(shown_name(r)), f"[{_STYLE[r.state]}]{state_label(r.state)}[/]", escape(value),
                           escape(expect),
                           f"{r.duration_s:.1f}s")
         self.console.print(table)

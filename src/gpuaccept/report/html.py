@@ -23,14 +23,25 @@ from datetime import datetime, timezone
 from typing import Any
 
 from gpuaccept import __version__
-from gpuaccept.model import CheckResult, ClusterReport, Metric, NodeReport, Status
+from gpuaccept.model import (
+    NOT_JUDGED,
+    CheckResult,
+    ClusterReport,
+    Metric,
+    NodeReport,
+    Status,
+    count_states,
+    fmt_plain,
+    is_not_judged,
+    state_label,
+)
 from gpuaccept.report import svg
 from gpuaccept.report.budget_view import BudgetView, budget_view, budget_views
 from gpuaccept.report.html_assets import CSS, JS
 from gpuaccept.report.svg import e
 from gpuaccept.report.units import display_unit
 from gpuaccept.report.views import (
-    STATUS_ORDER,
+    STATES,
     Column,
     Heatmap,
     NodeView,
@@ -52,15 +63,17 @@ from gpuaccept.report.views import (
     heatmap,
     metric_status,
     node_views,
+    not_judged,
     outliers,
     problems,
     reference_label,
     reference_text,
     size_of,
-    status_counts,
+    state_counts,
     sweeps,
     swept_names,
     tags_key,
+    value_text,
 )
 from gpuaccept.results.coverage import coverage_line, coverage_of, outlier_line
 
@@ -79,8 +92,10 @@ def _badge(status: Status | str, text: str | None = None) -> str:
     return f'<span class="badge {e(value)}">{e(text if text is not None else value.upper())}</span>'
 
 
-def _st(status: Status) -> str:
-    return f'<span class="st {status.value}">{status.value.upper()}</span>'
+def _st(status: Status | str) -> str:
+    """A status, or a check's shown state (``not_judged``), as coloured text."""
+    value = status.value if isinstance(status, Status) else status
+    return f'<span class="st {e(value)}">{e(state_label(value))}</span>'
 
 
 def _num_td(x: float | None, text: str | None = None) -> str:
@@ -101,7 +116,7 @@ def _iso_seconds(text: str | None) -> float | None:
 
 def _describe_metric(m: Metric) -> str:
     where = f" [{m.device}]" if m.device else ""
-    text = f"{m.name}{where} = {fmt_value(m.value, m.unit)}"
+    text = f"{m.name}{where} = {value_text(m)}"
     parts = [f"threshold {bound_text(m)}" if m.threshold is not None else "",
              reference_text(m) if m.expected_source or m.threshold is None else ""]
     shown = ", ".join(p for p in parts if p)
@@ -112,7 +127,7 @@ def _describe_metric(m: Metric) -> str:
 
 def _header(report: NodeReport | ClusterReport, nodes: Sequence[NodeView]) -> str:
     verdict = report.verdict.value
-    counts = status_counts(nodes)
+    counts = state_counts(nodes)
     facts: list[tuple[str, str]] = [("run", f"<code>{e(report.run_id)}</code>")]
     if isinstance(report, ClusterReport):
         reported = sum(1 for n in nodes if not n.missing)
@@ -136,8 +151,14 @@ def _header(report: NodeReport | ClusterReport, nodes: Sequence[NodeView]) -> st
             if m.device and m.device.startswith("cuda")}
     if gpus:
         facts.append(("GPUs measured", str(len(gpus))))
-    facts.append(("checks", " ".join(_badge(s, f"{counts[s]} {s.value}") for s in STATUS_ORDER if counts[s])
-                  or "none"))
+    facts.append(("checks", " ".join(_badge(s, f"{counts[s]} {state_label(s).lower()}") for s in STATES
+                                     if counts[s]) or "none"))
+    figures = not_judged(nodes)
+    if figures:
+        cluster = isinstance(report, ClusterReport)
+        names = ", ".join((f"{h} " if cluster else "") + f"{c} {m}" for h, c, m in figures)
+        facts.append(("not judged", f'<span id="not-judged">{len(figures)} performance figures measured with no '
+                                    f'threshold and no expectation: {e(names)}</span>'))
     budget = budget_view(report) if isinstance(report, NodeReport) else None
     if budget is not None:
         facts.append(("time budget", f'<a href="#budget">{e(budget.summary())}</a>'))
@@ -383,19 +404,24 @@ def _metrics_table(check: CheckResult, host: str, idx: OutlierIndex) -> str:
         cls = "outlier" if o else (f"st-{st.value}" if st and st is not Status.PASS else "ok")
         pct = m.value / m.expected if m.expected and math.isfinite(m.value) else None
         pct_text = f"{pct:.0%}" if pct is not None else ""
-        factor, unit = display_unit(m.value, m.unit)  # value, expected and threshold in one shown unit
+        missed = st is not None and st is not Status.PASS
+        # value, expected and threshold in one shown unit; beside a missed bound, the unit it is written in
+        factor, unit = (1.0, m.unit) if missed else display_unit(m.value, m.unit)
         expected_td = _num_td(m.expected, "" if m.expected is None else fmt_number(m.expected * factor))
         if m.expected is not None and m.expected_source:  # how it was derived, on hover
             expected_td = expected_td.replace("<td ", f'<td title="{e(m.expected_source)}" ', 1)
         thr = f"{m.threshold.op} {fmt_number(m.threshold.value * factor)}" if m.threshold else ""
+        if missed and m.threshold is not None:
+            thr = f"{m.threshold.op} {fmt_plain(m.threshold.value)}"
         if m.threshold is not None and m.threshold.clamped:
             thr += " (clamped: spread too wide to bound)"
         src = f" ({m.threshold.source})" if m.threshold and m.threshold.source != "default" else ""
-        verdict = _st(st) if st is not None else ""
+        shown = value_text(m).split(" ")[0] if missed else fmt_number(m.value * factor)
+        verdict = _st(st) if st is not None else _st(NOT_JUDGED) if is_not_judged(m) else ""
         if o:
             verdict += f' {_badge("outlier", f"outlier z={fmt_number(o.z)}")}'
         rows.append(f'<tr class="{cls}"><td><code>{e(m.name)}</code></td><td>{e(m.device or "")}</td>'
-                    f'<td class="muted">{e(fmt_tags(m.tags))}</td>{_num_td(m.value, fmt_number(m.value * factor))}'
+                    f'<td class="muted">{e(fmt_tags(m.tags))}</td>{_num_td(m.value, shown)}'
                     f'<td>{e(unit)}</td>'
                     f'{expected_td}{_num_td(pct, pct_text)}'
                     f'<td>{e(thr)}<span class="muted">{e(src)}</span></td><td>{verdict}</td></tr>')
@@ -419,10 +445,8 @@ _NO_OUTLIERS = OutlierIndex([])
 def _check_section(name: str, nodes: Sequence[NodeView], idx: OutlierIndex, swept: set[str],
                    detail_hosts: set[str] | None, cluster: bool) -> str:
     entries = [(n, c) for n in nodes for c in n.checks if c.name == name]
-    counts = dict.fromkeys(STATUS_ORDER, 0)
-    for _, c in entries:
-        counts[c.status] += 1
-    badges = "".join(_badge(s, f"{counts[s]} {s.value}") for s in STATUS_ORDER if counts[s])
+    counts = count_states([c for _, c in entries])
+    badges = "".join(_badge(s, f"{counts[s]} {state_label(s).lower()}") for s in STATES if counts[s])
     ok = not any(c.status in (Status.FAIL, Status.ERROR, Status.WARN) for _, c in entries)
     rows = []
     for n, c in entries:
@@ -430,7 +454,7 @@ def _check_section(name: str, nodes: Sequence[NodeView], idx: OutlierIndex, swep
         hm = headline_metric(c)
         cls = "ok" if c.status in (Status.PASS, Status.SKIP) else f"st-{c.status.value}"
         rank = f" rank {c.rank}" if c.rank is not None else ""
-        rows.append(f'<tr class="{cls}"><td>{e(host)}{e(rank)}{_rerun_mark(c)}</td><td>{_st(c.status)}</td>'
+        rows.append(f'<tr class="{cls}"><td>{e(host)}{e(rank)}{_rerun_mark(c)}</td><td>{_st(c.state)}</td>'
                     f'{_num_td(c.duration_s, fmt_duration(c.duration_s))}'
                     f'<td>{e(_describe_metric(hm)) if hm is not None else ""}</td>'
                     f'<td class="reason">{e(c.reason)}</td></tr>')
@@ -453,7 +477,7 @@ def _check_section(name: str, nodes: Sequence[NodeView], idx: OutlierIndex, swep
         opened = " open" if not cluster or not node_ok else ""
         mark = f' {_badge("outlier")}' if flagged else ""
         parts.append(f'<details class="node {"ok" if node_ok else "bad"}"{opened} data-host="{e(host)}">'
-                     f'<summary><b>{e(host)}</b>{_rerun_mark(c)} {_st(c.status)}{mark} '
+                     f'<summary><b>{e(host)}</b>{_rerun_mark(c)} {_st(c.state)}{mark} '
                      f'<span class="muted">{e(c.reason)}</span>'
                      f'</summary>{inner}</details>')
     note = (f'<p class="muted">Metrics of {left_out} healthy nodes are left out of this page; render one with '

@@ -34,7 +34,7 @@ dl.facts dt { color: var(--muted); } dl.facts dd { margin: 0; }
 .badge.pass { background: var(--pass); } .badge.warn { background: var(--warn); }
 .badge.fail { background: var(--fail); } .badge.error { background: var(--error); }
 .badge.skip { background: var(--skip); } .badge.missing { background: #37474f; }
-.badge.outlier { background: var(--outlier); }
+.badge.outlier { background: var(--outlier); } .badge.not_judged { background: #00838f; }
 .badge.rerun { background: #1565c0; } .badge.left-out, .badge.not-rerun { background: #37474f; }
 tr.left-out td, tr.not-rerun td { background: #eceff1; }
 nav { margin: 8px 0; } nav a { margin-right: 14px; }
@@ -49,6 +49,7 @@ tr.outlier td { background: #f3e5f5; } tr.outlier td:first-child { box-shadow: i
 td.reason { max-width: 640px; word-break: break-word; }
 .st { font-weight: 700; } .st.pass { color: var(--pass); } .st.warn { color: var(--warn); }
 .st.fail { color: var(--fail); } .st.error { color: var(--error); } .st.skip { color: var(--skip); }
+.st.not_judged { color: #00838f; }
 details.node { border: 1px solid var(--line); border-radius: 6px; margin: 6px 0; padding: 2px 10px; }
 details.node > summary { cursor: pointer; padding: 4px 0; }
 details.raw pre { background: var(--soft); padding: 8px; overflow: auto; max-height: 320px; font-size: 12px; }

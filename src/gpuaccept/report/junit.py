@@ -34,9 +34,11 @@ from gpuaccept.report.views import (
     fmt_value,
     metric_status,
     node_views,
+    not_judged,
     outliers,
     reference_note,
     reference_text,
+    value_text,
 )
 
 _XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
@@ -62,10 +64,17 @@ def _judged_lines(check: CheckResult) -> list[str]:
         where = f" on {m.device}" if m.device else ""
         tags = fmt_tags(m.tags, skip=("stat", "mode"))
         ref = f", {reference_text(m)}" if m.expected is not None and m.expected_source else ""
-        out.append(f"{st.value.upper()}: {m.name}{where} = {fmt_value(m.value, m.unit)} "
+        out.append(f"{st.value.upper()}: {m.name}{where} = {value_text(m)} "
                    f"(threshold {bound_text(m)}, {m.threshold.source}{ref})"
                    + (f" [{tags}]" if tags else ""))
     return out
+
+
+def _not_judged_lines(check: CheckResult) -> list[str]:
+    """``NOT JUDGED: gemm_fp32_tflops, ...``: the performance figures measured with neither bound nor reference."""
+    if not check.not_judged:
+        return []
+    return [f"NOT JUDGED: {', '.join(check.not_judged)} (performance figures with no threshold and no expectation)"]
 
 
 def _fabric_lines(check: CheckResult) -> list[str]:
@@ -96,7 +105,7 @@ def _testcase(suite: ET.Element, node: NodeView, check: CheckResult, outlier_lin
         ET.SubElement(case, "skipped", message=reason)
     else:
         lines = ([f"WARN: {reason}"] if check.status is Status.WARN else [reason]) + _judged_lines(check) + \
-            _fabric_lines(check) + outlier_lines
+            _not_judged_lines(check) + _fabric_lines(check) + outlier_lines
         ET.SubElement(case, "system-out").text = xml_text("\n".join(lines))
 
 
@@ -128,6 +137,10 @@ def render_junit(report: NodeReport | ClusterReport, analysis: dict[str, Any] | 
             ET.SubElement(case, "error", message=msg, type="missing").text = msg
             counts["tests"] += 1
             counts["errors"] += 1
+        figures = not_judged([node])
+        if figures:  # JUnit has no such state: a property counts and names them, each testcase says which
+            ET.SubElement(props, "property", name="not_judged", value=xml_text(
+                f"{len(figures)}: " + ", ".join(f"{c} {m}" for _, c, m in figures)))
         budget = budget_view(node.report) if node.report is not None else None
         if budget is not None:
             ET.SubElement(props, "property", name="budget", value=xml_text(budget.summary()))

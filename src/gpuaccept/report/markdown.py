@@ -13,10 +13,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gpuaccept.model import CheckResult, ClusterReport, Metric, NodeReport, Status, Verdict
+from gpuaccept.model import CheckResult, ClusterReport, Metric, NodeReport, Status, Verdict, state_label
 from gpuaccept.report.budget_view import BudgetRow, BudgetView, budget_views
 from gpuaccept.report.views import (
-    STATUS_ORDER,
+    STATES,
     NodeView,
     analysis_of,
     bound_text,
@@ -28,10 +28,12 @@ from gpuaccept.report.views import (
     fmt_value,
     headline_metric,
     node_views,
+    not_judged,
     outliers,
     problems,
     reference_text,
-    status_counts,
+    state_counts,
+    value_text,
 )
 from gpuaccept.results.coverage import coverage_line, coverage_of, outlier_line
 
@@ -65,7 +67,7 @@ def _key(m: Metric | None) -> str:
     if m is None:
         return ""
     where = f" on {md(m.device)}" if m.device else ""
-    text = f"{code(m.name)}{where} = {md(fmt_value(m.value, m.unit))}"
+    text = f"{code(m.name)}{where} = {md(value_text(m))}"
     parts = [bound_text(m), reference_text(m) if m.expected_source or m.threshold is None else ""]
     shown = ", ".join(p for p in parts if p)
     if shown:
@@ -74,8 +76,22 @@ def _key(m: Metric | None) -> str:
 
 
 def _counts_line(nodes: list[NodeView]) -> str:
-    counts = status_counts(nodes)
-    return ", ".join(f"{counts[s]} {s.value}" for s in STATUS_ORDER if counts[s]) or "none"
+    counts = state_counts(nodes)
+    return ", ".join(f"{counts[s]} {state_label(s).lower()}" for s in STATES if counts[s]) or "none"
+
+
+def _state_cell(c: CheckResult) -> str:
+    label = state_label(c.state)
+    return f"**{label}**" if c.status.is_failure else label
+
+
+def _not_judged_line(nodes: list[NodeView], cluster: bool) -> list[str]:
+    """``Not judged (measured, no threshold or expectation): ...``, or nothing when every figure was judged."""
+    figures = not_judged(nodes)
+    if not figures:
+        return []
+    names = ", ".join((f"{code(h)} " if cluster else "") + f"{code(c)} {code(m)}" for h, c, m in figures)
+    return [f"Not judged (performance figures measured with no threshold and no expectation): {names}", ""]
 
 
 def _name(c: CheckResult) -> str:
@@ -101,8 +117,7 @@ def _node_table(node: NodeView) -> list[str]:
     if node.missing:
         return [f"No report: {md(node.reason or 'missing')}", ""]
     order = sorted(node.checks, key=lambda c: -c.status.severity if c.status is not Status.SKIP else 0)
-    rows = [[_name(c), f"**{c.status.value.upper()}**"
-             if c.status.is_failure else c.status.value.upper(), _key(headline_metric(c)),
+    rows = [[_name(c), _state_cell(c), _key(headline_metric(c)),
              md(fmt_duration(c.duration_s)), md(c.reason)] for c in order]
     return _table(["check", "status", "key metric", "time", "reason"], rows)
 
@@ -130,6 +145,7 @@ def render_markdown(report: NodeReport | ClusterReport, analysis: dict[str, Any]
     dropped = [r for v in budgets for r in v.by_state("left out")]
     note = f"; {len(dropped)} left out by the budget ({', '.join(code(r.name) for r in dropped)})" if dropped else ""
     lines += [" · ".join(facts), "", f"Checks: {_counts_line(nodes)}{note}", ""]
+    lines += _not_judged_line(nodes, cluster)
 
     bad = problems(nodes)
     missing = [n for n in nodes if n.missing]

@@ -9,6 +9,9 @@ for node-wide values):
 - ``gpuaccept_metric_outlier_zscore``: robust z of values the cluster analysis flagged;
 - ``gpuaccept_check_status{host,check,status}``: 1 for the check's status, 0 for the other four;
 - ``gpuaccept_check_duration_seconds{host,check}``;
+- ``gpuaccept_check_not_judged{host,check}``: how many of the check's performance figures were measured with
+  neither threshold nor expectation (0: all judged); ``gpuaccept_metric_not_judged{host,check,metric}`` = 1
+  names each (a passing check with any is shown as NOT JUDGED, its ``check_status`` stays ``pass``);
 - ``gpuaccept_node_verdict{host,verdict}``: 1 for the run's verdict, 0 for the others;
 - ``gpuaccept_node_cpu_only{host}``: 1 when the host's run used no GPU (its verdict is a CPU pipeline's,
   not a GPU acceptance; the reason is in report.json's ``cpu_only``), 0 for a GPU run;
@@ -219,6 +222,10 @@ def families(node_reports: Sequence[NodeReport], cluster: ClusterReport | None =
     reported_f = Family(PREFIX + "node_reported", "1 when the host sent a report, 0 when a cluster run is missing it.")
     status_f = Family(PREFIX + "check_status", "1 for the check's status in the host's latest run, 0 for the others.")
     cdur = Family(PREFIX + "check_duration_seconds", "Time the check took on the host, in seconds.")
+    nj_f = Family(PREFIX + "check_not_judged", "Performance figures of the check measured with no threshold and no "
+                                               "expectation (0: all judged).")
+    nj_names = Family(PREFIX + "metric_not_judged", "1 for each performance figure measured with no threshold and "
+                                                    "no expectation.")
     budget_f = Family(PREFIX + "budget_seconds", "The time budget of the host's latest run (run --budget), in "
                                                  "seconds.")
     left_out_f = Family(PREFIX + "budget_left_out", "1 for each check the time budget of the host's latest run "
@@ -231,6 +238,8 @@ def families(node_reports: Sequence[NodeReport], cluster: ClusterReport | None =
     entries: list[tuple[str, str, Metric, int | None, bool]] = []
     check_rows: list[tuple[dict[str, str], float, dict[str, str]]] = []
     dur_rows: list[tuple[dict[str, str], float, dict[str, str]]] = []
+    nj_rows: list[tuple[dict[str, str], float, dict[str, str]]] = []
+    nj_name_rows: list[tuple[dict[str, str], float, dict[str, str]]] = []
     for rep in node_reports:
         if rep.host in seen:
             continue
@@ -260,11 +269,16 @@ def families(node_reports: Sequence[NodeReport], cluster: ClusterReport | None =
                                    extra))
             if math.isfinite(c.duration_s):
                 dur_rows.append(({"host": host, "check": c.name}, c.duration_s, extra))
+            if c.status is not Status.SKIP:
+                nj_rows.append(({"host": host, "check": c.name}, len(c.not_judged), extra))
+            nj_name_rows += [({"host": host, "check": c.name, "metric": n}, 1, extra) for n in c.not_judged]
             entries.extend((host, c.name, m, c.rank, c.is_rerun) for m in c.metrics)
     status_f.samples = _uniform(check_rows, ("host", "check", "status"), ("rerun",))
     cdur.samples = _uniform(dur_rows, ("host", "check"), ("rerun",))
+    nj_f.samples = _uniform(nj_rows, ("host", "check"), ("rerun",))
+    nj_names.samples = _uniform(nj_name_rows, ("host", "check", "metric"), ("rerun",))
 
-    fams = [info, ts, dur, verdict_f, cpu_f, reported_f, status_f, cdur, budget_f, left_out_f,
+    fams = [info, ts, dur, verdict_f, cpu_f, reported_f, status_f, cdur, nj_f, nj_names, budget_f, left_out_f,
             *_metric_families(entries, idx)]
     if cluster is not None:
         for entry in cluster.nodes:

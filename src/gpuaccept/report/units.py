@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 
+from gpuaccept.model import BARE_UNITS
+
 # Each family: (display unit, size in the family's base unit), smallest first.
 _SI = (("n", 1e-9), ("µ", 1e-6), ("m", 1e-3), ("", 1.0), ("k", 1e3), ("M", 1e6), ("G", 1e9), ("T", 1e12),
        ("P", 1e15), ("E", 1e18))
@@ -31,7 +33,7 @@ for _fam in _FAMILIES:
         _BY_UNIT.setdefault(_name, (_fam, _size))
 for _alias, _name in _ALIASES.items():
     _BY_UNIT[_alias] = _BY_UNIT[_name]
-_BARE = ("", "count", "fraction", "bool")
+_BARE = BARE_UNITS
 
 
 def display_unit(value: float | None, unit: str) -> tuple[float, str]:

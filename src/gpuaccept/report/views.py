@@ -14,7 +14,21 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuaccept.model import CheckResult, ClusterReport, Metric, NodeReport, NodeState, Status, Verdict
+from gpuaccept.model import (
+    BARE_UNITS,
+    CheckResult,
+    ClusterReport,
+    Metric,
+    NodeReport,
+    NodeState,
+    Status,
+    Verdict,
+    count_states,
+    fmt_plain,
+    miss_text,
+)
+from gpuaccept.model import STATES as STATES  # every shown state, worst first, re-exported
+from gpuaccept.model import state_label as state_label
 from gpuaccept.report.units import fmt_number as fmt_number  # the shared number formats, re-exported
 from gpuaccept.report.units import fmt_value as fmt_value
 
@@ -102,6 +116,18 @@ def status_counts(nodes: Iterable[NodeView]) -> dict[Status, int]:
         for c in n.checks:
             counts[c.status] += 1
     return counts
+
+
+def state_counts(nodes: Iterable[NodeView]) -> dict[str, int]:
+    """Checks by shown state over ``nodes`` (:attr:`gpuaccept.model.CheckResult.state`: a pass with a
+    performance figure not judged counts as ``not_judged``, not as ``pass``), every state present."""
+    return count_states([c for n in nodes for c in n.checks])
+
+
+def not_judged(nodes: Iterable[NodeView]) -> list[tuple[str, str, str]]:
+    """(host, check, metric) for each performance figure measured but not judged, each once, in order."""
+    return list(dict.fromkeys((check_host(c, n), c.name, name) for n in nodes for c in n.checks
+                              for name in c.not_judged))
 
 
 def check_names(nodes: Iterable[NodeView]) -> list[str]:
@@ -263,25 +289,40 @@ def reference_note(m: Metric) -> str:
 
 def reference_text(m: Metric, default: str = "expected") -> str:
     """``baseline 26.33 GB/s`` / ``spec 989.4 TFLOP/s`` / ``fabric 340 GB/s (8x NDR 400 Gb/s per node =
-    400 GB/s, efficiency 0.85)``; empty without a reference."""
+    400 GB/s, efficiency 0.85)``, in the value's display unit, or in the metric's own unit beside a missed
+    bound (as :func:`bound_text`); empty without a reference."""
     if m.expected is None:
         return ""
     note = reference_note(m)
-    return (f"{reference_label(m, default)} {fmt_value(m.expected, m.unit, like=m.value)}"
+    shown = (fmt_plain(m.expected) + ("" if m.unit in BARE_UNITS else f" {m.unit}") if threshold_met(m) is False
+             else fmt_value(m.expected, m.unit, like=m.value))  # beside a missed bound: in the bound's unit
+    return (f"{reference_label(m, default)} {shown}"
             + (f" ({note})" if note else ""))
 
 
 def bound_text(m: Metric) -> str:
-    """``>= 593.6 TFLOP/s``; a bound clamped to the edge of the metric's values says so
+    """``>= 593.6 TFLOP/s``; a missed bound as written, in the metric's own unit (as :func:`value_text`
+    shows the value then: ``>= 100,000 TFLOP/s``); a bound clamped to the edge of the metric's values says so
     (``>= 0 GB/s (clamped: baseline spread too wide to bound)``). Empty without a threshold."""
     t = m.threshold
     if t is None:
         return ""
-    text = f"{t.op} {fmt_value(t.value, m.unit, like=m.value)}"
+    missed = not t.met_by(m.value)
+    written = f"{t.op} {fmt_plain(t.value)}" + ("" if m.unit in BARE_UNITS else f" {m.unit}")
+    text = written if missed else f"{t.op} {fmt_value(t.value, m.unit, like=m.value)}"
     if t.clamped:
         what = "baseline spread" if t.source.startswith("baseline") else "rule"
         text += f" (clamped: {what} too wide to bound)"
     return text
+
+
+def value_text(m: Metric) -> str:
+    """``612 TFLOP/s``: the value in its display unit (:func:`fmt_value`), or, when it misses its threshold, in
+    the unit the bound is written in, with the digits that keep the comparison true (``0.005567 TFLOP/s``)."""
+    shown = miss_text(m)
+    if not shown or not math.isfinite(m.value):
+        return fmt_value(m.value, m.unit)
+    return shown.split(" ")[0] + ("" if m.unit in BARE_UNITS else f" {m.unit}")
 
 
 def metric_status(m: Metric) -> Status:
@@ -297,9 +338,12 @@ def headline_metric(check: CheckResult, key: str | None = None) -> Metric | None
 
     1. A metric that misses its threshold: the one furthest beyond its bound
        (what explains a failure or warning).
-    2. Else the check's key metric (:func:`key_pattern`, a glob): its weakest
-       value over devices (lowest where higher is better, highest where lower is).
-    3. Else the metric weakest against its reference (``expected``), else None.
+    2. Else the check's key metric (:func:`key_pattern`, a glob): the first
+       name it matches (in the check's metric order, the same from run to
+       run), its weakest value over devices (lowest where higher is better,
+       highest where lower is).
+    3. Else the first metric with a reference (``expected``) and a direction,
+       its weakest value against that reference over devices; else None.
     """
     finite = [m for m in check.metrics if math.isfinite(m.value)]
     missed = [m for m in finite if threshold_met(m) is False]
@@ -316,9 +360,11 @@ def headline_metric(check: CheckResult, key: str | None = None) -> Metric | None
 
         hits = [m for m in finite if fnmatch.fnmatchcase(m.name, pattern)]
         if hits:
+            hits = [m for m in hits if m.name == hits[0].name]
             return min(hits, key=lambda m: m.value * (direction(m) or 1))
     ref = [m for m in finite if m.expected and direction(m) != 0]
     if ref:
+        ref = [m for m in ref if m.name == ref[0].name]
         return min(ref, key=lambda m: direction(m) * m.value / float(m.expected or 1.0))
     return None
 

@@ -245,7 +245,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from gpuaccept.errors import UsageError
-    from gpuaccept.model import ClusterReport
+    from gpuaccept.model import ClusterReport, state_label
     from gpuaccept.results.baseline import load_baseline, load_rules
     from gpuaccept.results.baseline_judge import apply_baseline
 
@@ -277,7 +277,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
             info = c.details.get("baseline")
             if not isinstance(info, dict):
                 continue
-            mark = c.status.value.upper()
+            mark = state_label(c.state)
             print(f"{rep.host} {c.name}: {mark} ({info.get('matched', 0)} metric(s) matched the baseline)"
                   + (f": {c.reason}" if info.get("violations") or c.status.is_failure else ""))
     if not any(isinstance(c.details.get("baseline"), dict) for rep in nodes for c in rep.checks):

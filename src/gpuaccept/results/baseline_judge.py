@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuaccept.model import CheckResult, Metric, NodeReport, Status, Threshold, Verdict, worst
+from gpuaccept.model import CheckResult, Metric, NodeReport, Status, Threshold, Verdict, miss_text, worst
 from gpuaccept.results.baseline import Baseline, BaselineEntry, BaselineRule, rounded
 from gpuaccept.results.samples import SkuResolver, clamp_to_domain, direction
 
@@ -70,9 +70,10 @@ def overlay_baseline(check: CheckResult, node: NodeReport, baseline: Baseline,
 
 
 def _violation(m: Metric, t: Threshold) -> str:
+    """``stream_copy_gbs on cpu 24.77 < 26.0667 GB/s (baseline:...)``: one unit, as every rendering shows a miss
+    (:func:`gpuaccept.model.miss_text`); ``t`` is ``m.threshold``."""
     where = f" on {m.device}" if m.device else ""
-    rel = "<" if t.op == ">=" else ">"
-    return f"{m.name}{where} {m.value:.4g} {rel} {t.value:.4g} {m.unit} ({t.source})"
+    return f"{m.name}{where} {miss_text(m)} ({t.source})"
 
 
 def apply_baseline(report: NodeReport, baseline: Baseline, rules: Sequence[BaselineRule] | None = None,
