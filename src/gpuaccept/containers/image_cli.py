@@ -125,13 +125,14 @@ def cmd_build(args: argparse.Namespace) -> int:
                               dockerfile=dockerfile, version=gpuaccept.__version__, output=args.output,
                               build_args=build_args)
     plan = image.plan_build(opts)
+    if not args.dry_run:  # a builder that is not there is the one error to say, before any warning about the build
+        image.check_builder(builder, shutil.which, image.docker_has_buildx)
     for message in (*notes, *plan.warnings, *image.cluster_warnings(platforms, cluster),
                     *image.emulation_warnings(platforms, host, image.binfmt_registered)):
         _warn(message)
     if args.dry_run:
         sys.stdout.write(plan.render())
         return 0
-    image.check_builder(builder, shutil.which, image.docker_has_buildx)
     failed = image.run_plan(plan, lambda line: print(f"[IMAGE] {line}", flush=True))
     if failed is not None:
         print(f"gpuaccept: error: {failed.step.argv[0]} exited {failed.returncode}: {failed.step.shell()}",
