@@ -200,7 +200,7 @@ def summary_lines(cluster: ClusterReport) -> list[str]:
     figures = list(dict.fromkeys(f for e in cluster.nodes if e.report is not None for f in e.report.not_judged()))
     notes = [n for n in (not_judged_note(figures),) if n]
     cpu_only = cluster.cpu_only_nodes()
-    if cpu_only:
+    if cpu_only and cluster.verdict is Verdict.SUCCESS:
         notes.insert(0, f"CPU only on {len(cpu_only)} of {len(cluster.nodes)} node(s): "
                         f"{', '.join(cpu_only[:8])}{', ...' if len(cpu_only) > 8 else ''}")
     tail = f" ({'; '.join(notes)})" if notes else ""

@@ -68,8 +68,9 @@ def metric_line(m: Metric) -> str:
 
 
 def result_notes(report: NodeReport) -> list[str]:
-    """What the final line adds in parentheses, each note a clause (joined by ``; ``)."""
-    cpu = f"CPU only: {report.cpu_only}" if report.cpu_only else ""  # a CPU-only pass is no GPU acceptance
+    """What the final line adds in parentheses, each note a clause (joined by ``; ``): "CPU only" on a pass (it is
+    no GPU acceptance; a failure needs no such warning), and the performance figures not judged."""
+    cpu = f"CPU only: {report.cpu_only}" if report.cpu_only and report.verdict is Verdict.SUCCESS else ""
     return [n for n in (cpu, not_judged_note(report.not_judged())) if n]
 
 
