@@ -71,7 +71,6 @@ _SCRIPT = """\
 #!/bin/sh
 # gpuaccept ssh launcher: node script of job {name}, run {run_id}. Generated; do not edit.
 # The launcher runs, for each host:  ssh HOST exec /bin/sh -s -- RANK LABEL DIR NPROC < {script}
-# (NPROC "gpu": one rank per GPU the host has, counted here).
 # and keeps standard input open. When it ends (Ctrl-C, cancel, a lost connection), the job's
 # process group gets TERM, then KILL after {grace} s.
 {literal}
@@ -162,7 +161,8 @@ def _count_block() -> str:
     from gpuaccept.launch.gpucount import count_lines
 
     body = "\n".join(f"        {line}" if line else "" for line in count_lines("nproc", "$host_label"))
-    return f'    if [ "$nproc" = gpu ]; then\n{body}\n    fi\n'
+    return f'    # NPROC gpu (no --gpus-per-node): one rank per GPU this host has, counted here.\n' \
+        f'    if [ "$nproc" = gpu ]; then\n{body}\n    fi\n'
 
 
 def _comment(text: str) -> str:
