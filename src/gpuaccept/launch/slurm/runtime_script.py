@@ -156,11 +156,12 @@ def render_runtime_script(spec: JobSpec, opts: SlurmOptions) -> str:
                 *count_lines("nproc", "$(hostname)")]
     if ssh:
         out += [f"ssh_port={opts.ssh_port}", *_ssh_config_lines(spec),
-                f"printf '%s slots={slots}\\n' \"${{hosts[@]}}\" >\"$state/hostfile\""]
+                (f"printf '%s slots={slots}\\n' \"${{hosts[@]}}\" >\"$state/hostfile\"" if not counted else
+                 'for h in "${hosts[@]}"; do printf \'%s slots=%s\\n\' "$h" "$nproc"; done >"$state/hostfile"')]
     out += [
         'GPUACCEPT_HOSTLIST=$(IFS=,; echo "${hosts[*]}")',
         f"GPUACCEPT_SLOTS_PER_NODE={slots}",
-        f"GPUACCEPT_NP=$(( ${{#hosts[@]}} * {slots} ))",
+        f"GPUACCEPT_NP=$(( ${{#hosts[@]}} * {slots.lstrip('$')} ))",
         "export GPUACCEPT_HOSTLIST GPUACCEPT_SLOTS_PER_NODE GPUACCEPT_NP",
     ]
     if ssh:
