@@ -187,8 +187,9 @@ def build_argv(spec: JobSpec, opts: BcpOptions) -> list[str]:
     if not opts.instance:
         raise ConfigError("--instance", "", "the bcp backend needs an instance type, e.g. dgxa100.80g.8.norm "
                                             "(ngc base-command ace info ACE lists them)")
-    spec = with_known_gpus(spec, f"Base Command (instance {opts.instance})", instance_gpus(opts.instance))
-    argv = [opts.ngc_bin, "base-command", "job", "run", "--name", spec.name, "--image", spec.image,
+    image, spec = spec.image, with_known_gpus(spec, f"Base Command (instance {opts.instance})",
+                                              instance_gpus(opts.instance))
+    argv = [opts.ngc_bin, "base-command", "job", "run", "--name", spec.name, "--image", image,
             "--instance", opts.instance]
     for flag, value in (("--ace", opts.ace), ("--org", opts.org), ("--team", opts.team)):
         if value:
