@@ -326,7 +326,8 @@ def test_cli_dry_run_and_missing_cli(tmp_path: Path) -> None:
     assert "ngc base-command job run --name gpuaccept --image img --instance dgxa100.80g.8.norm --replicas 2 " \
            "--array-type MPI" in proc.stdout
     assert (tmp_path / "plan" / "bcp-submit.sh").read_text().startswith("#!/bin/sh\n")
-    proc = gpuaccept("launch", "bcp", "--image", "img", "--instance", "i", "--results-dir", str(tmp_path / "r"),
+    proc = gpuaccept("launch", "bcp", "--image", "img", "--instance", "i", "--gpus-per-node", "1",
+                     "--results-dir", str(tmp_path / "r"),
                      PATH=str(Path(sys.executable).parent) + os.pathsep + "/usr/bin:/bin")
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert "ngc CLI (ngc) is not on PATH" in proc.stderr

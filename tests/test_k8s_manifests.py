@@ -527,7 +527,8 @@ def test_trainer_version_flag() -> None:
 
 
 def test_options_that_weaken_isolation_print_a_warning_naming_the_risk(tmp_path: Path) -> None:
-    base = ["launch", "k8s", "--image", "img", "--nodes", "2", "--results-dir", str(tmp_path), "--dry-run"]
+    base = ["launch", "k8s", "--image", "img", "--nodes", "2", "--gpus-per-node", "8", "--results-dir", str(tmp_path),
+            "--dry-run"]
     quiet = gpuaccept(*base)
     assert quiet.returncode == 0, quiet.stderr
     assert "warning" not in quiet.stderr

@@ -87,7 +87,7 @@ def test_a_command_runs_under_torchrun_with_one_agent_per_node(tmp_path: Path) -
     code = ("import os, pathlib; e = os.environ; pathlib.Path(" + repr(str(out)) + ", e['RANK']).write_text("
             "' '.join([e['WORLD_SIZE'], e['GROUP_RANK'], e['GPUACCEPT_HOSTNAME'], os.getcwd()]))")
     r = gpuaccept("launch", "local", "--results-dir", str(tmp_path), "--run-id", "run", "--poll-interval", "0.2",
-                  "--nodes", "2", "--", sys.executable, "-c", code, cwd=tmp_path)
+                  "--nodes", "2", "--procs-per-node", "1", "--", sys.executable, "-c", code, cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     ranks = {p.name: p.read_text().split(" ") for p in out.iterdir()}
     assert ranks == {"0": ["2", "0", "local-0", str(tmp_path)], "1": ["2", "1", "local-1", str(tmp_path)]}

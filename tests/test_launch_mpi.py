@@ -145,7 +145,8 @@ def test_distributed_ranks_get_master_addr_and_port_of_the_first_host() -> None:
 
 
 def test_master_addr_and_port_options_for_hosts_that_are_ssh_aliases(tmp_path: Path) -> None:
-    r = gpuaccept("launch", "mpi", "--hosts", "node-a,node-b", "--nodes", "2", "--master-addr", "10.1.2.3",
+    r = gpuaccept("launch", "mpi", "--hosts", "node-a,node-b", "--nodes", "2", "--procs-per-node", "1",
+                  "--master-addr", "10.1.2.3",
                   "--master-port", "31000", "--results-dir", "/r", "--run-id", "m", "--dry-run", "--", "true")
     assert r.returncode == 0, r.stderr
     assert "-x MASTER_ADDR=10.1.2.3 -x MASTER_PORT=31000" in r.stdout
@@ -181,7 +182,8 @@ def test_a_command_under_mpirun_sees_master_addr_and_port(tmp_path: Path) -> Non
     out = tmp_path / "env"
     code = ("import os, pathlib; e = os.environ; pathlib.Path(" + repr(str(out)) + ").write_text("
             "' '.join([e['MASTER_ADDR'], e['MASTER_PORT'], str('PATH' in e)]))")
-    r = _mpi(tmp_path, "--hosts", "localhost", "--transport", "tcp", "--", sys.executable, "-c", code)
+    r = _mpi(tmp_path, "--hosts", "localhost", "--transport", "tcp", "--procs-per-node", "1", "--", sys.executable,
+             "-c", code)
     assert r.returncode == 0, r.stdout + r.stderr
     addr, port, has_path = out.read_text().split(" ")
     assert (addr, has_path) == ("localhost", "True") and port.isdigit()
@@ -204,7 +206,7 @@ def test_ranks_on_two_hosts_reached_by_ssh_get_master_addr_and_port(sshd: Sshd, 
     code = ("import os, pathlib; e = os.environ; pathlib.Path(" + repr(str(out)) + ", e['OMPI_COMM_WORLD_RANK'])"
             ".write_text(' '.join([e['OMPI_MCA_orte_num_nodes'], e['GPUACCEPT_HOSTNAME'], e['MASTER_ADDR'], "
             "e['MASTER_PORT'], str(bool(e.get('SSH_CONNECTION')))]))")
-    r = _mpi(tmp_path, *_over_ssh(sshd), "--", sys.executable, "-c", code)
+    r = _mpi(tmp_path, *_over_ssh(sshd), "--procs-per-node", "1", "--", sys.executable, "-c", code)
     assert r.returncode == 0, r.stdout + r.stderr
     ranks = {p.name: p.read_text().split(" ") for p in out.iterdir()}
     assert sorted(ranks) == ["0", "1"]

@@ -392,13 +392,36 @@ def test_command_under_torchrun_rendezvous_across_both_nodes(slurm: LocalSlurm, 
     out.mkdir()
     code = ("import os, pathlib; e = os.environ; pathlib.Path(" + repr(str(out)) + ", e['RANK']).write_text("
             "' '.join([e['WORLD_SIZE'], e['LOCAL_RANK'], e['GPUACCEPT_HOSTNAME'], e['GREETING']]))")
-    r = _launch(slurm, tmp_path, "--nodes", "2", "--env", "GREETING=hello world", "--", sys.executable, "-c", code)
+    r = _launch(slurm, tmp_path, "--nodes", "2", "--procs-per-node", "1", "--env", "GREETING=hello world", "--",
+                sys.executable, "-c", code)
     assert r.returncode == 0, r.stdout + r.stderr
     ranks = {p.name: p.read_text().split(" ", 3) for p in out.iterdir()}
     assert sorted(ranks) == ["0", "1"]
     assert sorted(v[2] for v in ranks.values()) == ["node1", "node2"]
     assert all(v[0] == "2" and v[1] == "0" and v[3] == "hello world" for v in ranks.values())
     assert not (tmp_path / "run" / "cluster-report.json").exists()  # a command without reports: the job decides
+
+
+def test_without_a_gpu_count_each_node_starts_one_rank_per_gpu_it_is_given(slurm: LocalSlurm,
+                                                                           tmp_path: Path) -> None:
+    """No --gpus-per-node: each node counts its GPUs (here CUDA_VISIBLE_DEVICES=0,1) and starts that many ranks;
+    with none visible, the job fails with a line saying so instead of running one rank."""
+    out = tmp_path / "ranks"
+    out.mkdir()
+    code = ("import os, pathlib; e = os.environ; pathlib.Path(" + repr(str(out)) + ", e['RANK']).write_text("
+            "' '.join([e['WORLD_SIZE'], e['LOCAL_WORLD_SIZE'], e['GPUACCEPT_HOSTNAME']]))")
+    r = _launch(slurm, tmp_path, "--nodes", "2", "--env", "CUDA_VISIBLE_DEVICES=0,1", "--", sys.executable, "-c",
+                code)
+    assert r.returncode == 0, r.stdout + r.stderr
+    ranks = {p.name: p.read_text().split(" ") for p in out.iterdir()}
+    assert sorted(ranks) == ["0", "1", "2", "3"]
+    assert all(v[:2] == ["4", "2"] for v in ranks.values())
+    assert sorted(v[2] for v in ranks.values()) == ["node1", "node1", "node2", "node2"]
+    none = _launch(slurm, tmp_path, "--nodes", "2", "--env", "CUDA_VISIBLE_DEVICES=", "--", sys.executable, "-c",
+                   code, run_id="none")
+    assert none.returncode == 1, none.stdout + none.stderr
+    log = next((tmp_path / "none" / "launch").glob("slurm-*.out")).read_text()
+    assert "no GPU found on this node" in log and "--gpus-per-node" in log
 
 
 def test_distributed_suite_splits_rank0s_report_by_host(slurm: LocalSlurm, tmp_path: Path) -> None:

@@ -17,19 +17,20 @@ from tests.launch_support import launch_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
+_PODS = ["--nodes", "2", "--gpus-per-node", "8", "--image", "registry/gpuaccept:1"]
 DRY_RUNS: dict[str, list[str]] = {
     "slurm": ["--nodes", "2", "--partition", "gpu"],
     "slurm-pyxis-command": ["--nodes", "2", "--image", "nvcr.io#nvidia/pytorch:24.08-py3", "--", "python", "t.py"],
     "ssh": ["--hosts", "gpu01,gpu02", "--nodes", "2"],
-    "mpi": ["--hosts", "gpu01,gpu02", "--nodes", "2", "--", "hostname"],
+    "mpi": ["--hosts", "gpu01,gpu02", "--nodes", "2", "--gpus-per-node", "8", "--", "hostname"],
     "local": ["--nodes", "2", "--device", "cpu"],
-    "k8s-job": ["--kind", "job", "--nodes", "2", "--image", "registry/gpuaccept:1"],
-    "k8s-jobset": ["--kind", "jobset", "--nodes", "2", "--image", "registry/gpuaccept:1"],
-    "k8s-pytorchjob": ["--kind", "pytorchjob", "--nodes", "2", "--image", "registry/gpuaccept:1"],
-    "k8s-mpijob": ["--kind", "mpijob", "--nodes", "2", "--image", "registry/gpuaccept:1"],
-    "k8s-trainjob": ["--kind", "trainjob", "--nodes", "2", "--image", "registry/gpuaccept:1"],
-    "runai-pytorch": ["--kind", "pytorch", "--nodes", "2", "--image", "registry/gpuaccept:1", "--project", "p"],
-    "runai-mpi": ["--kind", "mpi", "--nodes", "2", "--image", "registry/gpuaccept:1", "--project", "p"],
+    "k8s-job": ["--kind", "job", *_PODS],
+    "k8s-jobset": ["--kind", "jobset", *_PODS],
+    "k8s-pytorchjob": ["--kind", "pytorchjob", *_PODS],
+    "k8s-mpijob": ["--kind", "mpijob", *_PODS],
+    "k8s-trainjob": ["--kind", "trainjob", *_PODS],
+    "runai-pytorch": ["--kind", "pytorch", *_PODS, "--project", "p"],
+    "runai-mpi": ["--kind", "mpi", *_PODS, "--project", "p"],
     "bcp-mpi": ["--nodes", "2", "--image", "nvcr.io/acme/gpuaccept:1", "--instance", "dgxa100.80g.8.norm"],
     "bcp-pytorch": ["--nodes", "2", "--image", "nvcr.io/acme/gpuaccept:1", "--instance", "dgxa100.80g.8.norm",
                     "--array-type", "PYTORCH"],

@@ -225,7 +225,7 @@ def _pod_logs(spec: JobSpec, state: Path, pods: list[str], tmp_path: Path) -> No
 
 def runai_spec(tmp_path: Path, **options: Any) -> JobSpec:
     return JobSpec(name="accept", nodes=2, run_id="r1", results_dir=str(tmp_path / "results"), image="img",
-                   suite_args=list(SUITE), distributed=False, python=sys.executable,
+                   gpus_per_node=0, suite_args=list(SUITE), distributed=False, python=sys.executable,
                    options=ropts(project="team", **options))
 
 
@@ -328,7 +328,7 @@ def test_cli_dry_run_and_missing_cli(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "runai training pytorch submit gpuaccept --project team --image img --workers 2 --no-master" in proc.stdout
     assert (out / "runai-submit.sh").read_text().startswith("#!/bin/sh\n")
-    proc = gpuaccept("launch", "runai", "--image", "img", "--results-dir", str(tmp_path / "r"),
+    proc = gpuaccept("launch", "runai", "--image", "img", "--gpus-per-node", "8", "--results-dir", str(tmp_path / "r"),
                      PATH=str(Path(sys.executable).parent) + os.pathsep + "/usr/bin:/bin")
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert "runai CLI (runai) is not on PATH" in proc.stderr

@@ -321,7 +321,7 @@ class Site:
         return self.account.run([*self.python, "-m", "gpuaccept", "launch", "slurm", "--runtime", runtime,
                                  "--image", image or self.image, "--nodes", "2", "--results-dir", str(results),
                                  "--poll-interval", "0.5", "--no-ipc-host", "--handshake-timeout", str(HANDSHAKE_S),
-                                 *args], timeout=timeout, cwd=workdir, **{**self.env, **env})
+                                 "--procs-per-node", "1", *args], timeout=timeout, cwd=workdir, **{**self.env, **env})
 
     def assert_clean(self, results: Path, deadline_s: float = 30) -> None:
         """No container of the job, no sshd of the job, no private key: now or within ``deadline_s``."""

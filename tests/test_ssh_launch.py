@@ -66,7 +66,8 @@ def make_spec(sshd: Sshd, tmp: Path, **kw: Any) -> JobSpec:
                "remote_dir": str(tmp / "remote"), "master_addr": "127.0.0.1", "connect_timeout_s": 5}
     options.update(kw.pop("options", {}))
     base: dict[str, Any] = dict(name="ssh-test", nodes=2, run_id=f"run-{time.monotonic_ns()}",
-                                results_dir=str(tmp / "local"), distributed=False, options=options)
+                                results_dir=str(tmp / "local"), distributed=False, options=options,
+                                procs_per_node=1)  # a CPU machine: one rank per host
     base.update(kw)
     return JobSpec(**base)
 

@@ -179,8 +179,8 @@ def test_argv_builders() -> None:
     scp = scp_argv(opts, Host("::1", port=22), "/r/x", "/l/x")
     assert scp[:3] == ["scp", "-r", "-q"] and scp[-3:] == ["--", "[::1]:/r/x", "/l/x"]
     assert scp[scp.index("-P") + 1] == "22" and "User=u" in scp and "-l" not in scp
-    slot_cmd = run_argv(opts, _slot(opts))
-    assert shlex.split(slot_cmd[-1]) == ["exec", "/bin/sh", "-s", "--", "0", "a", "a", "1"]
+    slot_cmd = run_argv(opts, _slot(opts))  # no --gpus-per-node: the host counts its GPUs
+    assert shlex.split(slot_cmd[-1]) == ["exec", "/bin/sh", "-s", "--", "0", "a", "a", "gpu"]
 
 
 def _slot(opts: SshOptions) -> Any:

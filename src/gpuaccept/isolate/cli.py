@@ -54,9 +54,9 @@ def register(subparsers: Any) -> None:
     r = p.add_argument_group("pair tests")
     r.add_argument("--pair-test", choices=("collectives", "nccl-tests"), default="collectives",
                    help="collectives: our check (default); nccl-tests: all_reduce_perf (slurm and mpi only)")
-    r.add_argument("--gpus-per-node", type=positive_int, default=8, metavar="G",
-                   help="GPUs per node: the ranks of a nccl-tests pair test, the rails of --per-rail and "
-                        "--rails-of (default: 8)")
+    r.add_argument("--gpus-per-node", type=positive_int, default=None, metavar="G",
+                   help="GPUs per node: requested and tested by each pair test (default: every GPU each node has; "
+                        "8 for a nccl-tests pair test), the rails of --per-rail and --rails-of (default: 8)")
     r.add_argument("--nccl-arg", action="append", default=None, metavar="ARG",
                    help="nccl-tests: an all_reduce_perf argument (repeatable; default -b 8M -e 1G -f 2; -g is "
                         "set by the plan), e.g. --nccl-arg=-e --nccl-arg=8G")
@@ -203,9 +203,26 @@ def _pair_test(args: argparse.Namespace) -> Any:
         from gpuaccept.nccltests.judge import find_binary
 
         binary = find_binary("all_reduce") or BINARY
-    pair = PairTest("nccl-tests", args.gpus_per_node, tuple(args.nccl_arg or DEFAULT_ARGS), binary, args.min_busbw)
+    pair = PairTest("nccl-tests", _gpus(args), tuple(args.nccl_arg or DEFAULT_ARGS), binary, args.min_busbw)
     command(args.backend, pair.gpus, pair.args, pair.binary)  # UsageError for what cannot run
     return pair
+
+
+DEFAULT_GPUS = 8
+"""GPUs per node of a nccl-tests pair test and of the rails when --gpus-per-node is not given."""
+
+
+def _gpus(args: argparse.Namespace) -> int:
+    return int(args.gpus_per_node or DEFAULT_GPUS)
+
+
+def _collectives_flags(args: argparse.Namespace, pair: Any) -> list[str]:
+    """The launch flags of a collectives pair test: profile, device, and the GPUs per node when given (without
+    it, each node tests every GPU it has)."""
+    if pair.kind != "collectives":
+        return []
+    gpus = [] if args.gpus_per_node is None else ["--gpus-per-node", str(args.gpus_per_node)]
+    return ["--profile", args.profile, *(["--device", args.device] if args.device else []), *gpus]
 
 
 def _dry_run(args: argparse.Namespace, runner: Any, first: Any, tag: str) -> int:
@@ -236,8 +253,7 @@ def _cmd_isolate(args: argparse.Namespace) -> int:
     settings = _settings(args)
     validate(nodes, settings, racks)
     pair = _pair_test(args)
-    extra = [*(["--profile", args.profile, *(["--device", args.device] if args.device else [])]
-               if pair.kind == "collectives" else []), *(args.launch_arg or [])]
+    extra = [*_collectives_flags(args, pair), *(args.launch_arg or [])]
     from gpuaccept.launch.cli import new_run_id
 
     tag = "dry-run" if args.dry_run else new_run_id("isolate")
@@ -284,8 +300,8 @@ def _rail_options(args: argparse.Namespace, runner: Any) -> list[str]:
     rail_run = args.per_rail or args.rails_of is not None
     if ports and not rail_run:
         raise UsageError("--rail-ports is for --per-rail or --rails-of")
-    if ports and len(ports) > args.gpus_per_node:
-        raise UsageError(f"--rail-ports names {len(ports)} ports for {args.gpus_per_node} GPUs per node "
+    if ports and len(ports) > (_gpus(args)):
+        raise UsageError(f"--rail-ports names {len(ports)} ports for {_gpus(args)} GPUs per node "
                          "(--gpus-per-node)")
     if rail_run:
         check_rail_backend(args.backend, runner.pair)
@@ -307,7 +323,7 @@ def _per_rail(args: argparse.Namespace, runner: Any, verdicts: Any, ports: list[
             continue
         known = ports or ir.ports_from_reports(node, runner.cluster_reports.values())
         where = "--rail-ports" if ports else ("its collectives reports" if known else "unknown: NCCL's choice")
-        report = ir.run_rails(runner, ir.plan(runner, node, partner, args.gpus_per_node, known), args.repeat, tag,
+        report = ir.run_rails(runner, ir.plan(runner, node, partner, _gpus(args), known), args.repeat, tag,
                               where, out)
         for line in ir.table(report):
             print(line, file=out)
@@ -330,14 +346,13 @@ def _rails_only(args: argparse.Namespace) -> int:
     node, partner = ir.parse_rails_of(args.rails_of)
     validate([node, partner], _settings(args))
     pair = _pair_test(args)
-    extra = [*(["--profile", args.profile, *(["--device", args.device] if args.device else [])]
-               if pair.kind == "collectives" else []), *(args.launch_arg or [])]
+    extra = [*_collectives_flags(args, pair), *(args.launch_arg or [])]
     tag = "dry-run" if args.dry_run else new_run_id("rails")
     out = sys.stderr if args.json == "-" else sys.stdout
     runner = PairRunner(args.backend, Path(args.results_dir).resolve(), extra, args.test_timeout, name="isolate",
                         log=out, pair=pair)
     ports = _rail_options(args, runner)
-    tests = ir.plan(runner, node, partner, args.gpus_per_node, ports)
+    tests = ir.plan(runner, node, partner, _gpus(args), ports)
     if args.dry_run:
         print(f"# gpuaccept isolate: the rails of {node}, each with {partner}, one test after the other, each run "
               f"{args.repeat} time(s)")

@@ -118,9 +118,10 @@ def _add_job_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("job")
     g.add_argument("--nodes", type=_count, default=None, metavar="N",
                    help="number of nodes (default: 1, or the number of hosts given)")
-    g.add_argument("--gpus-per-node", type=_count, default=None, metavar="G", help="GPUs to request per node")
+    g.add_argument("--gpus-per-node", type=_count, default=None, metavar="G",
+                   help="GPUs to request and test per node (default: every GPU each node has, counted on it)")
     g.add_argument("--procs-per-node", type=_count, default=None, metavar="P",
-                   help="processes (ranks) per node under torchrun/mpirun (default: GPUs per node, at least 1)")
+                   help="processes (ranks) per node under torchrun/mpirun (default: one per GPU of the node)")
     g.add_argument("--image", default=None, help="container image (Pyxis on slurm, the pod image on k8s)")
     g.add_argument("--env", action="append", default=None, metavar="NAME=VALUE", help="job environment (repeatable)")
     g.add_argument("--mount", action="append", default=None, metavar="SRC:DST[:ro]",
@@ -288,6 +289,7 @@ def _run_supports_distributed() -> bool:
 
 def build_spec(args: argparse.Namespace, backend_cls: Any) -> Any:
     """The validated JobSpec from parsed flags (and the spec file already applied to them)."""
+    from gpuaccept.launch.gpucount import requested
     from gpuaccept.launch.spec import JobSpec, Mount, parse_env, sanitize_name
 
     command: list[str] | None = args.command_argv
@@ -336,9 +338,11 @@ def build_spec(args: argparse.Namespace, backend_cls: Any) -> Any:
     # (slurm mounts the directory into the Pyxis container).
     here = command is not None and (not args.image or backend_cls.name in SHARED_FS_BACKENDS)
     workdir = args.workdir or (os.getcwd() if here else None)
+    gpn, ppn = requested(args.gpus_per_node, args.procs_per_node, args.gpus or getattr(cfg, "gpus", None),
+                         args.device or getattr(cfg, "device", None))
     return JobSpec(
         name=name, nodes=nodes, run_id=run_id, results_dir=os.path.abspath(results),
-        gpus_per_node=args.gpus_per_node or 0, procs_per_node=args.procs_per_node, command=command,
+        gpus_per_node=gpn, procs_per_node=ppn, command=command,
         suite_args=s_args, image=args.image, env=parse_env(args.env or []),
         mounts=[Mount.parse(m) for m in args.mount or []], time_limit_min=args.time, workdir=workdir,
         distributed=distributed, python=python, options=options,

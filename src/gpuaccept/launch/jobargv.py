@@ -5,7 +5,8 @@ The rule every backend here follows (documented in the README):
 - ``spec.distributed`` False: the job argv runs once per node. This is the
   suite on one node, or under ``--per-node-only``.
 - ``spec.distributed`` True: one torchrun agent per node starts
-  ``spec.nproc`` ranks that run the job argv (``--no-python`` unless the
+  ``spec.nproc`` ranks (when the launch gave no count, one per GPU of the
+  node, counted there: :mod:`gpuaccept.launch.gpucount`) that run the job argv (``--no-python`` unless the
   command is a ``.py`` script). This is the default for a user command, and
   for the suite on 2+ nodes (``gpuaccept run --distributed``: node checks once
   per node, the cross-node checks over every rank).
@@ -34,9 +35,15 @@ def torchrun_argv(spec: JobSpec, rendezvous: list[str], nnodes: str) -> list[str
 
     ``nnodes`` is text so that a script can pass ``"$SLURM_JOB_NUM_NODES"``.
     """
-    head = [spec.python, "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--nproc-per-node={spec.nproc}",
-            *rendezvous]
+    head = [spec.python, "-m", "torch.distributed.run", f"--nnodes={nnodes}", nproc_option(spec), *rendezvous]
     return [*head, *torchrun_job(spec)]
+
+
+def nproc_option(spec: JobSpec) -> str:
+    """torchrun's ``--nproc-per-node=N``, or the placeholder a node replaces with its GPU count."""
+    from gpuaccept.launch.gpucount import PLACEHOLDER
+
+    return PLACEHOLDER if spec.nproc is None else f"--nproc-per-node={spec.nproc}"
 
 
 def torchrun_job(spec: JobSpec) -> list[str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shlex
 
+from gpuaccept.errors import ConfigError
 from gpuaccept.launch.spec import JobSpec
 
 REPORT_BEGIN = "@@gpuaccept-report-begin@@"
@@ -121,5 +122,11 @@ def mpi_forward_env(spec: JobSpec) -> list[str]:
 
 
 def mpi_ranks_per_worker(spec: JobSpec) -> int:
-    """One rank per GPU for a distributed job or a user command; one per node for the plain suite."""
-    return spec.nproc if (spec.distributed or spec.command is not None) else 1
+    """One rank per GPU for a distributed job or a user command; one per node for the plain suite. The backends
+    that start an MPI launcher (k8s, runai, bcp) know the GPUs per node before this is asked."""
+    if not (spec.distributed or spec.command is not None):
+        return 1
+    if spec.nproc is None:
+        raise ConfigError("--gpus-per-node", "", "an MPI launcher starts a fixed number of ranks per worker: give "
+                                                 "--gpus-per-node N")
+    return spec.nproc

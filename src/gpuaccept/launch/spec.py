@@ -8,6 +8,7 @@ and where per-node reports go. Backend-specific options are a validated dict.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -107,15 +108,16 @@ class JobSpec:
 
     ``command`` None means the acceptance suite: every node runs
     ``gpuaccept run`` with ``suite_args`` and writes its report under
-    ``results_dir/<run_id>/``. ``procs_per_node`` defaults to the GPUs per node
-    (at least 1). ``time_limit_min`` is in minutes.
+    ``results_dir/<run_id>/``. ``gpus_per_node`` None means the launch did not say:
+    every GPU each node has (0: a CPU job, no GPU requested). ``procs_per_node``
+    defaults to the GPUs per node (see :attr:`nproc`). ``time_limit_min`` is in minutes.
     """
 
     name: str
     nodes: int
     run_id: str
     results_dir: str
-    gpus_per_node: int = 0
+    gpus_per_node: int | None = None
     procs_per_node: int | None = None
     command: list[str] | None = None
     suite_args: list[str] = field(default_factory=list)
@@ -134,7 +136,7 @@ class JobSpec:
     def validate(self) -> None:
         if self.nodes < 1:
             raise ConfigError("--nodes", "", f"must be at least 1, got {self.nodes}")
-        if self.gpus_per_node < 0:
+        if self.gpus_per_node is not None and self.gpus_per_node < 0:
             raise ConfigError("--gpus-per-node", "", f"must be >= 0, got {self.gpus_per_node}")
         if self.procs_per_node is not None and self.procs_per_node < 1:
             raise ConfigError("--procs-per-node", "", f"must be at least 1, got {self.procs_per_node}")
@@ -146,13 +148,12 @@ class JobSpec:
             raise ConfigError("--name", self.name, "must be a DNS label (use sanitize_name)")
 
     @property
-    def nproc(self) -> int:
-        """Processes per node."""
-        return self.procs_per_node or max(self.gpus_per_node, 1)
-
-    @property
-    def world_size(self) -> int:
-        return self.nodes * self.nproc
+    def nproc(self) -> int | None:
+        """Ranks per node: ``procs_per_node``, else ``gpus_per_node`` (1 for a CPU job); None when neither was
+        given: one per GPU the node has, counted on the node at run time (:mod:`gpuaccept.launch.gpucount`)."""
+        if self.procs_per_node:
+            return self.procs_per_node
+        return None if self.gpus_per_node is None else max(self.gpus_per_node, 1)
 
     @property
     def run_results_dir(self) -> str:
@@ -170,6 +171,20 @@ class JobSpec:
     def job_argv(self) -> list[str]:
         """What each node (or each rank, under torchrun) executes."""
         return list(self.command) if self.command is not None else self.suite_argv()
+
+
+def with_known_gpus(spec: JobSpec, backend: str, requested: str | None = None) -> JobSpec:
+    """``spec`` for a backend whose scheduler gives a container only the GPUs it asks for (k8s, runai), so they
+    cannot be counted on the node: ``gpus_per_node`` from the flag, else from ``requested`` (the GPU quantity of
+    ``--resource``); a ConfigError naming --gpus-per-node when neither says."""
+    if spec.gpus_per_node is not None:
+        return spec
+    if requested is not None and requested.strip().isdigit():
+        return dataclasses.replace(spec, gpus_per_node=int(requested))
+    from gpuaccept.launch.gpucount import HINT
+
+    raise ConfigError("--gpus-per-node", "", f"{backend} gives a container only the GPUs it requests, so it "
+                                             f"cannot test every GPU of a node without a count: {HINT}")
 
 
 def risk_warnings(spec: JobSpec) -> list[str]:

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpuaccept.errors import ConfigError
-from gpuaccept.launch.jobargv import node_argv, port_from, torchrun_job
+from gpuaccept.launch.jobargv import node_argv, nproc_option, port_from, torchrun_job
 from gpuaccept.launch.pod_script import (
     EXIT_PLACEMENT,
     MPI_ALWAYS_FORWARD,
@@ -20,7 +20,7 @@ from gpuaccept.launch.pod_script import (
     mpi_forward_env,
     mpi_ranks_per_worker,
 )
-from gpuaccept.launch.spec import JobSpec, as_list, option_values
+from gpuaccept.launch.spec import JobSpec, as_list, option_values, with_known_gpus
 from gpuaccept.launch.tool import shell_lines as tool_lines
 
 ARRAY_TYPES = ("MPI", "PYTORCH")
@@ -157,9 +157,9 @@ def container_argv(spec: JobSpec, opts: BcpOptions) -> list[str]:
         job = node_argv(pod)
     elif spec.nodes == 1:
         job = [spec.python, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
-               f"--nproc-per-node={spec.nproc}", *torchrun_job(pod)]
+               nproc_option(spec), *torchrun_job(pod)]
     else:
-        job = ["sh", "-c", TORCHRUN_NGC, spec.python, f"--nproc-per-node={spec.nproc}",
+        job = ["sh", "-c", TORCHRUN_NGC, spec.python, nproc_option(spec),
                f"--master-port={port_from(spec.run_id)}", *torchrun_job(pod)]
     return ["sh", "-c", NODE_SCRIPT, "gpuaccept", *job]
 
@@ -173,6 +173,12 @@ def _workspace(source: str, target: str, readonly: bool) -> str:
     return f"{source}:{target}:{'RO' if readonly else 'RW'}"
 
 
+def instance_gpus(instance: str) -> str | None:
+    """The GPUs of an instance type by NGC's naming, ``GPU.MEMORY.COUNT.CLASS``: ``dgxa100.80g.8.norm`` -> ``8``."""
+    parts = instance.split(".")
+    return parts[2] if len(parts) == 4 and parts[2].isdigit() else None
+
+
 def build_argv(spec: JobSpec, opts: BcpOptions) -> list[str]:
     """The ``ngc base-command job run`` argv. Pure; raises ConfigError for what Base Command cannot express."""
     if not spec.image:
@@ -181,7 +187,9 @@ def build_argv(spec: JobSpec, opts: BcpOptions) -> list[str]:
     if not opts.instance:
         raise ConfigError("--instance", "", "the bcp backend needs an instance type, e.g. dgxa100.80g.8.norm "
                                             "(ngc base-command ace info ACE lists them)")
-    argv = [opts.ngc_bin, "base-command", "job", "run", "--name", spec.name, "--image", spec.image,
+    image, spec = spec.image, with_known_gpus(spec, f"Base Command (instance {opts.instance})",
+                                              instance_gpus(opts.instance))
+    argv = [opts.ngc_bin, "base-command", "job", "run", "--name", spec.name, "--image", image,
             "--instance", opts.instance]
     for flag, value in (("--ace", opts.ace), ("--org", opts.org), ("--team", opts.team)):
         if value:

@@ -52,7 +52,7 @@ from gpuaccept.launch.pod_script import (
     mpi_launcher_script,
     mpi_ranks_per_worker,
 )
-from gpuaccept.launch.spec import MAX_NAME, JobSpec
+from gpuaccept.launch.spec import MAX_NAME, JobSpec, with_known_gpus
 
 NODE_CONTAINER = "node"
 PYTORCH_CONTAINER = "pytorch"  # the training operator finds the container by this name
@@ -91,6 +91,7 @@ def build_manifests(spec: JobSpec, opts: K8sOptions) -> list[dict[str, Any]]:
     if not spec.image:
         raise ConfigError("--image", "", "the k8s backend needs a container image (with gpuaccept installed "
                                          "for the suite), e.g. --image nvcr.io/nvidia/pytorch:25.01-py3")
+    spec = with_known_gpus(spec, "Kubernetes", opts.resources.get(opts.gpu_resource))
     pod_spec = dataclasses.replace(spec, results_dir=opts.pod_results_dir)
     builders = {"job": _job, "jobset": _jobset, "pytorchjob": _pytorchjob, "mpijob": _mpijob,
                 "trainjob": _trainjob}

@@ -20,6 +20,7 @@ from typing import IO, Any, ClassVar
 
 from gpuaccept.errors import ConfigError
 from gpuaccept.launch.base import Backend, JobState, Plan, Submission
+from gpuaccept.launch.gpucount import wrapped
 from gpuaccept.launch.jobargv import node_argv, port_from, torchrun_argv
 from gpuaccept.launch.spec import JobSpec
 
@@ -76,6 +77,8 @@ class LocalBackend(Backend):
             if spec.distributed:
                 job = torchrun_argv(spec, [f"--node-rank={rank}", "--master-addr=127.0.0.1",
                                            f"--master-port={port}"], str(spec.nodes))
+                if spec.nproc is None:  # one rank per GPU of this machine, counted when the node starts
+                    job = wrapped(job)
             else:
                 job = node_argv(spec)
             commands.append(["env", *env, *job])

@@ -163,6 +163,17 @@ def _mpi_hosts(hosts: list[Host], source: str) -> tuple[list[str], list[int | No
     return [h.name for h in hosts], [h.slots for h in hosts]
 
 
+def _slots_per_host(slots: tuple[int | None, ...]) -> int:
+    """Ranks per host when the launch gave no count: the hostfile's ``slots=N``, the same on every host
+    (mpirun needs the count before it starts; the hosts' GPUs cannot be counted here)."""
+    if slots and None not in slots and len(set(slots)) == 1:
+        return int(slots[0] or 1)
+    from gpuaccept.launch.gpucount import HINT
+
+    raise ConfigError("--gpus-per-node", "", "mpirun starts a fixed number of ranks per host and the hosts do not "
+                                             f"all list the same slots=N (their GPUs): {HINT}")
+
+
 class MpiBackend(Backend):
     name: ClassVar[str] = "mpi"
     help: ClassVar[str] = "mpirun (Open MPI) with a hostfile: MPI programs, nccl-tests"
@@ -237,7 +248,7 @@ class MpiBackend(Backend):
             raise ConfigError("--nodes", str(spec.nodes), f"only {len(opts.hosts)} host(s) given "
                                                           f"({', '.join(opts.hosts)}); list more with --hosts")
         hosts = list(opts.hosts[:spec.nodes])
-        per_host = spec.nproc if spec.distributed else 1
+        per_host = (spec.nproc or _slots_per_host(opts.slots[:spec.nodes])) if spec.distributed else 1
         lines = []
         for h, slots in zip(hosts, opts.slots[:spec.nodes], strict=True):
             if slots is not None and slots < per_host and not opts.oversubscribe:

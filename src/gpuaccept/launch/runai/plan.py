@@ -18,7 +18,7 @@ from gpuaccept.launch.pod_script import (
     mpi_launcher_script,
     mpi_ranks_per_worker,
 )
-from gpuaccept.launch.spec import JobSpec, as_list, option_values
+from gpuaccept.launch.spec import JobSpec, as_list, option_values, with_known_gpus
 from gpuaccept.launch.tool import shell_lines as tool_lines
 
 KINDS = ("pytorch", "mpi")
@@ -105,11 +105,12 @@ def build_argv(spec: JobSpec, opts: RunaiOptions) -> list[str]:
     if not spec.image:
         raise ConfigError("--image", "", "the runai backend needs a container image (with gpuaccept installed "
                                          "for the suite)")
+    image, spec = spec.image, with_known_gpus(spec, "Run:ai")
     pod = _pod_spec(spec, opts)
     argv = [opts.runai_bin, "training", opts.kind, "submit", spec.name]
     if opts.project:
         argv += ["--project", opts.project]
-    argv += ["--image", spec.image]
+    argv += ["--image", image]
     if opts.image_pull_policy:
         argv += ["--image-pull-policy", opts.image_pull_policy]
     argv += ["--workers", str(spec.nodes)]

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from gpuaccept.containers.sshd import SshHost, check_path, ssh_config_text, sshd_config_text
 from gpuaccept.errors import ConfigError, UsageError
+from gpuaccept.launch.gpucount import PLACEHOLDER, count_lines
 from gpuaccept.launch.jobargv import launch_dir, node_argv
 from gpuaccept.launch.slurm.incontainer import IN_CONTAINER
 from gpuaccept.launch.slurm.options import SlurmOptions
@@ -37,6 +38,7 @@ from gpuaccept.launch.slurm.script import (
     _quoted,
     rendezvous_lines,
     sbatch_header,
+    torchrun_how,
     torchrun_words,
 )
 from gpuaccept.launch.spec import JobSpec
@@ -130,8 +132,9 @@ def render_runtime_script(spec: JobSpec, opts: SlurmOptions) -> str:
     q = shlex.quote
     ssh = uses_ssh(spec)
     how = (f"{opts.runtime} containers, the command on the first node over sshd" if ssh else
-           f"{opts.runtime} containers, " + (f"torchrun x{spec.nproc} per node" if spec.distributed
-                                             else "one process per node"))
+           f"{opts.runtime} containers, " + (torchrun_how(spec) if spec.distributed else "one process per node"))
+    counted = spec.nproc is None and (ssh or spec.distributed)
+    slots = "$nproc" if counted else str(spec.nproc or 1)
     out = sbatch_header(spec, opts, how)
     out += [
         f"launch={q(launch_dir(spec))}",
@@ -148,13 +151,17 @@ def render_runtime_script(spec: JobSpec, opts: SlurmOptions) -> str:
         "",
         'mapfile -t hosts < <(scontrol show hostnames "$SLURM_JOB_NODELIST")',
     ]
+    if counted:  # the nodes of one job are alike: the first one's count is every node's
+        out += ["# No --gpus-per-node: one rank per GPU of each node, as many as this (the first) node has.",
+                *count_lines("nproc", "$(hostname)")]
     if ssh:
         out += [f"ssh_port={opts.ssh_port}", *_ssh_config_lines(spec),
-                f"printf '%s slots={spec.nproc}\\n' \"${{hosts[@]}}\" >\"$state/hostfile\""]
+                (f"printf '%s slots={slots}\\n' \"${{hosts[@]}}\" >\"$state/hostfile\"" if not counted else
+                 'for h in "${hosts[@]}"; do printf \'%s slots=%s\\n\' "$h" "$nproc"; done >"$state/hostfile"')]
     out += [
         'GPUACCEPT_HOSTLIST=$(IFS=,; echo "${hosts[*]}")',
-        f"GPUACCEPT_SLOTS_PER_NODE={spec.nproc}",
-        f"GPUACCEPT_NP=$(( ${{#hosts[@]}} * {spec.nproc} ))",
+        f"GPUACCEPT_SLOTS_PER_NODE={slots}",
+        f"GPUACCEPT_NP=$(( ${{#hosts[@]}} * {slots.lstrip('$')} ))",
         "export GPUACCEPT_HOSTLIST GPUACCEPT_SLOTS_PER_NODE GPUACCEPT_NP",
     ]
     if ssh:
@@ -167,7 +174,7 @@ def render_runtime_script(spec: JobSpec, opts: SlurmOptions) -> str:
         job = [q(a) for a in node_argv(spec)]
     elif spec.distributed:
         out += rendezvous_lines()
-        job = torchrun_words(spec)
+        job = [f'"--nproc-per-node={slots}"' if w == PLACEHOLDER else w for w in torchrun_words(spec)]
     else:
         out.append(f'echo "[LAUNCH] job $SLURM_JOB_ID on $SLURM_JOB_NODELIST: {opts.runtime} containers"')
         job = [q(a) for a in node_argv(spec)]

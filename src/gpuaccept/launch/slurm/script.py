@@ -5,7 +5,8 @@ from __future__ import annotations
 import shlex
 
 from gpuaccept.errors import ConfigError
-from gpuaccept.launch.jobargv import launch_dir, node_argv, torchrun_job
+from gpuaccept.launch.gpucount import NODE_WRAPPER
+from gpuaccept.launch.jobargv import launch_dir, node_argv, nproc_option, torchrun_job
 from gpuaccept.launch.slurm.options import RDZV_PORT_BASE, SlurmOptions
 from gpuaccept.launch.spec import JobSpec, Mount
 
@@ -157,16 +158,26 @@ def torchrun_words(spec: JobSpec) -> list[str]:
     """torchrun on this node, joining the rendezvous of :func:`rendezvous_lines` (shell words)."""
     q = shlex.quote
     return [q(spec.python), "-m", "torch.distributed.run", '--nnodes="$SLURM_JOB_NUM_NODES"',
-            f"--nproc-per-node={spec.nproc}", "--rdzv-backend=c10d", '--rdzv-endpoint="$head_addr:$rdzv_port"',
+            nproc_option(spec), "--rdzv-backend=c10d", '--rdzv-endpoint="$head_addr:$rdzv_port"',
             '--rdzv-id="$SLURM_JOB_ID"', *(q(a) for a in torchrun_job(spec))]
+
+
+def torchrun_how(spec: JobSpec) -> str:
+    """How many ranks torchrun starts per node, for the script's first comment."""
+    return f"torchrun x{spec.nproc} per node" if spec.nproc else "torchrun, one rank per GPU of each node"
+
+
+def node_gpus_lines() -> list[str]:
+    """``node_gpus``: the script each node runs its job under when the ranks per node are counted there."""
+    return ["# No --gpus-per-node: each node counts its GPUs and starts one rank per GPU (gpucount.py).",
+            "node_gpus=$(cat <<'EOF'", *NODE_WRAPPER.splitlines(), "EOF", ")", ""]
 
 
 def render_script(spec: JobSpec, opts: SlurmOptions) -> str:
     """The sbatch script for ``spec``: pure and deterministic (``--runtime``: runtime_script.py)."""
     _check_container_options(spec, opts)
     q = shlex.quote
-    how = f"torchrun x{spec.nproc} per node" if spec.distributed else "one process per node"
-    out = sbatch_header(spec, opts, how)
+    out = sbatch_header(spec, opts, torchrun_how(spec) if spec.distributed else "one process per node")
     srun = ['--nodes="$SLURM_JOB_NUM_NODES"', "--ntasks-per-node=1",
             f"--kill-on-bad-exit={1 if spec.distributed else 0}"]
     if opts.cpus_per_task:
@@ -187,6 +198,9 @@ def render_script(spec: JobSpec, opts: SlurmOptions) -> str:
     if spec.distributed:
         out += rendezvous_lines()
         job = torchrun_words(spec)
+        if spec.nproc is None:
+            out += node_gpus_lines()
+            job = ["sh", "-c", '"$node_gpus"', "gpuaccept-gpus", *job]
     else:
         out += ['echo "[LAUNCH] job $SLURM_JOB_ID on $SLURM_JOB_NODELIST"', ""]
         job = [q(a) for a in node_argv(spec)]

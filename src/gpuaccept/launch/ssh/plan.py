@@ -20,13 +20,14 @@ SETUP_FAILED = 97
 
 @dataclass(frozen=True)
 class NodeSlot:
-    """One host's place in the job: rank, label (report attribution), directory name and process count."""
+    """One host's place in the job: rank, label (report attribution), directory name and process count (None:
+    one per GPU of the host, counted there)."""
 
     rank: int
     host: Host
     label: str
     dirname: str
-    nproc: int
+    nproc: int | None
 
 
 def uses_torchrun(spec: JobSpec) -> bool:
@@ -49,7 +50,8 @@ def layout(spec: JobSpec, opts: SshOptions) -> list[NodeSlot]:
     dirs = [safe_dirname(lb) for lb in labels]
     if len(set(dirs)) != len(dirs):
         raise ConfigError("hosts", ", ".join(labels), "two host labels map to the same directory name")
-    return [NodeSlot(i, h, lb, d, h.slots or spec.nproc)
+    per_node = spec.nproc or (None if uses_torchrun(spec) else 1)
+    return [NodeSlot(i, h, lb, d, h.slots or per_node)
             for i, (h, lb, d) in enumerate(zip(hosts, labels, dirs, strict=True))]
 
 
@@ -111,7 +113,7 @@ def ssh_argv(opts: SshOptions, host: Host, remote_command: str) -> list[str]:
 def run_argv(opts: SshOptions, slot: NodeSlot) -> list[str]:
     """The per-host launch: the node script arrives on standard input."""
     return ssh_argv(opts, slot.host, "exec /bin/sh -s -- " + shlex.join(
-        [str(slot.rank), slot.label, slot.dirname, str(slot.nproc)]))
+        [str(slot.rank), slot.label, slot.dirname, str(slot.nproc or "gpu")]))
 
 
 def scp_argv(opts: SshOptions, host: Host, remote_path: str, local_path: str) -> list[str]:

@@ -82,7 +82,7 @@ main() {{
     py={python}
 
     mkdir -p -- "$node_dir" || {{ echo "gpuaccept: cannot create $node_dir on $host_label" >&2; exit {setup}; }}
-{prelude}
+{count}{prelude}
     export GPUACCEPT_HOSTNAME="$host_label"
     export GPUACCEPT_RUN_ID={run_id_q}
     export NODE_RANK="$node_rank"
@@ -148,11 +148,21 @@ def node_script(spec: JobSpec, opts: SshOptions) -> str:
         literal=literal,
         name=_comment(spec.name), run_id=_comment(spec.run_id), script=SCRIPT_NAME, grace=KILL_GRACE_S,
         run_dir=sh_path(remote_run_dir(spec, opts)), python=shlex.quote(python), setup=SETUP_FAILED,
+        count=_count_block() if spec.nproc is None and uses_torchrun(spec) else "",
         prelude="".join(f"{block}\n\n" for block in (cd, env) if block), run_id_q=shlex.quote(spec.run_id),
         nodes=spec.nodes,
         master_addr=shlex.quote(master_addr(opts)), master_port=master_port(spec, opts),
         words=_sh_words(words),
     ).replace("\n\n\n", "\n\n")
+
+
+def _count_block() -> str:
+    """Lines of ``main`` that replace NPROC ``gpu`` with the host's GPU count (or stop: no GPU)."""
+    from gpuaccept.launch.gpucount import count_lines
+
+    body = "\n".join(f"        {line}" if line else "" for line in count_lines("nproc", "$host_label"))
+    return f'    # NPROC gpu (no --gpus-per-node): one rank per GPU this host has, counted here.\n' \
+        f'    if [ "$nproc" = gpu ]; then\n{body}\n    fi\n'
 
 
 def _comment(text: str) -> str:
