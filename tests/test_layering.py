@@ -29,6 +29,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "model": frozenset(),
     "errors": frozenset(),
     "argtypes": frozenset({"errors"}),
+    "safefs": frozenset({"errors"}),
+    "outputs": frozenset({"errors"}),
     "inputs": frozenset({"errors"}),
     "hw": frozenset({"errors", "model"}),
     "checks": frozenset({"errors", "model", "argtypes", "inputs", "hw", "distributed", "nccltests"}),
@@ -43,7 +45,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "isolate": frozenset({"errors", "model", "argtypes", "inputs", "results", "cli", "launch", "nccltests",
                           "distributed.hostlist"}),
     "health": frozenset({"errors", "model", "argtypes", "inputs", "checks", "node", "cli", "launch.k8s"}),
-    "containers": frozenset({"errors", "model", "argtypes", "cli"}),
+    "containers": frozenset({"errors", "model", "argtypes", "cli", "safefs", "outputs"}),
 }
 
 # package -> the packages its modules never import, not even inside a function: the engine stays below
