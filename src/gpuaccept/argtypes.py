@@ -137,11 +137,11 @@ def check_host(text: str) -> str:
     return text
 
 
-def host_part(text: str) -> str:
+def host_part(text: str, limit: int = 253) -> str:
     """``text`` (a host name from the environment) made safe for a run id and a file name: each character
-    outside letters, digits, ``.``, ``_`` and ``-`` becomes ``-``; leading dots and dashes go; cut to 63
-    characters; ``host`` when nothing is left. ``gpu node#1`` -> ``gpu-node-1``."""
-    safe = re.sub(r"[^A-Za-z0-9._-]", "-", text).lstrip(".-")[:63].rstrip(".-")
+    outside letters, digits, ``.``, ``_`` and ``-`` becomes ``-``; leading dots and dashes go; cut to ``limit``
+    characters; ``host`` when nothing is left. ``gpu node#1`` -> ``gpu-node-1``; a valid host name is kept."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "-", text).lstrip(".-")[:limit].rstrip(".-")
     return safe or "host"
 
 

@@ -12,8 +12,6 @@ import argparse
 import sys
 from typing import Any
 
-from gpuaccept.errors import UsageError
-
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
@@ -22,7 +20,7 @@ def register(subparsers: Any) -> None:
                     "distribution. 'pip install -c FILE PKG' then refuses anything that would change one of them, "
                     "e.g. the torch of an NGC container.")
     p.add_argument("--output", "-o", default="-", metavar="FILE", help="where to write (default '-': stdout)"
-                   "; a device or FIFO is written as a stream, a regular file replaced atomically, a symbolic link refused")
+                   "; a device or FIFO is written as a stream, a file replaced atomically, a link refused")
     p.add_argument("--urls", action="store_true",
                    help="pin direct-URL installs (wheel files, VCS checkouts, local directories) by their URL "
                         "instead of their version; pip then fetches that URL whenever it resolves the package")

@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuaccept.argtypes import check_image
 from gpuaccept.errors import InputError, UsageError
 
 IMAGES = ("multinode", "runtime")

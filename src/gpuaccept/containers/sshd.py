@@ -143,8 +143,9 @@ def sshd_config_text(directory: Path, port: int, listen: Sequence[str] = (),
     Public-key login only (no password, no keyboard-interactive, no PAM);
     ``StrictModes no`` because the directory may sit under a shared temporary
     path (sshd would refuse it); :func:`write_config_dir` makes the directory
-    itself 0700 and the private keys and ``authorized_keys`` 0600. ``listen``: addresses to bind (default: all); ``allow_users``: the
-    only accounts that may log in (default: any the server can switch to).
+    itself 0700 and the private keys and ``authorized_keys`` 0600. ``listen``:
+    addresses to bind (default: all); ``allow_users``: the only accounts that
+    may log in (default: any the server can switch to).
     """
     files = SshdFiles(check_path(directory))
     check_port(port)

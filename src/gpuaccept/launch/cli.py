@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from gpuaccept.argtypes import check_run_id
 from gpuaccept.cli import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -34,7 +35,6 @@ from gpuaccept.cli import (
     _positive_float,
     add_suite_options,
 )
-from gpuaccept.argtypes import check_run_id
 from gpuaccept.errors import GpuacceptError, InputError, UsageError
 from gpuaccept.launch.collect import (
     CLUSTER_REPORT,

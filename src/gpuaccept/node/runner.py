@@ -81,7 +81,7 @@ def utc_now() -> str:
 def new_run_id(host: str) -> str:
     """``20261122T101500Z-node17-3fa2``: sortable, host-attributed, unique enough."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return f"{stamp}-{host}-{uuid.uuid4().hex[:4]}"
+    return f"{stamp}-{host_part(host, 63)}-{uuid.uuid4().hex[:4]}"
 
 
 @dataclass

@@ -62,8 +62,8 @@ def register(subparsers: Any) -> None:
     rep.add_argument("--format", "-f", choices=sorted(FORMATS), default="html",
                      help="html (default), md, json, junit (JUnit XML), prom (node_exporter textfile)")
     rep.add_argument("--output", "-o", default=None, metavar="PATH",
-                     help="file or directory to write ('-' for stdout); a regular file is replaced atomically, a device "
-                          "or FIFO written as a stream, a symbolic link to a file refused")
+                     help="file or directory to write ('-' for stdout); a regular file is replaced atomically, "
+                          "a device or FIFO written as a stream, a symbolic link to a file refused")
     rep.add_argument("--host", default=None, help="only this node of a cluster run (or of a run id shared by nodes)")
     rep.add_argument("--db", default=None, metavar="URL",
                      help="history store to look run ids up in (default: $GPUACCEPT_DB or the user's history.db)")
@@ -148,8 +148,8 @@ def output_path(output: str | None, fmt: str, run_id: str) -> Path | None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from gpuaccept.model import Verdict
-    from gpuaccept.report.load import load_report
     from gpuaccept.outputs import FILE, write_output
+    from gpuaccept.report.load import load_report
 
     report = load_report(args.ref, db=args.db, host=args.host,
                          report_dir=args.report_dir or _default_report_dir())

@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -273,7 +271,7 @@ def register(sub: Any) -> None:
     c.add_argument("--since", default=None, metavar="WHEN",
                    help="only runs since WHEN: 2026-11-01, 7d (with --history)")
     c.add_argument("--output", "-o", default="-", metavar="FILE", help="where the YAML goes (default: stdout)"
-                   "; a device or FIFO is written as a stream, a regular file replaced atomically, a symbolic link refused")
+                   "; a device or FIFO is written as a stream, a file replaced atomically, a link refused")
     c.add_argument("--trim-z", type=_positive_float, default=3.5, metavar="Z",
                    help="drop values beyond Z robust deviations before taking the median (default 3.5)")
     c.add_argument("--min-samples", type=_positive_int, default=3, metavar="N",
@@ -295,7 +293,7 @@ def register(sub: Any) -> None:
     a.add_argument("--baseline", required=True, metavar="FILE")
     a.add_argument("--thresholds", default=None, metavar="YAML", help="rules to use instead of the baseline's")
     a.add_argument("--output", "-o", default=None, metavar="PATH", help="write the re-judged report JSON here"
-                   "; a device or FIFO is written as a stream, a regular file replaced atomically, a symbolic link refused")
+                   "; a device or FIFO is written as a stream, a file replaced atomically, a link refused")
     a.set_defaults(handler=cmd_apply)
 
 
