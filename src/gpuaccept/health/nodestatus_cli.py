@@ -288,6 +288,16 @@ def _validate_suite_options(args: argparse.Namespace) -> None:
     from gpuaccept.launch.cli import _validate_suite
 
     _validate_suite(args)
+    if getattr(args, "budget", None) is not None:  # what `run --budget` refuses on the node: a window nothing fits
+        from gpuaccept.checks import registry
+        from gpuaccept.cli import _budget, _merge_options
+        from gpuaccept.node.suite import plan_suite
+
+        opts, cfg, _ = _merge_options(args)
+        reg = registry()
+        plan = plan_suite(opts, cfg, reg, "cpu" if opts.device == "cpu" else "cuda")
+        _budget(plan, cfg, reg, opts.timeout_scale, args.budget, getattr(args, "gpus_per_node", None) or 0, None,
+                "the pods plan on their nodes")
 
 
 def _npd(args: argparse.Namespace) -> int:
