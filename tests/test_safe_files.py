@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 import threading
 from pathlib import Path
 
@@ -17,7 +18,14 @@ from tests.helpers import ROOT, gpuaccept, one_line_error
 from tests.unprivileged import account_dir, ordinary_account
 
 NODE_REPORT = ROOT / "tests" / "data" / "reports" / "node-cpu.json"
-HC = ("healthcheck", "--device", "cpu", "--skip", "env,compute,health", "--deadline", "30")
+HC = ("healthcheck", "--device", "cpu", "--skip", "env,compute,health", "--deadline", "60")
+
+
+def _hc(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """A healthcheck of disk_space alone, with room for a loaded machine (the check's own timeout is 5 s)."""
+    config = tmp_path / "hc.yaml"
+    config.write_text("checks:\n  disk_space: {timeout_s: 50}\n")
+    return gpuaccept(*HC, "--config", str(config), *args, **env)
 
 
 # ---- item 1: healthcheck's report directory and its pruning -----------------------------------------------------
@@ -32,7 +40,7 @@ def _victim(tmp_path: Path) -> Path:
 def test_healthcheck_refuses_a_report_dir_that_is_a_link_and_touches_nothing_behind_it(tmp_path: Path) -> None:
     victim = _victim(tmp_path)
     (tmp_path / "rep").symlink_to(victim)
-    r = gpuaccept(*HC, "--keep", "1", "--report-dir", str(tmp_path / "rep"))
+    r = _hc(tmp_path, "--keep", "1", "--report-dir", str(tmp_path / "rep"))
     one_line_error(r, "is a symbolic link")
     assert sorted(p.name for p in victim.iterdir()) == ["hc-20200101T000000Z-other-0000"]
     assert (victim / "hc-20200101T000000Z-other-0000" / "precious").read_text() == "keep me"
@@ -43,7 +51,7 @@ def test_healthcheck_default_dir_is_private_state_not_a_fixed_tmp_name(tmp_path:
     tmp.mkdir()
     env = {"TMPDIR": str(tmp), "GPUACCEPT_REPORT_DIR": ""}
     env["STATE_DIRECTORY" if os.geteuid() == 0 else "XDG_STATE_HOME"] = str(state)
-    r = gpuaccept(*HC, **env)
+    r = _hc(tmp_path, **env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert list(tmp.iterdir()) == []  # nothing under the temporary directory
     made = state if os.geteuid() == 0 else state / "gpuaccept" / "healthcheck"
@@ -56,7 +64,7 @@ def test_healthcheck_refuses_a_world_writable_report_dir(tmp_path: Path) -> None
     rep = tmp_path / "rep"
     rep.mkdir()
     rep.chmod(0o777)
-    one_line_error(gpuaccept(*HC, "--report-dir", str(rep)), "writable by others")
+    one_line_error(_hc(tmp_path, "--report-dir", str(rep)), "writable by others")
     assert list(rep.iterdir()) == []
 
 
@@ -67,7 +75,7 @@ def test_healthcheck_refuses_a_report_dir_of_another_user(tmp_path: Path) -> Non
         other = account_dir(account, "gpuaccept-other-")
         other.chmod(0o700)
         try:
-            one_line_error(gpuaccept(*HC, "--report-dir", str(other)), f"owned by uid {account.uid}")
+            one_line_error(_hc(tmp_path, "--report-dir", str(other)), f"owned by uid {account.uid}")
             assert list(other.iterdir()) == []
         finally:
             os.rmdir(other)
@@ -81,7 +89,7 @@ def test_keep_prunes_only_runs_it_made_and_never_through_a_link(tmp_path: Path) 
     foreign.mkdir()
     (rep / "hc-20000101T000000Z-link-0000").symlink_to(victim / "hc-20200101T000000Z-other-0000")
     for _ in range(2):
-        assert gpuaccept(*HC, "--keep", "1", "--report-dir", str(rep)).returncode == 0
+        assert _hc(tmp_path, "--keep", "1", "--report-dir", str(rep)).returncode == 0
     ours = [p for p in rep.iterdir() if p.is_dir() and not p.is_symlink() and (p / safefs.MARKER).exists()]
     assert len(ours) == 1  # the older of the two runs it made is gone
     assert foreign.is_dir() and (rep / "hc-20000101T000000Z-link-0000").is_symlink()
@@ -149,7 +157,7 @@ def test_sshd_config_makes_an_existing_open_directory_private(tmp_path: Path) ->
     d = tmp_path / "d"
     d.mkdir()
     d.chmod(0o777)
-    r = gpuaccept("sshd-config", "--dir", str(d))
+    r = gpuaccept("sshd-config", "--port", "2222", "--dir", str(d))
     assert r.returncode == 0, r.stderr
     assert stat.S_IMODE(d.stat().st_mode) == 0o700
     for key in ("ssh_host_ed25519_key", "authorized_keys"):
@@ -159,14 +167,14 @@ def test_sshd_config_makes_an_existing_open_directory_private(tmp_path: Path) ->
 def test_sshd_config_refuses_a_link_and_a_directory_of_another_user(tmp_path: Path) -> None:
     (tmp_path / "real").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "real")
-    one_line_error(gpuaccept("sshd-config", "--dir", str(tmp_path / "link")), "symbolic link")
+    one_line_error(gpuaccept("sshd-config", "--port", "2222", "--dir", str(tmp_path / "link")), "symbolic link")
     assert list((tmp_path / "real").iterdir()) == []
     if os.geteuid() != 0:
         return
     with ordinary_account() as account:
         other = account_dir(account, "gpuaccept-sshd-")
         try:
-            one_line_error(gpuaccept("sshd-config", "--dir", str(other)), f"owned by uid {account.uid}")
+            one_line_error(gpuaccept("sshd-config", "--port", "2222", "--dir", str(other)), f"owned by uid {account.uid}")
             assert list(other.iterdir()) == [] and stat.S_IMODE(other.stat().st_mode) == 0o755
         finally:
             os.rmdir(other)
@@ -176,7 +184,7 @@ def test_sshd_config_refuses_a_link_and_a_directory_of_another_user(tmp_path: Pa
 
 OUTPUT_COMMANDS = {
     "report": ("report", str(NODE_REPORT), "--format", "json", "-o"),
-    "baseline create": ("baseline", "create", "--from", str(NODE_REPORT), "-o"),
+    "baseline create": ("baseline", "create", "--from", str(NODE_REPORT), "--min-samples", "1", "-o"),
     "constraints": ("constraints", "-o"),
 }
 

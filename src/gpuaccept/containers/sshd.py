@@ -16,7 +16,6 @@ rewrites the configuration files.
 
 from __future__ import annotations
 
-import errno
 import os
 import re
 import shutil
@@ -345,12 +344,9 @@ def own_private(directory: Path, what: str) -> None:
     """Make ``directory`` mode 0700 when it is a real directory (not a link) of this user; UsageError otherwise.
     It holds private host keys and ``authorized_keys``, and sshd runs with ``StrictModes no``, so the tool
     itself enforces what StrictModes would: nobody else may write to it or read the keys."""
-    try:
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise UsageError(f"{what} is a symbolic link; give the real directory") from None
-        raise
+    if os.path.islink(directory):
+        raise UsageError(f"{what} is a symbolic link; give the real directory")
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)  # a link swapped in since: ENOTDIR
     try:
         st = os.fstat(fd)
         if st.st_uid != os.geteuid():
