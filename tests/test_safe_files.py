@@ -174,7 +174,8 @@ def test_sshd_config_refuses_a_link_and_a_directory_of_another_user(tmp_path: Pa
     with ordinary_account() as account:
         other = account_dir(account, "gpuaccept-sshd-")
         try:
-            one_line_error(gpuaccept("sshd-config", "--port", "2222", "--dir", str(other)), f"owned by uid {account.uid}")
+            r = gpuaccept("sshd-config", "--port", "2222", "--dir", str(other))
+            one_line_error(r, f"owned by uid {account.uid}")
             assert list(other.iterdir()) == [] and stat.S_IMODE(other.stat().st_mode) == 0o755
         finally:
             os.rmdir(other)
