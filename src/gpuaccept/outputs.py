@@ -45,15 +45,15 @@ def write_output(path: str, text: str, flag: str = "--output", mode: int = 0o644
     except OSError as exc:
         raise _fail(flag, path, exc) from None
     if st is not None and stat.S_ISLNK(st.st_mode):
-        raise UsageError(f"{flag} {path} is a symbolic link; gpuaccept does not write through links "
+        raise UsageError(f"cannot write {flag} {path}: it is a symbolic link; gpuaccept does not write through links "
                          f"(name its target, {os.path.realpath(path)}, instead)")
     if st is not None and stat.S_ISDIR(st.st_mode):
-        raise UsageError(f"{flag} {path} is a directory; name a file")
+        raise UsageError(f"cannot write {flag} {path}: it is a directory; name a file")
     if st is not None and (stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode)):
         _stream(path, data, flag)
         return STREAM
     if st is not None and not stat.S_ISREG(st.st_mode):
-        raise UsageError(f"{flag} {path} is neither a regular file nor a device or pipe; refusing to replace it")
+        raise UsageError(f"cannot write {flag} {path}: neither a regular file nor a device or pipe; not replaced")
     _replace(path, data, flag, mode)
     return FILE
 
