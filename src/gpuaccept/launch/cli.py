@@ -323,7 +323,7 @@ def build_spec(args: argparse.Namespace, backend_cls: Any) -> Any:
     try:
         check_run_id(run_id)
     except ValueError as exc:
-        raise UsageError(f"--run-id: {exc}") from None
+        raise UsageError(f"--run-id {exc}") from None
     if command is None:  # 2+ nodes: the suite tests the fabric between them unless told not to
         distributed = bool(args.distributed) or (nodes > 1 and not args.per_node_only)
     else:

@@ -136,7 +136,7 @@ class Runner:
         try:
             check_run_id(self.run_id)
         except ValueError as exc:
-            raise UsageError(f"--run-id: {exc}") from None
+            raise UsageError(f"--run-id {exc}") from None
         self.run_dir = Path(report_dir) / self.run_id
         self.events = events or RunEvents()
         self.verbose = verbose
