@@ -192,6 +192,7 @@ OUTPUT_COMMANDS = {
 
 @pytest.mark.parametrize("command", sorted(OUTPUT_COMMANDS))
 def test_output_to_dev_full_is_an_error_and_the_device_stays(command: str) -> None:
+    assert stat.S_ISCHR(os.stat("/dev/full").st_mode), "/dev/full is not the device here (replaced by a file?)"
     r = gpuaccept(*OUTPUT_COMMANDS[command], "/dev/full")
     one_line_error(r, "No space left on device")
     assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
