@@ -29,6 +29,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "model": frozenset(),
     "errors": frozenset(),
     "argtypes": frozenset({"errors"}),
+    "safefs": frozenset({"errors"}),
+    "outputs": frozenset({"errors"}),
     "inputs": frozenset({"errors"}),
     "exitcodes": frozenset(),
     "cliargs": frozenset({"errors", "argtypes", "exitcodes"}),
@@ -46,7 +48,7 @@ ALLOWED: dict[str, frozenset[str]] = {
                           "nccltests", "distributed.hostlist"}),
     "health": frozenset({"errors", "model", "argtypes", "inputs", "checks", "node", "cliargs", "exitcodes",
                          "launch.k8s"}),
-    "containers": frozenset({"errors", "model", "argtypes", "cliargs", "exitcodes"}),
+    "containers": frozenset({"errors", "model", "argtypes", "cliargs", "exitcodes", "safefs", "outputs"}),
 }
 
 # package -> the packages its modules never import, not even inside a function: the engine stays below

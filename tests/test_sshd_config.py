@@ -98,6 +98,9 @@ def sshd_config_cmd(account: Account, directory: Path, *args: str) -> subprocess
         usable = False
     if usable:
         return account.run(argv)
+    if os.geteuid() == 0 and directory.exists():  # root's own again, as the account's would be its own:
+        for path in (directory, *directory.rglob("*")):  # sshd-config refuses a directory of another user
+            os.chown(path, 0, 0)
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=cli_env(), cwd=ROOT)
     if os.geteuid() == 0 and directory.exists():
         for path in (directory, *directory.rglob("*")):

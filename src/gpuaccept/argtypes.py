@@ -102,3 +102,93 @@ def duration(text: str) -> float:
         return parse_duration(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+# ---------------------------------------------------------------------------------- values that name things
+# One rule per kind of value, the same when a value is written (a flag, a plan, the environment) as when it
+# is read back (a report, a run directory). Each ``check_*`` returns the value or raises ValueError with a
+# one-line reason; the converter of the same name is for argparse ``type=``.
+
+RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,199}$")
+"""A run id names a directory and files: no path separators, no leading dot, printable ASCII, 1-200 chars."""
+HOST_PATTERN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,252}[A-Za-z0-9_])?$")
+"""A host name as gpuaccept writes it into run ids and passes on a command line: letters, digits, ``.``,
+``_`` and ``-``; at most 254 characters; no leading dot or dash."""
+IMAGE_PATTERN = re.compile(
+    r"^(?:(?P<registry>(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
+    r"(?::\d{1,5})?)/)?"
+    r"(?P<path>[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)"
+    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?$")
+"""An OCI image reference, ``[registry[:port]/]path[:tag][@sha256:digest]`` (the distribution grammar)."""
+_SAFE_PATH = re.compile(r"^/[A-Za-z0-9._+@=,:/-]*$")
+
+
+def check_run_id(text: str) -> str:
+    if not RUN_ID_PATTERN.match(text):
+        raise ValueError(f"{text[:80]!r} is not a run id: letters, digits and ._:@+=- only, no path separator, "
+                         "not starting with a dot, at most 200 characters (it names a directory)")
+    return text
+
+
+def check_host(text: str) -> str:
+    if not HOST_PATTERN.match(text):
+        raise ValueError(f"{text[:80]!r} is not a host name: letters, digits, '.', '_' and '-' only, starting "
+                         "with a letter or digit, at most 254 characters")
+    return text
+
+
+def host_part(text: str, limit: int = 253) -> str:
+    """``text`` (a host name from the environment) made safe for a run id and a file name: each character
+    outside letters, digits, ``.``, ``_`` and ``-`` becomes ``-``; leading dots and dashes go; cut to ``limit``
+    characters; ``host`` when nothing is left. ``gpu node#1`` -> ``gpu-node-1``; a valid host name is kept."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "-", text).lstrip(".-")[:limit].rstrip(".-")
+    return safe or "host"
+
+
+def check_image(text: str) -> str:
+    m = IMAGE_PATTERN.match(text)
+    registry = m.group("registry") if m else None
+    if m and registry is not None and not ("." in registry or ":" in registry or registry == "localhost"):
+        m = None if registry != registry.lower() else m  # no dot or port: a path component, lowercase only
+    if m is None:
+        raise ValueError(f"{text[:120]!r} is not an image reference: [registry[:port]/]name[:tag][@sha256:...], "
+                         "the name in lowercase letters, digits and . _ - separators")
+    return text
+
+
+def check_abs_path(text: str) -> str:
+    """An absolute path of plain characters (letters, digits, ``._+@=,:-`` and ``/``), no ``..`` part: a path
+    that is written into a job for another machine, where no shell metacharacter or space belongs."""
+    if not _SAFE_PATH.match(text) or ".." in text.split("/"):
+        raise ValueError(f"{text[:120]!r} is not an absolute path of letters, digits, '/', '.', '_', '-', '+', "
+                         "'@', '=', ',' and ':' without '..'")
+    return text
+
+
+def count(minimum: int = 0, maximum: int = 1_000_000) -> Callable[[str], int]:
+    """A converter accepting whole numbers from ``minimum`` to ``maximum``."""
+
+    def convert(text: str) -> int:
+        t = text.strip()
+        if not re.fullmatch(r"[+-]?\d{1,19}", t) or not minimum <= int(t) <= maximum:
+            raise argparse.ArgumentTypeError(f"{text[:40]!r} must be a whole number from {minimum} to {maximum}")
+        return int(t)
+
+    return convert
+
+
+def _converter(check: Callable[[str], str]) -> Callable[[str], str]:
+    def convert(text: str) -> str:
+        try:
+            return check(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = check.__name__.removeprefix("check_")
+    return convert
+
+
+run_id = _converter(check_run_id)
+host = _converter(check_host)
+image = _converter(check_image)
+abs_path = _converter(check_abs_path)

@@ -22,6 +22,7 @@ from typing import Any
 from gpuaccept import __version__
 from gpuaccept.argtypes import positive_float as _positive_float
 from gpuaccept.argtypes import positive_int as _positive_int
+from gpuaccept.argtypes import run_id as _run_id
 from gpuaccept.cliargs import PROFILES, Parser, add_suite_options
 from gpuaccept.errors import GpuacceptError, ReportWriteError
 from gpuaccept.exitcodes import (
@@ -45,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_suite_options(run)
     run.add_argument("--json", default=None, metavar="PATH", help="also write the report here ('-' for stdout)")
     run.add_argument("--plan", action="store_true", help="print the suite plan as JSON and run nothing")
-    run.add_argument("--run-id", default=None, help=argparse.SUPPRESS)
+    run.add_argument("--run-id", type=_run_id, default=None, help=argparse.SUPPRESS)
     run.add_argument("--verbose", "-v", action="store_true", help="more detail, tracebacks of internal errors")
     from gpuaccept.results.autosave import add_history_options
 

@@ -195,10 +195,17 @@ def environment_name() -> str:
 
 def write_atomic(path: str, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file in the same directory and a rename, so a
-    failed write leaves nothing behind. Raises OSError."""
+    failed write leaves nothing behind; a device or FIFO is written as a stream, a link refused (the
+    standalone twin of :func:`gpuaccept.outputs.write_output`). Raises OSError."""
     directory = os.path.dirname(path) or "."
     if os.path.isdir(path):
         raise IsADirectoryError(21, "Is a directory", path)
+    if os.path.islink(path):  # as gpuaccept.outputs: never through a link
+        raise OSError(40, "it is a symbolic link; name its target", path)
+    if os.path.exists(path) and not os.path.isfile(path):  # a device or FIFO: a stream, never replaced
+        with open(path, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        return
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:

@@ -12,8 +12,6 @@ import argparse
 import sys
 from typing import Any
 
-from gpuaccept.errors import UsageError
-
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
@@ -21,7 +19,8 @@ def register(subparsers: Any) -> None:
         description="Write a pip constraints file of this Python environment: name==version for every installed "
                     "distribution. 'pip install -c FILE PKG' then refuses anything that would change one of them, "
                     "e.g. the torch of an NGC container.")
-    p.add_argument("--output", "-o", default="-", metavar="FILE", help="where to write (default '-': stdout)")
+    p.add_argument("--output", "-o", default="-", metavar="FILE", help="where to write (default '-': stdout)"
+                   "; a device or FIFO is written as a stream, a file replaced atomically, a link refused")
     p.add_argument("--urls", action="store_true",
                    help="pin direct-URL installs (wheel files, VCS checkouts, local directories) by their URL "
                         "instead of their version; pip then fetches that URL whenever it resolves the package")
@@ -34,17 +33,12 @@ def cmd_constraints(args: argparse.Namespace) -> int:
         environment_name,
         installed,
         site_paths,
-        write_atomic,
     )
+    from gpuaccept.outputs import FILE, write_output
 
     text = constraints_text(installed(site_paths(sys.argv[0])), urls=args.urls, source=environment_name())
-    if args.output == "-":
-        sys.stdout.write(text)
+    if write_output(args.output, text) != FILE:
         return 0
-    try:
-        write_atomic(args.output, text)
-    except OSError as exc:
-        raise UsageError(f"cannot write --output {args.output}: {exc.strerror or exc}") from None
     pins = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
     print(f"gpuaccept: wrote {args.output} ({pins} pins)", file=sys.stderr)
     return 0

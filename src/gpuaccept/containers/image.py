@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuaccept.argtypes import check_image
 from gpuaccept.errors import InputError, UsageError
 
 IMAGES = ("multinode", "runtime")
@@ -50,9 +51,6 @@ _NO_MATCH = "no match for platform in manifest"
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAME = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*$")
-_DOMAIN = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*(?::[0-9]+)?/)?"
-_PATH = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_REFERENCE = re.compile(rf"^{_DOMAIN}{_PATH}(?:/{_PATH})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?$")
 
 
 class BuilderMissing(UsageError):
@@ -138,7 +136,12 @@ def parse_build_arg(text: str) -> tuple[str, str]:
 
 def check_tag(tag: str) -> str:
     """``tag`` when it is a valid image reference (``[registry[:port]/]name[:tag]``, lowercase name)."""
-    if not _REFERENCE.match(tag):
+    try:
+        check_image(tag)
+        ok = "@" not in tag
+    except ValueError:
+        ok = False
+    if not ok:
         raise UsageError(f"--tag {tag!r} is not a valid image reference (expected [REGISTRY/]NAME[:TAG], "
                          "NAME in lowercase, e.g. registry.example.com/gpuaccept-runtime:0.1.0)")
     return tag

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from gpuaccept.errors import InputError, UsageError
+from gpuaccept.safefs import check_private
 
 HOST_KEY_TYPES: tuple[str, ...] = ("ed25519", "rsa")
 CLIENT_KEY = "id_ed25519"
@@ -140,8 +141,10 @@ def sshd_config_text(directory: Path, port: int, listen: Sequence[str] = (),
 
     Public-key login only (no password, no keyboard-interactive, no PAM);
     ``StrictModes no`` because the directory may sit under a shared temporary
-    path. ``listen``: addresses to bind (default: all); ``allow_users``: the
-    only accounts that may log in (default: any the server can switch to).
+    path (sshd would refuse it); :func:`write_config_dir` makes the directory
+    itself 0700 and the private keys and ``authorized_keys`` 0600. ``listen``:
+    addresses to bind (default: all); ``allow_users``: the only accounts that
+    may log in (default: any the server can switch to).
     """
     files = SshdFiles(check_path(directory))
     check_port(port)
@@ -318,8 +321,7 @@ def write_config_dir(directory: Path, port: int, patterns: Sequence[str] = (DEFA
             files.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
             raise UsageError(f"--dir {directory}: cannot create it: {exc.strerror}") from None
-        if not os.access(files.directory, os.W_OK | os.X_OK):
-            raise UsageError(f"--dir {directory}: not writable")
+        own_private(files.directory, f"--dir {directory}:")
         targets = [files.sshd_config, files.ssh_config, files.known_hosts, files.authorized_keys]
         created += [p for p in targets if not p.exists()]
         host_pubs = [ensure_key(files.host_key(t), t, f"gpuaccept-host-{t}", created) for t in HOST_KEY_TYPES]
@@ -336,6 +338,24 @@ def write_config_dir(directory: Path, port: int, patterns: Sequence[str] = (DEFA
         _roll_back(files.directory, created, made_dir)
         raise
     return files
+
+
+def own_private(directory: Path, what: str) -> None:
+    """Make ``directory`` mode 0700 when it is a real directory (not a link) of this user; UsageError otherwise.
+    It holds private host keys and ``authorized_keys``, and sshd runs with ``StrictModes no``, so the tool
+    itself enforces what StrictModes would: nobody else may write to it or read the keys."""
+    if os.path.islink(directory):
+        raise UsageError(f"{what} is a symbolic link; give the real directory")
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)  # a link swapped in since: ENOTDIR
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid():
+            raise UsageError(f"{what} is owned by uid {st.st_uid}, not by this user (uid {os.geteuid()}); "
+                             "it would hold this user's private keys: use a directory of your own")
+        os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
+    check_private(directory, os.lstat(directory), "--dir")
 
 
 def _first_missing(directory: Path) -> Path | None:

@@ -13,7 +13,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -59,10 +58,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--config", default=None, metavar="YAML",
                    help="parameters, thresholds and timeouts of the four checks (as for gpuaccept run)")
     p.add_argument("--report-dir", default=None, metavar="DIR",
-                   help="where each run's report goes (default: $GPUACCEPT_REPORT_DIR, else "
-                        "<tmp>/gpuaccept-healthcheck)")
+                   help="where each run's report goes: a directory of this user's that no one else may write to, "
+                        "not a link, made mode 0700 when missing (default: $GPUACCEPT_REPORT_DIR, else "
+                        "$STATE_DIRECTORY or /var/lib/gpuaccept/healthcheck for root, "
+                        "$XDG_STATE_HOME/gpuaccept/healthcheck or ~/.local/state/gpuaccept/healthcheck otherwise)")
     p.add_argument("--keep", type=nonneg_int, default=20, metavar="N",
-                   help="keep the newest N healthcheck runs in the report directory (default 20; 0: keep all)")
+                   help="keep the newest N healthcheck runs in the report directory (default 20; 0: keep all); only "
+                        "run directories healthcheck made (with its marker file) are ever removed")
     p.add_argument("--db", default=None, metavar="URL",
                    help="also store the run in this history database; --budget estimates from its past runs here")
     p.add_argument("--verbose", "-v", action="store_true", help="a line per check as well")
@@ -109,27 +111,34 @@ def read_node(scontrol: str, node: str, timeout: float) -> Any:
 
 # ------------------------------------------------------------------ report directory
 
+def default_report_dir(env: Any = os.environ) -> Path:
+    """Root: ``$STATE_DIRECTORY`` (systemd's, its first entry), else ``/var/lib/gpuaccept/healthcheck``;
+    any other user: ``$XDG_STATE_HOME/gpuaccept/healthcheck``, else ``~/.local/state/gpuaccept/healthcheck``.
+    Never a fixed name in a shared temporary directory."""
+    if os.geteuid() == 0:
+        state = env.get("STATE_DIRECTORY", "").split(":")[0]
+        return Path(state) if state else Path("/var/lib/gpuaccept/healthcheck")
+    base = env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "gpuaccept" / "healthcheck"
+
+
 def _report_dir(args: argparse.Namespace) -> Path:
     if args.report_dir:
         return Path(args.report_dir)
     if os.environ.get("GPUACCEPT_REPORT_DIR"):
         return Path(os.environ["GPUACCEPT_REPORT_DIR"])
-    return Path(tempfile.gettempdir()) / "gpuaccept-healthcheck"
+    return default_report_dir()
 
 
 _RUN_DIR = re.compile(r"^hc-\d{8}T\d{6}Z-")
 
 
-def prune_runs(report_dir: Path, keep: int) -> None:
-    """Remove all but the newest ``keep`` healthcheck run directories (``hc-<stamp>-...``); never raises."""
-    if keep <= 0:
-        return
-    try:
-        runs = sorted(p for p in report_dir.iterdir() if p.is_dir() and _RUN_DIR.match(p.name))
-    except OSError:
-        return
-    for old in runs[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
+def prune_runs(report_dir: Path, keep: int) -> list[Path]:
+    """Remove all but the newest ``keep`` healthcheck run directories (``hc-<stamp>-...``) that healthcheck
+    made (:func:`gpuaccept.safefs.prune`: marked, owned, never through a link); the removed ones. Never raises."""
+    from gpuaccept.safefs import prune
+
+    return prune(report_dir, keep, lambda name: _RUN_DIR.match(name) is not None)
 
 
 # ------------------------------------------------------------------ the command
@@ -230,7 +239,14 @@ def _run(args: argparse.Namespace, cfg: Any, gpus: list[int] | None, skip: list[
         plan, runner_kw, estimates, budget_lines = _planned(args, plan, cfg, reg, raw, deadline, n_gpus, assumed)
     else:
         estimates, runner_kw = estimates_of(raw), {}
-    report_dir = _report_dir(args)
+    from gpuaccept.safefs import mark, private_dir
+
+    report_dir = private_dir(_report_dir(args), "--report-dir")
+    run_id = RUN_PREFIX + new_run_id(this_host())
+    try:
+        mark(private_dir(report_dir / run_id, "run directory", parents=False))
+    except OSError as exc:
+        raise UsageError(f"--report-dir {report_dir}: {exc.strerror or exc}") from None
     events = None
     if args.verbose:
         from gpuaccept.report.console import PlainConsole
@@ -238,13 +254,12 @@ def _run(args: argparse.Namespace, cfg: Any, gpus: list[int] | None, skip: list[
         events = RunEvents.of(PlainConsole(sys.stdout, {c.name: c.key_metric for c in plan.checks}))
         for line in budget_lines:
             print(f"[BUDGET] {line}", flush=True)
-    host = this_host()
     cls: type[DeadlineRunner] = BudgetRunner
     if planned:
         from gpuaccept.health.run import WindowHealthRunner
 
         cls = WindowHealthRunner
-    runner = cls(plan, report_dir, deadline=deadline, run_id=RUN_PREFIX + new_run_id(host),
+    runner = cls(plan, report_dir, deadline=deadline, run_id=run_id,
                  argv=["healthcheck", *sys.argv[2:]], events=events, **runner_kw)
     runner.report.estimates = estimates
     try:

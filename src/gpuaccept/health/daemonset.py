@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuaccept.argtypes import check_image
 from gpuaccept.errors import ConfigError
 from gpuaccept.health.nodepatch import TAINT
 from gpuaccept.launch.k8s.options import (
@@ -39,10 +40,12 @@ from gpuaccept.launch.k8s.options import (
     check_dns_label,
     check_dns_subdomain,
     check_label_key,
-    check_quantity,
+    check_request,
 )
 
 CONTAINER = "health"
+MAX_UID = 2**32 - 2
+"""The largest user id Linux has (``(uid_t) -1`` means none)."""
 INTERVAL_ENV = "GPUACCEPT_HEALTH_INTERVAL"
 DEFAULT_NAME = "gpuaccept-health"
 RBAC_API = "rbac.authorization.k8s.io/v1"
@@ -98,8 +101,12 @@ class HealthDaemonOptions:
     admission_policy: bool = True
 
     def validate(self) -> None:
-        if not self.image or any(c.isspace() for c in self.image):
+        if not self.image:
             raise ConfigError("--image", self.image, "the DaemonSet needs an image with gpuaccept[k8s] in it")
+        try:
+            check_image(self.image)
+        except ValueError as exc:
+            raise ConfigError("--image", "", str(exc)) from None
         check_dns_label(self.name, "--name")
         check_dns_label(self.namespace, "--namespace")
         if not 1 <= self.interval_s <= 7 * 24 * 3600:
@@ -117,9 +124,9 @@ class HealthDaemonOptions:
             raise ConfigError("--image-pull-policy", self.image_pull_policy, f"one of {', '.join(PULL_POLICIES)}")
         for flag, qty in (("--cpus", self.cpu), ("--memory", self.memory), ("--tmp-size", self.tmp_size)):
             if qty is not None:
-                check_quantity(qty, flag)
-        if self.run_as_user is not None and self.run_as_user < 0:
-            raise ConfigError("--run-as-user", str(self.run_as_user), "a user id is 0 or more")
+                check_request(qty, flag)
+        if self.run_as_user is not None and not 0 <= self.run_as_user <= MAX_UID:
+            raise ConfigError("--run-as-user", str(self.run_as_user), f"a user id is 0 to {MAX_UID}")
 
 
 def own_toleration() -> dict[str, Any]:

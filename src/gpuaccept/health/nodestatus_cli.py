@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gpuaccept.argtypes import count
 from gpuaccept.cliargs import add_suite_options
 from gpuaccept.errors import GpuacceptError, UsageError
 from gpuaccept.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NOTHING_MEASURED, EXIT_OK, EXIT_USAGE
@@ -96,7 +97,7 @@ def register(sub: Any) -> None:
     d.add_argument("--cpus", default=None, metavar="QTY", help="CPU request of the pod")
     d.add_argument("--memory", default=None, metavar="QTY", help="memory request and limit of the pod")
     d.add_argument("--priority-class", default=None, metavar="NAME")
-    d.add_argument("--run-as-user", type=int, default=None, metavar="UID",
+    d.add_argument("--run-as-user", type=count(0, 2**32 - 2), default=None, metavar="UID",
                    help="user id of the container (runAsNonRoot unless 0; default: the image's)")
     d.add_argument("--no-admission-policy", action="store_true", default=None,
                    help="leave out the ValidatingAdmissionPolicy and its binding (clusters before Kubernetes 1.30, "
@@ -266,6 +267,7 @@ def _daemonset(args: argparse.Namespace) -> int:
     if args.report_dir:
         raise UsageError("--report-dir does not apply to --daemonset: each run's report is kept in the pod's /tmp "
                          "only while it is judged")
+    _validate_suite_options(args)
     inner = [*_gpu_suite_args(args), *(["--taint"] if args.taint else [])]
     given = {field: value for field, value in (
         ("name", args.name), ("namespace", args.namespace), ("interval_s", args.interval),
@@ -281,11 +283,31 @@ def _daemonset(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _validate_suite_options(args: argparse.Namespace) -> None:
+    """The suite options as ``gpuaccept run`` will judge them on the node, judged here before a plan that
+    carries them is printed or written (an unknown check, bad --gpus or --budget: exit 2 now, not in every pod)."""
+    from gpuaccept.launch.cli import _validate_suite
+
+    _validate_suite(args)
+    if getattr(args, "budget", None) is not None:  # what `run --budget` refuses on the node: a window nothing fits
+        from gpuaccept.checks import registry
+        from gpuaccept.node.run import RunRequest, fit_budget, merge_options
+        from gpuaccept.node.suite import plan_suite
+
+        opts, cfg, _ = merge_options(RunRequest.from_namespace(args))
+        reg = registry()
+        plan = plan_suite(opts, cfg, reg, "cpu" if opts.device == "cpu" else "cuda")
+        fit_budget(plan, cfg, reg, opts.timeout_scale, args.budget, getattr(args, "gpus_per_node", None) or 0, None,
+                "the pods plan on their nodes")
+
+
 def _npd(args: argparse.Namespace) -> int:
     from gpuaccept.health.npd import CONFIG_FILE, PLUGIN_FILE, PLUGIN_SCRIPT, npd_config
 
     if args.taint:
         raise UsageError("--taint does not apply to --npd-config: NPD sets a node condition, it does not patch")
+    if not args.report:
+        _validate_suite_options(args)
     plugin_args = ["--report", args.report] if args.report else _gpu_suite_args(args)
     def pick(value: str | None, default: str) -> str:
         return value if value is not None else default

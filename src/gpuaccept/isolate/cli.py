@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpuaccept.argtypes import int_at_least, nonneg_float, positive_float, positive_int
+from gpuaccept.argtypes import check_host, int_at_least, nonneg_float, positive_float, positive_int
 from gpuaccept.errors import InputError, UsageError
 from gpuaccept.exitcodes import EXIT_FAILED, EXIT_OK
 
@@ -109,13 +109,32 @@ def parse_nodes(text: str | None, backend: str | None) -> list[str]:
     if text.isdigit():
         if backend != "local":
             raise UsageError(f"--nodes {text}: name the nodes (a count is for --backend local and --simulate)")
-        return [f"node{i}" for i in range(int(text))]
+        return [f"node{i}" for i in range(count_nodes(text))]
     from gpuaccept.distributed.hostlist import expand_hostlist
 
     try:
-        return expand_hostlist(text)
+        return host_names(expand_hostlist(text), "--nodes")
     except InputError as exc:
         raise UsageError(f"--nodes: {exc}") from None
+
+
+def count_nodes(text: str) -> int:
+    """``--nodes N`` as a count (2 to :data:`~gpuaccept.launch.spec.MAX_NODES`); UsageError otherwise."""
+    from gpuaccept.launch.spec import MAX_NODES
+
+    if not text.isdigit() or len(text) > 9 or int(text) > MAX_NODES:
+        raise UsageError(f"--nodes {text[:40]}: a count of nodes is at most {MAX_NODES}")
+    return int(text)
+
+
+def host_names(names: list[str], flag: str) -> list[str]:
+    """``names`` when each is a host name (:func:`gpuaccept.argtypes.check_host`); UsageError otherwise."""
+    for name in names:
+        try:
+            check_host(name)
+        except ValueError as exc:
+            raise UsageError(f"{flag}: {exc}") from None
+    return names
 
 
 def _settings(args: argparse.Namespace) -> Any:
@@ -143,7 +162,7 @@ def _simulate(args: argparse.Namespace) -> int:
         raise UsageError("--simulate runs no backend; drop --backend")
     if not (args.nodes or "").isdigit():
         raise UsageError("--simulate needs --nodes N (a count)")
-    n = int(args.nodes)
+    n = count_nodes(args.nodes)
     if n < 2:
         raise UsageError(f"isolation needs at least 2 nodes, got {n}")
     summary = simulate(n, args.bad, args.trials, args.seed, slow=args.slow, noise=args.noise,
@@ -343,7 +362,7 @@ def _rails_only(args: argparse.Namespace) -> int:
                         ("--racks", args.racks)):
         if given:
             raise UsageError(f"{flag} does not apply to --rails-of, which names its two nodes and runs no rounds")
-    node, partner = ir.parse_rails_of(args.rails_of)
+    node, partner = host_names(list(ir.parse_rails_of(args.rails_of)), "--rails-of")
     validate([node, partner], _settings(args))
     pair = _pair_test(args)
     extra = [*_collectives_flags(args, pair), *(args.launch_arg or [])]

@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from gpuaccept.argtypes import check_run_id
 from gpuaccept.argtypes import csv as _csv
 from gpuaccept.argtypes import positive_float as _positive_float
 from gpuaccept.cliargs import Parser as _Parser
@@ -43,7 +44,6 @@ from gpuaccept.launch.registry import BACKENDS
 from gpuaccept.results.autosave import add_history_options, save
 
 JOB_FILE = "job.json"
-_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 #: One line per backend for ``gpuaccept launch --help`` (the backend's own ``help`` once it is loaded).
 BACKEND_HELP = {
@@ -63,8 +63,8 @@ SUITE_DESTS = ("profile", "checks", "skip", "device", "gpus", "expect_gpus", "re
 
 
 def _count(text: str) -> int:
-    if not re.fullmatch(r"-?\d+", text.strip()):
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer")
+    if not re.fullmatch(r"-?\d{1,12}", text.strip()):
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not an integer of at most 12 digits")
     return int(text)
 
 
@@ -318,8 +318,10 @@ def build_spec(args: argparse.Namespace, backend_cls: Any) -> Any:
 
     name = sanitize_name(args.name or ("gpuaccept" if command is None else Path(command[0]).name))
     run_id = args.run_id or new_run_id(name)
-    if not _RUN_ID.match(run_id):
-        raise UsageError(f"--run-id {run_id!r}: use letters, digits, '.', '_' and '-' (it names a directory)")
+    try:
+        check_run_id(run_id)
+    except ValueError as exc:
+        raise UsageError(f"--run-id {exc}") from None
     if command is None:  # 2+ nodes: the suite tests the fabric between them unless told not to
         distributed = bool(args.distributed) or (nodes > 1 and not args.per_node_only)
     else:

@@ -13,9 +13,16 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuaccept.argtypes import check_run_id
 from gpuaccept.errors import ConfigError
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MAX_NODES = 100_000
+"""The most nodes a job may ask for."""
+MAX_PER_NODE = 1024
+"""The most GPUs or processes per node."""
+MAX_TIME_MIN = 366 * 24 * 60
+"""The longest ``--time`` (a year, in minutes)."""
 _JOB_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 MAX_NAME = 48
 
@@ -136,12 +143,18 @@ class JobSpec:
     def validate(self) -> None:
         if self.nodes < 1:
             raise ConfigError("--nodes", "", f"must be at least 1, got {self.nodes}")
-        if self.gpus_per_node is not None and self.gpus_per_node < 0:
-            raise ConfigError("--gpus-per-node", "", f"must be >= 0, got {self.gpus_per_node}")
-        if self.procs_per_node is not None and self.procs_per_node < 1:
-            raise ConfigError("--procs-per-node", "", f"must be at least 1, got {self.procs_per_node}")
-        if self.time_limit_min is not None and self.time_limit_min < 1:
-            raise ConfigError("--time", "", f"must be at least 1 minute, got {self.time_limit_min}")
+        if self.nodes > MAX_NODES:
+            raise ConfigError("--nodes", "", f"must be at most {MAX_NODES}, got {self.nodes}")
+        if self.gpus_per_node is not None and not 0 <= self.gpus_per_node <= MAX_PER_NODE:
+            raise ConfigError("--gpus-per-node", "", f"must be 0 to {MAX_PER_NODE}, got {self.gpus_per_node}")
+        if self.procs_per_node is not None and not 1 <= self.procs_per_node <= MAX_PER_NODE:
+            raise ConfigError("--procs-per-node", "", f"must be 1 to {MAX_PER_NODE}, got {self.procs_per_node}")
+        if self.time_limit_min is not None and not 1 <= self.time_limit_min <= MAX_TIME_MIN:
+            raise ConfigError("--time", "", f"must be 1 to {MAX_TIME_MIN} minutes, got {self.time_limit_min}")
+        try:
+            check_run_id(self.run_id)
+        except ValueError as exc:
+            raise ConfigError("--run-id", "", str(exc)) from None
         if self.command is not None and not self.command:
             raise ConfigError("command", "", "the command after -- is empty")
         if not _JOB_NAME.match(self.name):

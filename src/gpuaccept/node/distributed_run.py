@@ -29,12 +29,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpuaccept.argtypes import check_run_id
 from gpuaccept.checks.base import Outcome
 from gpuaccept.distributed.control import Control, LeaderLost
 from gpuaccept.distributed.env import RankInfo
 from gpuaccept.distributed.gather import missing_rank_result, order_results, rank_jsonl_name
 from gpuaccept.distributed.group import RankContext
 from gpuaccept.distributed.local import partial_path, rank_env
+from gpuaccept.errors import UsageError
 from gpuaccept.model import CheckResult, NodeReport, Status, Verdict
 from gpuaccept.node.childproc import kill_tree, read_outcome
 from gpuaccept.node.local_group import with_partial
@@ -112,6 +114,10 @@ class DistributedRunner(Runner):
             return
         self.joined = True
         run_id = self.control.join(self.requested_run_id, lambda: new_run_id(self.host))
+        try:
+            check_run_id(run_id)  # it came over the network from rank 0
+        except ValueError as exc:
+            raise UsageError(f"run id from rank 0: {exc}") from None
         self.run_id = run_id
         self.run_dir = self.report_root / run_id
         self.report.run_id = run_id

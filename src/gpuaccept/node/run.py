@@ -184,8 +184,9 @@ def _rank_info(req: RunRequest) -> Any:
     return None
 
 
-def _budget(plan: Any, cfg: Any, reg: Any, timeout_scale: float, budget_s: float, counted: int,
-            db: str | None, off: str, warn: Callable[[str], None]) -> tuple[Any, tuple[Any, Any, dict[str, float]]]:
+def fit_budget(plan: Any, cfg: Any, reg: Any, timeout_scale: float, budget_s: float, counted: int,
+               db: str | None, off: str,
+               warn: Callable[[str], None] = lambda line: None) -> tuple[Any, tuple[Any, Any, dict[str, float]]]:
     """(the plan cut to ``budget_s`` seconds, (its BudgetPlan, the calibrated candidates, the built-in estimates
     of what it keeps)); the estimates are calibrated from this host's runs in the history at ``db`` (None: the
     default one) unless ``off`` says why not. UsageError when nothing fits."""
@@ -270,7 +271,7 @@ def prepare(req: RunRequest, warn: Callable[[str], None] = lambda line: None) ->
         if info is not None:
             raise UsageError("--budget is for a run on one node; under --distributed every rank would plan its own "
                              "second pass (give the job a --profile and --checks that fit instead)")
-        plan, budget = _budget(plan, cfg, reg, opts.timeout_scale, req.budget, len(gpu_memory), req.db or None,
+        plan, budget = fit_budget(plan, cfg, reg, opts.timeout_scale, req.budget, len(gpu_memory), req.db or None,
                                "--no-history" if req.no_history else "", warn)
         _check_expect_gpus(plan)
         estimates = budget[2]

@@ -46,6 +46,7 @@ from types import FrameType
 from typing import Any
 
 from gpuaccept import __version__
+from gpuaccept.argtypes import check_run_id, host_part
 from gpuaccept.checks.base import Outcome
 from gpuaccept.errors import ReportWriteError, UsageError
 from gpuaccept.model import CheckResult, Metric, NodeReport, Status, Verdict
@@ -80,7 +81,7 @@ def utc_now() -> str:
 def new_run_id(host: str) -> str:
     """``20261122T101500Z-node17-3fa2``: sortable, host-attributed, unique enough."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return f"{stamp}-{host}-{uuid.uuid4().hex[:4]}"
+    return f"{stamp}-{host_part(host, 63)}-{uuid.uuid4().hex[:4]}"
 
 
 @dataclass
@@ -124,8 +125,9 @@ def cpu_only_of(plan: SuitePlan, requested_device: str) -> str:
 
 
 def this_host() -> str:
-    """The host name reports carry: ``$GPUACCEPT_HOSTNAME``, else the short host name."""
-    return os.environ.get("GPUACCEPT_HOSTNAME") or socket.gethostname().split(".")[0]
+    """The host name reports carry: ``$GPUACCEPT_HOSTNAME``, else the short host name, made safe for a run id
+    and a file name (:func:`gpuaccept.argtypes.host_part`: ``gpu node#1`` -> ``gpu-node-1``)."""
+    return host_part(os.environ.get("GPUACCEPT_HOSTNAME") or socket.gethostname().split(".")[0])
 
 
 class Runner:
@@ -139,8 +141,12 @@ class Runner:
         self.plan = plan
         self.nproc = nproc
         self.dist_timeout_s = dist_timeout_s
-        self.host = host or this_host()
+        self.host = host_part(host) if host else this_host()
         self.run_id = run_id or new_run_id(self.host)
+        try:
+            check_run_id(self.run_id)
+        except ValueError as exc:
+            raise UsageError(f"--run-id {exc}") from None
         self.run_dir = Path(report_dir) / self.run_id
         self.events = events or RunEvents()
         self.verbose = verbose

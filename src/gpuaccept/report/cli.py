@@ -62,7 +62,8 @@ def register(subparsers: Any) -> None:
     rep.add_argument("--format", "-f", choices=sorted(FORMATS), default="html",
                      help="html (default), md, json, junit (JUnit XML), prom (node_exporter textfile)")
     rep.add_argument("--output", "-o", default=None, metavar="PATH",
-                     help="file or directory to write ('-' for stdout); written atomically")
+                     help="file or directory to write ('-' for stdout); a regular file is replaced atomically, "
+                          "a device or FIFO written as a stream, a symbolic link to a file refused")
     rep.add_argument("--host", default=None, help="only this node of a cluster run (or of a run id shared by nodes)")
     rep.add_argument("--db", default=None, metavar="URL",
                      help="history store to look run ids up in (default: $GPUACCEPT_DB or the user's history.db)")
@@ -147,7 +148,7 @@ def output_path(output: str | None, fmt: str, run_id: str) -> Path | None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from gpuaccept.model import Verdict
-    from gpuaccept.report.prometheus import write_atomic
+    from gpuaccept.outputs import FILE, write_output
     from gpuaccept.results.load import load_report
 
     report = load_report(args.ref, db=args.db, host=args.host,
@@ -158,8 +159,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if path is None:
         sys.stdout.write(text)
         sys.stdout.flush()
-    else:
-        write_atomic(path, text)
+    elif write_output(str(path), text) == FILE:
         print(f"gpuaccept: wrote {path}", file=sys.stderr)
     if args.exit_code and report.verdict is not Verdict.SUCCESS:
         return 1

@@ -80,6 +80,7 @@ def register(sub: Any) -> None:
                    help="nodes of a SKU needed for the cross-node comparison (default 3)")
     a.add_argument("--limit", type=_nonneg_int, default=50, metavar="N", help="outliers listed (0: all; default 50)")
     a.add_argument("--json", action="store_true", help="print the analysis as JSON")
-    a.add_argument("--output", "-o", default=None, metavar="PATH", help="also write the analysis JSON here")
+    a.add_argument("--output", "-o", default=None, metavar="PATH", help="also write the analysis JSON here"
+                   "; a device or FIFO is written as a stream, a file replaced atomically, a link refused")
     a.add_argument("--fail-on-outliers", action="store_true", help="exit 1 when any outlier is found")
     a.set_defaults(handler=cmd_analyze)

@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -125,20 +123,11 @@ def _from_history(args: argparse.Namespace) -> list[NodeReport]:
 
 
 def write_output(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (stdout for ``-``)."""
-    from gpuaccept.errors import UsageError
+    """Write ``text`` to ``path`` (:func:`gpuaccept.outputs.write_output`: stdout for ``-``, a device or FIFO as a
+    stream, a regular file atomically, a link refused)."""
+    from gpuaccept.outputs import write_output as write
 
-    if path == "-":
-        sys.stdout.write(text)
-        return
-    target = Path(path)
-    try:
-        fd, tmp = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".", prefix=f".{target.name}.")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, target)
-    except OSError as exc:
-        raise UsageError(f"cannot write --output {path}: {exc.strerror or exc}") from None
+    write(path, text)
 
 
 def check_rule_names(rules: Sequence[Any], source: str, checks: Sequence[str] | None = None) -> None:
@@ -303,7 +292,8 @@ def register(sub: Any) -> None:
     c.add_argument("--host", default=None, help="only runs on this host (with --history)")
     c.add_argument("--since", default=None, metavar="WHEN",
                    help="only runs since WHEN: 2026-11-01, 7d (with --history)")
-    c.add_argument("--output", "-o", default="-", metavar="FILE", help="where the YAML goes (default: stdout)")
+    c.add_argument("--output", "-o", default="-", metavar="FILE", help="where the YAML goes (default: stdout)"
+                   "; a device or FIFO is written as a stream, a file replaced atomically, a link refused")
     c.add_argument("--trim-z", type=_positive_float, default=3.5, metavar="Z",
                    help="drop values beyond Z robust deviations before taking the median (default 3.5)")
     c.add_argument("--min-samples", type=_positive_int, default=3, metavar="N",
@@ -324,7 +314,8 @@ def register(sub: Any) -> None:
     a.add_argument("report", metavar="REPORT")
     a.add_argument("--baseline", required=True, metavar="FILE")
     a.add_argument("--thresholds", default=None, metavar="YAML", help="rules to use instead of the baseline's")
-    a.add_argument("--output", "-o", default=None, metavar="PATH", help="write the re-judged report JSON here")
+    a.add_argument("--output", "-o", default=None, metavar="PATH", help="write the re-judged report JSON here"
+                   "; a device or FIFO is written as a stream, a file replaced atomically, a link refused")
     a.set_defaults(handler=cmd_apply)
 
 

@@ -27,6 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from gpuaccept.argtypes import RUN_ID_PATTERN
 from gpuaccept.errors import GpuacceptError, InputError
 from gpuaccept.inputs import load_json_file, loads_json, one_line, read_text
 from gpuaccept.model import SCHEMA_VERSION, CheckResult, ClusterReport, NodeReport, Verdict
@@ -35,8 +36,6 @@ CLUSTER_FILE = "cluster-report.json"
 NODE_FILE = "report.json"
 RESULTS_FILE = "results.jsonl"
 
-RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,199}$")
-"""A run id names a directory and files: no path separators, no leading dot, printable ASCII."""
 
 Report = NodeReport | ClusterReport
 
@@ -235,6 +234,9 @@ def load_report(ref: str, *, db: str | None = None, host: str | None = None,
         return narrow_to_host(load_file(path), host)
     if path.is_dir():
         return narrow_to_host(load_dir(path), host)
+    if path.exists():
+        raise InputError(f"{ref}: not a regular file or directory (a device, pipe or socket); give a report "
+                         "file, a run directory or a run id")
     looks_like_path = "/" in ref or ref.endswith(".json")
     if looks_like_path:
         raise InputError(f"{ref}: no such file or directory")

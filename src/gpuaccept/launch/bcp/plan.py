@@ -8,6 +8,7 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gpuaccept.argtypes import check_abs_path
 from gpuaccept.errors import ConfigError
 from gpuaccept.launch.jobargv import node_argv, nproc_option, port_from, torchrun_job
 from gpuaccept.launch.pod_script import (
@@ -128,13 +129,22 @@ class BcpOptions:
             raise ConfigError("--preempt", self.preempt, f"must be one of {', '.join(PREEMPT_CLASSES)}")
         if self.priority is not None and self.priority not in PRIORITIES:
             raise ConfigError("--priority", self.priority, f"must be one of {', '.join(PRIORITIES)}")
-        if not self.result_mount.startswith("/") or ":" in self.result_mount:
+        if ":" in self.result_mount:
             raise ConfigError("--result-mount", self.result_mount, "must be an absolute path in the container")
+        _container_path(self.result_mount, "--result-mount")
         for ds in self.datasets:
             if not _DATASET.match(ds):
                 raise ConfigError("--dataset", ds, "a dataset mount is ID:/MOUNT/POINT")
+            _container_path(ds.split(":", 1)[1], "--dataset")
         if not self.ngc_bin:
             raise ConfigError("--ngc-bin", "", "must name the ngc executable")
+
+
+def _container_path(path: str, flag: str) -> None:
+    try:
+        check_abs_path(path)
+    except ValueError as exc:
+        raise ConfigError(flag, path, f"must be an absolute path in the container: {exc}") from None
 
 
 def node_spec(spec: JobSpec, opts: BcpOptions) -> JobSpec:

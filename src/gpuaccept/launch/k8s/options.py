@@ -72,6 +72,24 @@ def check_quantity(value: str, flag: str) -> str:
     return value
 
 
+_SCALE = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50, "Ei": 2.0**60, "n": 1e-9,
+          "u": 1e-6, "m": 1e-3, "": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
+
+
+def check_request(value: str, flag: str) -> str:
+    """A quantity a pod may request: :func:`check_quantity`, more than 0 and below 2^63 (Kubernetes' own
+    limit); ``-1`` and ``1e999`` are quantities by the pattern but not requests."""
+    check_quantity(value, flag)
+    m = re.fullmatch(r"\+?([0-9.]+)((?:[eE][+-]?[0-9.]+)?)((?:[KMGTPE]i|[numkMGTPE])?)", value)
+    try:
+        amount = float(m.group(1) + m.group(2)) * _SCALE[m.group(3)] if m else -1.0
+    except ValueError:
+        amount = -1.0
+    if not 0 < amount < 2.0**63:
+        raise ConfigError(flag, value, "a request is a quantity more than 0 and below 2^63 (e.g. 8, 500m, 64Gi)")
+    return value
+
+
 def parse_key_values(items: list[str], flag: str) -> dict[str, str]:
     """``["a=b", ...]`` with label-style keys and values."""
     out: dict[str, str] = {}
