@@ -1,18 +1,18 @@
 """Subcommand ``nccl-tests``: run nccl-tests binaries here, or parse a saved log or ``-J`` file.
 
-``gpuaccept nccl-tests [TEST ...] [--min-busbw X] [--json] -- <nccl-tests args>`` runs
-``<TEST>_perf`` (default all_reduce) found in ``$PATH``, ``$NCCL_TESTS_DIR`` or
-/workspace/nccl-tests/build with the extra args (``-g`` added: one per GPU), prints the table and
-the verdict. ``gpuaccept nccl-tests parse LOG|JSON|- [--test NAME] [--min-busbw X] [--json]`` does
-the same for saved output (``-``: stdin), e.g. ``mpirun -np 16 all_reduce_perf -b 8M -e 8G -f 2 -g 1
-| gpuaccept nccl-tests parse -``. A log of several runs one after another (a script looping over tests
-into one file) is split into its runs, each judged as the test its ``Collective test starting``
-line names (else ``--test``, one name for all or one per run, comma-separated; else all_reduce,
-said so), and reported one by one; the last line is the worst status and each run's. Without
-``--min-busbw`` busbw is judged against the expectation derived from the fabric
-(:mod:`gpuaccept.hw.fabric_expect`): when run here, this node's NVML; for a saved log, the GPU model its ``# Rank`` lines name, or ``--nvml-snapshot`` (a node's NVML dump), and
-across nodes ``--sysfs-root`` (a node's RDMA ports; ``/`` for this node). Exit 0 pass (or a WARN),
-1 a failed judgement or run, 2 bad usage or input.
+``gpuaccept nccl-tests [TEST ...] [--min-busbw X] [--json] -- <nccl-tests args>`` runs ``<TEST>_perf``
+(default all_reduce) found in ``$PATH``, ``$NCCL_TESTS_DIR`` or /workspace/nccl-tests/build with the
+extra args (``-g`` added: one per GPU), prints the table and the verdict. ``gpuaccept nccl-tests parse
+LOG|JSON|- [--test NAME] [--min-busbw X] [--json]`` does the same for saved output (``-``: stdin), e.g.
+``mpirun -np 16 all_reduce_perf -b 8M -e 8G -f 2 -g 1 | gpuaccept nccl-tests parse -``. A log of several
+runs one after another (a script looping over tests into one file) is split into its runs, each judged
+as the test its ``Collective test starting`` line names (else ``--test``, one name for all or one per
+run, comma-separated; else all_reduce, said so), and reported one by one; the last line is the worst
+status and each run's. Without ``--min-busbw`` busbw is judged against the expectation derived from the
+fabric (:mod:`gpuaccept.hw.fabric_expect`): when run here, this node's NVML; for a saved log, the GPU
+model its ``# Rank`` lines name, or ``--nvml-snapshot`` (a node's NVML dump), and across nodes
+``--sysfs-root`` (a node's RDMA ports; ``/`` for this node). Exit 0 pass (or a WARN), 1 a failed
+judgement or run, 2 bad usage or input.
 """
 
 from __future__ import annotations
