@@ -38,7 +38,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -347,11 +347,12 @@ class Runner:
         warm process, or (where it is off or gone) a fresh interpreter."""
         out.unlink(missing_ok=True)
         request = self._request(check, out)
+        env = child_env(check, os.environ if env is None else env)
         child: CheckProcess | None = None
         if self.warm is not None:
             try:
                 imports = warm_imports(check)
-                child = self.warm.spawn(module, request, os.environ if env is None else env, log, imports)
+                child = self.warm.spawn(module, request, env, log, imports)
                 self.warm_asked.update(imports)
             except WarmGone as exc:
                 self._warm_lost(f"the warm process is gone ({exc})")
@@ -502,6 +503,14 @@ def measures(check: PlannedCheck) -> bool:
     from gpuaccept.checks import load_check
 
     return bool(getattr(load_check(check.path), "measures", True))
+
+
+def child_env(check: PlannedCheck, base: Mapping[str, str]) -> dict[str, str]:
+    """``base`` with the variables ``check``'s process must have from its start (its class's ``process_env``)."""
+    from gpuaccept.checks import load_check
+
+    wanted = getattr(load_check(check.path), "process_env", None)
+    return {**base, **(wanted(base) if wanted is not None else {})}
 
 
 def warm_imports(check: PlannedCheck) -> tuple[str, ...]:
