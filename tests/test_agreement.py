@@ -99,6 +99,7 @@ def test_two_gpus_that_differ_have_no_majority_and_models_vote_apart() -> None:
 def test_gpus_agree(monkeypatch: pytest.MonkeyPatch) -> None:
     assert cuda_available()
     monkeypatch.delenv(FAULT_ENV, raising=False)
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # CUDA may have started in this process already
     out = AgreementCheck().run(CheckContext(device="cuda", params=params(size=1024)))
     assert out.status is Status.PASS, out.reason
 
@@ -106,5 +107,6 @@ def test_gpus_agree(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.gpu
 def test_gpu_fault_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(FAULT_ENV, "cuda:0")
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     out = AgreementCheck().run(CheckContext(device="cuda", params=params(size=1024, runs=3)))
     assert out.status is Status.FAIL

@@ -14,6 +14,7 @@ import pytest
 from gpuaccept.checks import registry
 from gpuaccept.checks.base import PROFILES, SUITE_PROFILES, CheckContext, Outcome
 from gpuaccept.checks.stress import (
+    BOOST_S,
     FAULT_ENV,
     Fault,
     StressCheck,
@@ -35,7 +36,7 @@ LONG = ("stress", "agreement", "throughput", "disk")
 def params(**over: Any) -> dict[str, Any]:
     # one thread: the CPU GEMM loop is steadier on a shared machine; drop judged loosely (other load)
     return {**StressCheck.defaults("full"), "duration_s": 1.5, "window_s": 0.15, "cpu_threads": 1,
-            "max_drop": 0.95, **over}
+            "max_drop": 0.95, "warmup_s": 0.2, "warmup_max_s": 0.4, "stable_within": 0.1, **over}
 
 
 def run(monkeypatch: pytest.MonkeyPatch, fault: str = "", **over: Any) -> Outcome:
@@ -87,14 +88,38 @@ def test_a_throughput_drop_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     assert drop.threshold is not None and drop.threshold.value == 0.3
 
 
+def test_a_fall_from_boost_is_a_drop_without_warm_up_and_none_after_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The device runs fast for its first BOOST_S seconds, then at a tenth of that (a boost clock, then the power
+    cap). Timed from the first GEMM, that is a drop; warmed up past it, start and end are both the sustained rate."""
+    cold = run(monkeypatch, "cpu:boost", duration_s=2.0, window_s=0.05, max_drop=0.5, warmup_s=0.0,
+               warmup_max_s=0.0, stable_within=0.0)
+    assert cold.status is Status.FAIL and "throughput fell" in cold.reason, cold.reason
+    assert "burst throughput" in cold.details["warmup_note"]
+    warm = run(monkeypatch, "cpu:boost", duration_s=2.0, window_s=0.05, max_drop=0.5, warmup_s=BOOST_S + 0.3,
+               warmup_max_s=2.0)
+    assert warm.status is Status.PASS, warm.reason
+    info = warm.details["devices"]["cpu"]["warmup"]
+    assert info["seconds"] >= BOOST_S + 0.3 and info["gemms"] > 1
+    start = {m.name: m.value for m in cold.metrics}["stress_tflops_start"]
+    sustained = {m.name: m.value for m in warm.metrics}["stress_tflops_start"]
+    assert sustained < start / 3, "after the warm-up the start windows run at the sustained rate"
+
+
+def test_a_warm_up_whose_rate_never_settles_stops_at_its_limit_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    out = run(monkeypatch, warmup_s=0.1, warmup_max_s=0.3, stable_within=1e-9)
+    info = out.details["devices"]["cpu"]["warmup"]
+    assert info["settled"] is False and 0.3 <= info["seconds"] < 1.5
+    assert out.status is Status.PASS and out.details["stable_within"] == 1e-9
+
+
 def test_window_longer_than_half_the_run_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     out = run(monkeypatch, duration_s=1.0, window_s=0.8)
     assert out.status is Status.ERROR and "window_s" in out.reason
 
 
 def test_pure_helpers() -> None:
-    assert parse_faults({FAULT_ENV: "cpu:3, cuda:1:slow,cuda:1:9,junk"}) == {
-        "cpu": Fault(3), "cuda:1": Fault(9, True)}
+    assert parse_faults({FAULT_ENV: "cpu:3, cuda:1:slow,cuda:1:9,junk,cpu:boost"}) == {
+        "cpu": Fault(3, boost=True), "cuda:1": Fault(9, True)}
     assert parse_faults({}) == {}
     assert edge_rates([1.0, 10.0, 10.0, 10.0, 10.0, 10.0, 5.0, 5.0, 5.0]) == (10.0, 5.0)  # first is warm-up
     assert edge_rates([4.0, 2.0]) == (4.0, 2.0)
@@ -107,6 +132,8 @@ def test_pure_helpers() -> None:
 def test_timeout_follows_the_duration() -> None:
     assert StressCheck.timeout_for("burnin", {"duration_s": 300.0}) == 1800.0
     assert StressCheck.timeout_for("burnin", {"duration_s": 7200.0}) == 1.5 * 7200 + 300
+    assert StressCheck.timeout_for("burnin", {"duration_s": 7200.0, "warmup_s": 10.0, "warmup_max_s": 60.0}) == \
+        1.5 * 7260 + 300
 
 
 # ----------------------------------------------------------------- NVML sampler on a fake NVML
@@ -252,3 +279,16 @@ def test_gpu_stress_corruption_is_caught(monkeypatch: pytest.MonkeyPatch) -> Non
     p = {**StressCheck.defaults("full"), "duration_s": 5.0, "size": 2048, "window_s": 0.5}
     out = StressCheck().run(CheckContext(device="cuda", params=p))
     assert out.status is Status.FAIL and "cuda:0: 1 of" in out.reason
+
+
+@pytest.mark.gpu
+def test_gpu_sustained_start_shows_no_drop_on_a_healthy_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At the default size and dtype a healthy GPU falls from boost to its power cap during the warm-up, so the
+    timed windows start and end at the same sustained rate: within the default max_drop of 10 %."""
+    assert cuda_available()
+    monkeypatch.delenv(FAULT_ENV, raising=False)
+    p = {**StressCheck.defaults("full"), "duration_s": 20.0}
+    out = StressCheck().run(CheckContext(device="cuda", params=p))
+    drops = {x.device: x.value for x in out.metrics if x.name == "stress_throughput_drop"}
+    assert drops and all(d <= 0.1 for d in drops.values()), (drops, out.reason)
+    assert all(d["warmup"]["seconds"] >= 5.0 for d in out.details["devices"].values())

@@ -23,6 +23,13 @@ its group's majority, or all its runs agree; default threshold ``min 1``) and
 ``agreement_ref_error`` (max relative error of the first product against fp64,
 threshold: the dtype's GEMM tolerance).
 
+``CUBLAS_WORKSPACE_CONFIG`` is read by cuBLAS once per process, at its first GEMM, so it is set
+where the process starts: the runner puts it in the check process's environment
+(:meth:`AgreementCheck.process_env`: a deterministic value already there is kept, any other
+replaced by ``:4096:8``). On a GPU the check runs only with a deterministic value (``:4096:8`` or
+``:16:8``), or none in a process where CUDA has not started yet (it sets it then); anything else,
+and torch's refusal of a non-deterministic cuBLAS configuration, is an ERROR that says so.
+
 Tests only: ``GPUACCEPT_TEST_AGREEMENT_FAULT=cuda:1`` (or ``cpu#1``: run 1 of a
 single device) flips the lowest bit of one element of that result.
 """
@@ -55,6 +62,10 @@ from gpuaccept.model import Metric, Status, Threshold
 FAULT_ENV = "GPUACCEPT_TEST_AGREEMENT_FAULT"
 AGREE_DTYPES = ("fp64", "fp32", "fp16", "bf16")
 CUBLAS_WORKSPACE = ":4096:8"
+CUBLAS_ENV = "CUBLAS_WORKSPACE_CONFIG"
+DETERMINISTIC_WORKSPACES = (":4096:8", ":16:8")
+"""The values with which torch's deterministic mode allows cuBLAS GEMMs (torch's
+``Context::checkCuBLASConfigDeterministic``)."""
 _INT_VIEW = {8: "int64", 4: "int32", 2: "int16"}
 
 
@@ -92,6 +103,30 @@ def result_hash(t: Any) -> str:
     if data.dtype in (torch.bfloat16, torch.float16):
         data = data.view(torch.int16)
     return hashlib.sha256(data.numpy().tobytes()).hexdigest()[:16]
+
+
+def workspace_problem(value: str | None, cuda_started: bool) -> str | None:
+    """Why cuBLAS in this process may not be deterministic with ``CUBLAS_WORKSPACE_CONFIG=value``; None when it
+    is (a deterministic value, or none before CUDA started: the check sets it). Pure."""
+    if value is not None and value.strip() in DETERMINISTIC_WORKSPACES:
+        return None
+    if value is None and not cuda_started:
+        return None
+    shown = "unset" if value is None else f"{value!r}"
+    return (f"{CUBLAS_ENV} is {shown}{' and CUDA already started in this process' if value is None else ''}; "
+            f"deterministic GEMMs need {' or '.join(DETERMINISTIC_WORKSPACES)} set before the process starts "
+            "(gpuaccept run sets it)")
+
+
+def cublas_refusal(exc: BaseException) -> str | None:
+    """The ERROR reason for torch's RuntimeError when deterministic mode meets a non-deterministic cuBLAS
+    configuration; None for any other error. Pure."""
+    text = str(exc)
+    if CUBLAS_ENV not in text:
+        return None
+    return (f"torch refused a cuBLAS GEMM in deterministic mode: {CUBLAS_ENV} in this process is "
+            f"{os.environ.get(CUBLAS_ENV, 'unset')!r}, not {' or '.join(DETERMINISTIC_WORKSPACES)} "
+            f"({text.splitlines()[0][:160]})")
 
 
 def parse_faults(env: Mapping[str, str]) -> set[str]:
@@ -172,8 +207,14 @@ class AgreementCheck(Check):
     def estimate_s(cls, params: dict[str, Any], device: str, gpus: int) -> float:
         return estimates.agreement(params, device, gpus)
 
+    @classmethod
+    def process_env(cls, env: Mapping[str, str]) -> dict[str, str]:
+        """A deterministic ``CUBLAS_WORKSPACE_CONFIG`` from the process's start: the one in ``env``, else
+        ``:4096:8``."""
+        value = env.get(CUBLAS_ENV, "").strip()
+        return {CUBLAS_ENV: value if value in DETERMINISTIC_WORKSPACES else CUBLAS_WORKSPACE}
+
     def run(self, ctx: CheckContext) -> Outcome:
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)  # before cuBLAS starts in this process
         devices = torch_devices_or_skip(ctx)
         if isinstance(devices, Outcome):
             return devices
@@ -181,6 +222,11 @@ class AgreementCheck(Check):
 
         p = ctx.params
         on_gpu = devices[0].type == "cuda"
+        if on_gpu:
+            problem = workspace_problem(os.environ.get(CUBLAS_ENV), torch.cuda.is_initialized())
+            if problem is not None:
+                return Outcome(Status.ERROR, problem, details={"cublas_workspace_config": os.environ.get(CUBLAS_ENV)})
+            os.environ.setdefault(CUBLAS_ENV, CUBLAS_WORKSPACE)  # CUDA has not started: cuBLAS reads it later
         n = int(p["size"] if on_gpu else p["cpu_size"])
         dtypes = [d for d in dict.fromkeys(p["dtypes"]) if on_gpu or d not in ("fp16",)]
         if not dtypes:
@@ -209,6 +255,11 @@ class AgreementCheck(Check):
                                     f"fp64 error {res.ref_error:.2g}")
         except torch.cuda.OutOfMemoryError as exc:
             return Outcome(Status.ERROR, f"out of memory at size {n}; lower 'size' ({str(exc).splitlines()[0]})")
+        except RuntimeError as exc:
+            refused = cublas_refusal(exc)
+            if refused is None:
+                raise
+            return Outcome(Status.ERROR, refused, details={"cublas_workspace_config": os.environ.get(CUBLAS_ENV)})
         finally:
             torch.use_deterministic_algorithms(old_det)
         return self._judge(hashes, errors, models, single, runs, n, p)
@@ -219,7 +270,7 @@ class AgreementCheck(Check):
         metrics: list[Metric] = []
         problems: list[str] = []
         details: dict[str, Any] = {"size": n, "chain": p["chain"], "hashes": hashes,
-                                   "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG")}
+                                   "cublas_workspace_config": os.environ.get(CUBLAS_ENV)}
         for dtype, by_label in hashes.items():
             tol = GEMM_TOLERANCE[dtype]
             if single:

@@ -12,6 +12,7 @@ import abc
 import fnmatch
 import math
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -356,6 +357,13 @@ class Check(abc.ABC):
         selected GPUs, or ``cpu``), its process start not counted: a rough figure that ``run --budget`` plans
         with (:mod:`gpuaccept.node.budget`). Default None: unknown, and the planner counts the timeout instead."""
         return None
+
+    @classmethod
+    def process_env(cls, env: Mapping[str, str]) -> dict[str, str]:
+        """Variables this check's process must have from its start, given the environment ``env`` it would
+        get: the runner sets them before the interpreter starts or the warm process forks, so a library that
+        reads one once (cuBLAS) sees it. Default: none."""
+        return {}
 
     @classmethod
     def budget_stretch(cls, params: dict[str, Any]) -> tuple[str, float] | None:

@@ -131,8 +131,11 @@ def nbody(params: dict[str, Any], device: str, gpus: int) -> float:
 
 
 def stress(params: dict[str, Any], device: str, gpus: int) -> float:
-    """``duration_s`` on every device at once, the set-up and the fp64 reference around it."""
-    return float(params["duration_s"]) + 5.0
+    """The warm-up (``warmup_s``, and half the wait for a stable rate past it), then ``duration_s``, on every
+    device at once, with the set-up and the fp64 reference around them."""
+    warm = float(params.get("warmup_s", 0.0))
+    wait = max(0.0, float(params.get("warmup_max_s", 0.0)) - warm) if float(params.get("stable_within", 0)) else 0.0
+    return warm + wait / 2 + float(params["duration_s"]) + 5.0
 
 
 def agreement(params: dict[str, Any], device: str, gpus: int) -> float:

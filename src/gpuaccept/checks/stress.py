@@ -5,9 +5,15 @@ seconds (one thread per GPU, all loaded together; on CPU the same loop with a
 CPU GEMM). Every iteration's C is compared bitwise with the first one (a GEMM
 of the same inputs on the same device and stream is deterministic, so any
 difference is a wrong value), and the first one is checked against an fp64
-reference on a ``ref_sample`` x ``ref_sample`` corner. Iterations run in timed
-windows of about ``window_s``; the throughput of the first windows is the
-device's own start, that of the last windows its end.
+reference on a ``ref_sample`` x ``ref_sample`` corner. Before the timed part the
+loop warms the device up to a sustained rate, the rule of
+:func:`~gpuaccept.checks.timing.warm_up_done`: at least ``warmup_s`` seconds, then
+until two chunks' rates agree within ``stable_within``, at most ``warmup_max_s``
+(its GEMMs are compared too). Only then do the timed windows of about ``window_s``
+start: the throughput of the first windows is the device's own sustained start,
+that of the last windows its end (without the warm-up the start would be the first
+moments at boost clock, the end minutes later at the power cap, and a healthy GPU
+would show a drop).
 
 On GPUs a thread samples NVML every ``sample_s`` while the load runs, the
 equivalent of ``nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw,
@@ -30,7 +36,10 @@ and ``stress_power_w_mean``.
 Tests only: ``GPUACCEPT_TEST_STRESS_FAULT=DEVICE:ITER[,...]`` adds 1 to one
 element of C on DEVICE (``cpu``, ``cuda:1``) at iteration ITER (0 is the first,
 the one checked against fp64); ``DEVICE:slow`` makes DEVICE sleep four GEMM
-times after each GEMM of the second half of the run (a throughput drop).
+times after each GEMM of the second half of the run (a throughput drop);
+``DEVICE:boost`` makes DEVICE run at full speed for its first :data:`BOOST_S` seconds
+of load and sleep nine times its mean loop iteration of that time after every GEMM
+from then on, a tenth of the rate (a boost clock that falls to a lower sustained one).
 """
 
 from __future__ import annotations
@@ -42,7 +51,7 @@ import statistics
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from gpuaccept.checks import estimates
@@ -57,7 +66,7 @@ from gpuaccept.checks.base import (
     torch_devices_or_skip,
 )
 from gpuaccept.checks.compute import GEMM_TOLERANCE, fp32_matmul_mode, gemm_error, gemm_flops, torch_dtype
-from gpuaccept.checks.timing import synchronize
+from gpuaccept.checks.timing import burst_note, synchronize, warm_up
 from gpuaccept.errors import GpuacceptError
 from gpuaccept.model import Metric, Status, Threshold
 
@@ -67,14 +76,18 @@ EDGE_WINDOWS = 3
 """Windows (at most; fewer in a short run) whose median is the start, and the end, throughput."""
 MAX_TIMELINE = 120
 """NVML samples kept per GPU in the details (evenly thinned)."""
+BOOST_S = 0.5
+"""Tests only: seconds of load at full speed under the ``boost`` fault."""
 
 
 @dataclass(frozen=True)
 class Fault:
-    """An injected fault for one device (tests): corrupt iteration ``iteration``, or slow the second half."""
+    """An injected fault for one device (tests): corrupt iteration ``iteration``, slow the second half, or
+    fall from a boost after :data:`BOOST_S` seconds."""
 
     iteration: int | None = None
     slow: bool = False
+    boost: bool = False
 
 
 def parse_faults(env: Mapping[str, str]) -> dict[str, Fault]:
@@ -84,10 +97,13 @@ def parse_faults(env: Mapping[str, str]) -> dict[str, Fault]:
         dev, _, what = item.strip().rpartition(":")
         if not dev:
             continue
+        old = out.get(dev, Fault())
         if what == "slow":
-            out[dev] = Fault(out.get(dev, Fault()).iteration, True)
+            out[dev] = replace(old, slow=True)
+        elif what == "boost":
+            out[dev] = replace(old, boost=True)
         elif what.isdigit():
-            out[dev] = Fault(int(what), out.get(dev, Fault()).slow)
+            out[dev] = replace(old, iteration=int(what))
     return out
 
 
@@ -112,12 +128,16 @@ def throughput_drop(start: float, end: float) -> float:
 
 @dataclass
 class StressResult:
-    """One device's run: window (seconds, GEMMs), mismatching iterations, the first C's fp64 error."""
+    """One device's run: window (seconds, GEMMs), mismatching iterations, the first C's fp64 error, and the
+    warm-up before the windows (seconds, GEMMs, whether its rate settled)."""
 
     device: str
     dtype: str
     size: int
     windows: list[tuple[float, int]] = field(default_factory=list)
+    warmup_s: float = 0.0
+    warmup_calls: int = 0
+    warmup_settled: bool = True
     mismatched: list[int] = field(default_factory=list)
     worst_elements: int = 0
     ref_error: float = math.nan
@@ -135,9 +155,10 @@ class StressResult:
 
 
 def stress_device(device: Any, dtype: str, n: int, *, duration_s: float, window_s: float, ref_sample: int,
-                  seed: int = 0, fault: Fault | None = None,
-                  log: Callable[[str], None] | None = None) -> StressResult:
-    """Run the GEMM loop on ``device`` for ``duration_s`` (see the module doc) and return what it saw."""
+                  seed: int = 0, fault: Fault | None = None, warmup_s: float = 0.0, warmup_max_s: float = 0.0,
+                  stable_within: float = 0.0, log: Callable[[str], None] | None = None) -> StressResult:
+    """Warm ``device`` up to a sustained rate, then run the timed GEMM loop for ``duration_s`` (see the
+    module doc) and return what it saw."""
     import torch
 
     fault = fault or Fault()
@@ -152,24 +173,48 @@ def stress_device(device: Any, dtype: str, n: int, *, duration_s: float, window_
         b = torch.randn(n, n, generator=gen).to(device, torch_dtype(dtype))
         c = torch.empty_like(a)
 
+        load_start = time.perf_counter()
+        boost_starts: list[float] = []  # the boost fault's GEMM start times at full speed
+
         def gemm(it: int) -> None:
+            t0 = time.perf_counter()
             torch.matmul(a, b, out=c)
             if fault.iteration == it:
                 c.view(-1)[0] += 1
+            if fault.boost:
+                synchronize(device)
+                if t0 - load_start <= BOOST_S or len(boost_starts) < 2:
+                    boost_starts.append(t0)
+                else:  # nine times the mean loop iteration at full speed: a tenth of the rate
+                    time.sleep(9 * (boost_starts[-1] - boost_starts[0]) / (len(boost_starts) - 1))
 
-        t0 = time.perf_counter()
         gemm(0)
         first = c.clone()
         synchronize(device)
-        per_gemm = time.perf_counter() - t0
         k = min(ref_sample, n)
         ref = a[:k].to("cpu", torch.float64) @ b[:, :k].to("cpu", torch.float64)
         res.ref_error = gemm_error(first[:k, :k], ref)
+        it = 1
+        warm_counts: list[Any] = []
+
+        def warm_step() -> None:
+            nonlocal it
+            gemm(it)
+            warm_counts.append(torch.ne(c, first).sum())
+            it += 1
+
+        warm = warm_up(warm_step, device, seconds=warmup_s, min_calls=1, max_seconds=warmup_max_s,
+                       stable_within=stable_within)
+        res.warmup_s, res.warmup_calls, res.warmup_settled = warm.seconds, warm.calls, warm.settled
+        for j, bad in enumerate(torch.stack(warm_counts).tolist(), 1):
+            if bad:
+                res.mismatched.append(j)
+                res.worst_elements = max(res.worst_elements, int(bad))
+        per_gemm = warm.per_call_s
         start = time.perf_counter()
         deadline = start + duration_s
         half = start + duration_s / 2
         per_window = max(1, int(window_s / max(per_gemm, 1e-6)))
-        it = 1
         while True:
             remaining = deadline - time.perf_counter()
             if remaining <= 0 or (res.windows and remaining < window_s / 2):
@@ -202,7 +247,9 @@ def stress_device(device: Any, dtype: str, n: int, *, duration_s: float, window_
             per_window = max(1, min(want, 2 * len(counts)))
         res.iterations = it
         if log:
-            log(f"{device} {dtype} N={n}: {it} GEMMs in {len(res.windows)} windows, "
+            log(f"{device} {dtype} N={n}: warm-up {res.warmup_calls} GEMMs in {res.warmup_s:.3g} s"
+                f"{'' if res.warmup_settled else ' (rate not settled)'}, {it} GEMMs in all, "
+                f"{len(res.windows)} windows, "
                 f"{res.median_tflops:.3g} TFLOP/s median, {len(res.mismatched)} mismatching, "
                 f"fp64 error {res.ref_error:.2g}")
     return res
@@ -231,6 +278,12 @@ class StressCheck(Check):
         Param("cpu_dtype", "str", "fp32", "GEMM dtype on CPU", choices=("fp64", "fp32", "bf16")),
         Param("size", "int", 8192, "matrix dimension N on GPU", minimum=16, maximum=65536),
         Param("cpu_size", "int", 256, "matrix dimension N on CPU", minimum=16, maximum=8192),
+        Param("warmup_s", "float", 10.0, "untimed load before the timed windows, seconds at least (clocks leave "
+              "boost and settle where power and heat hold them)", minimum=0.0, maximum=3600.0),
+        Param("warmup_max_s", "float", 30.0, "longest warm-up while waiting for a stable rate, seconds",
+              minimum=0.0, maximum=3600.0),
+        Param("stable_within", "float", 0.05, "warm-up ends once two chunks' rates agree within this fraction "
+              "(0: after warmup_s, whatever the rate)", minimum=0.0, maximum=1.0),
         Param("window_s", "float", 1.0, "length of a timed window in seconds", minimum=0.05, maximum=600.0),
         Param("max_drop", "float", 0.1, "fail when the end throughput is more than this fraction below the start",
               minimum=0.0, maximum=1.0),
@@ -244,7 +297,7 @@ class StressCheck(Check):
               minimum=0, maximum=4096),
     )
     profile_params: ClassVar[dict[str, dict[str, Any]]] = {
-        "full": {"duration_s": 30.0},
+        "full": {"duration_s": 30.0, "warmup_s": 5.0, "warmup_max_s": 15.0},
         "burnin": {"duration_s": 300.0},
     }
     thresholds = (ThresholdRule("stress_mismatches", max=0),)
@@ -252,8 +305,11 @@ class StressCheck(Check):
 
     @classmethod
     def timeout_for(cls, profile: str, params: dict[str, Any]) -> float:
-        """The profile's timeout, or ``duration_s`` plus 50 % and 5 minutes of set-up when that is longer."""
-        return max(super().timeout_for(profile, params), 1.5 * float(params["duration_s"]) + 300.0)
+        """The profile's timeout, or the longest warm-up and ``duration_s`` plus 50 % and 5 minutes of set-up
+        when that is longer."""
+        load = float(params["duration_s"]) + max(float(params.get("warmup_s", 0.0)),
+                                                 float(params.get("warmup_max_s", 0.0)))
+        return max(super().timeout_for(profile, params), 1.5 * load + 300.0)
 
     @classmethod
     def required_metrics(cls, params: dict[str, Any], devices: list[str]) -> list[RequiredMetric]:
@@ -285,9 +341,15 @@ class StressCheck(Check):
             return Outcome(Status.ERROR, f"window_s={window_s:g} needs duration_s >= {2 * window_s:g} "
                                          f"(a start and an end window), got {duration_s:g}")
         faults = parse_faults(os.environ)
+        warmup_s, warmup_max_s = float(p["warmup_s"]), float(p["warmup_max_s"])
         details: dict[str, Any] = {"dtype": dtype, "size": n, "duration_s": duration_s, "window_s": window_s,
+                                   "warmup_s": warmup_s, "warmup_max_s": warmup_max_s,
+                                   "stable_within": float(p["stable_within"]),
                                    "compare": "every iteration bitwise against the first; the first against "
                                               f"fp64 on a {min(int(p['ref_sample']), n)}-square corner"}
+        burst = burst_note(warmup_s, window_s)
+        if burst is not None:  # the start windows may be a boost clock: the drop is against a burst
+            details["warmup_note"] = burst
         sampler = None
         if on_gpu:
             from gpuaccept.hw.nvml_sampler import NvmlSampler
@@ -304,7 +366,8 @@ class StressCheck(Check):
         def one(dev: Any) -> StressResult:
             return stress_device(dev, dtype, n, duration_s=duration_s, window_s=window_s,
                                  ref_sample=int(p["ref_sample"]), seed=int(p["seed"]),
-                                 fault=faults.get(str(dev)), log=ctx.log)
+                                 fault=faults.get(str(dev)), warmup_s=warmup_s, warmup_max_s=warmup_max_s,
+                                 stable_within=float(p["stable_within"]), log=ctx.log)
 
         old_threads = torch.get_num_threads()
         if not on_gpu and int(p["cpu_threads"]) > 0:
@@ -347,6 +410,8 @@ class StressCheck(Check):
                 Metric("stress_iterations", float(r.iterations), "count", r.device, tags=dict(tags)),
             ]
             info: dict[str, Any] = {"windows": len(r.windows), "iterations": r.iterations,
+                                    "warmup": {"seconds": round(r.warmup_s, 3), "gemms": r.warmup_calls,
+                                               "settled": r.warmup_settled},
                                     "window_tflops": [round(x, 4) for x in _thin(r.rates(), MAX_TIMELINE)]}
             if not (r.ref_error <= tol):
                 problems.append(f"{r.device}: the first result differs from the fp64 reference "
@@ -357,8 +422,10 @@ class StressCheck(Check):
                                 f"first result (first at iteration {r.mismatched[0]}, up to {r.worst_elements} "
                                 "elements): silent data corruption")
             if drop > max_drop:
-                problems.append(f"{r.device}: throughput fell {drop:.0%} from its start ({start:.3g} -> "
-                                f"{end:.3g} TFLOP/s; max_drop {max_drop:g})")
+                unsettled = ("" if r.warmup_settled else
+                             f", its rate still moving after the {r.warmup_s:.3g} s warm-up")
+                problems.append(f"{r.device}: throughput fell {drop:.0%} from its sustained start ({start:.3g} -> "
+                                f"{end:.3g} TFLOP/s; max_drop {max_drop:g}{unsettled})")
             gpu_samples = samples.get(r.device)
             if gpu_samples:
                 s = summarize(gpu_samples)

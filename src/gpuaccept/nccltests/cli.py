@@ -1,15 +1,18 @@
 """Subcommand ``nccl-tests``: run nccl-tests binaries here, or parse a saved log or ``-J`` file.
 
-``gpuaccept nccl-tests [TEST ...] [--min-busbw X] [--json] -- <nccl-tests args>`` runs
-``<TEST>_perf`` (default all_reduce) found in ``$PATH``, ``$NCCL_TESTS_DIR`` or
-/workspace/nccl-tests/build with the extra args (``-g`` added: one per GPU), prints the table and
-the verdict. ``gpuaccept nccl-tests parse LOG|JSON|- [--test NAME] [--min-busbw X] [--json]`` does
-the same for saved output (``-``: stdin), e.g. ``mpirun -np 16 all_reduce_perf -b 8M -e 8G -f 2 -g 1
-| gpuaccept nccl-tests parse -``. Without ``--min-busbw`` busbw is judged against the expectation
-derived from the fabric (:mod:`gpuaccept.hw.fabric_expect`): when run here, this node's NVML; for a
-saved log, the GPU model its ``# Rank`` lines name, or ``--nvml-snapshot`` (a node's NVML dump), and
-across nodes ``--sysfs-root`` (a node's RDMA ports; ``/`` for this node). Exit 0 pass (or a WARN),
-1 a failed judgement or run, 2 bad usage or input.
+``gpuaccept nccl-tests [TEST ...] [--min-busbw X] [--json] -- <nccl-tests args>`` runs ``<TEST>_perf``
+(default all_reduce) found in ``$PATH``, ``$NCCL_TESTS_DIR`` or /workspace/nccl-tests/build with the
+extra args (``-g`` added: one per GPU), prints the table and the verdict. ``gpuaccept nccl-tests parse
+LOG|JSON|- [--test NAME] [--min-busbw X] [--json]`` does the same for saved output (``-``: stdin), e.g.
+``mpirun -np 16 all_reduce_perf -b 8M -e 8G -f 2 -g 1 | gpuaccept nccl-tests parse -``. A log of several
+runs one after another (a script looping over tests into one file) is split into its runs, each judged
+as the test its ``Collective test starting`` line names (else ``--test``, one name for all or one per
+run, comma-separated; else all_reduce, said so), and reported one by one; the last line is the worst
+status and each run's. Without ``--min-busbw`` busbw is judged against the expectation derived from the
+fabric (:mod:`gpuaccept.hw.fabric_expect`): when run here, this node's NVML; for a saved log, the GPU
+model its ``# Rank`` lines name, or ``--nvml-snapshot`` (a node's NVML dump), and across nodes
+``--sysfs-root`` (a node's RDMA ports; ``/`` for this node). Exit 0 pass (or a WARN), 1 a failed
+judgement or run, 2 bad usage or input.
 """
 
 from __future__ import annotations
@@ -26,8 +29,9 @@ from gpuaccept.model import NOT_JUDGED, Status, not_judged_names, state_label
 
 
 def _options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--test", default=None, metavar="NAME", help="parse: the test the log is of (default: from the "
-                   "log's 'Collective test starting' line, else all_reduce)")
+    p.add_argument("--test", default=None, metavar="NAME[,NAME...]", help="parse: the test the log is of, or one per "
+                   "run of a log of several runs (default: from each run's 'Collective test starting' line, else "
+                   "all_reduce)")
     p.add_argument("--min-busbw", type=positive_float, default=None, metavar="GB/S",
                    help="fail when busbw at the judged sizes is below this (GB/s)")
     p.add_argument("--judge-min-bytes", type=nonneg_int, default=0, metavar="N",
@@ -153,40 +157,83 @@ def _recorded_facts(args: argparse.Namespace) -> Any:
     return FabricFacts(snap, nics)
 
 
-def _guess_test(result: Any) -> str:
+def _test_named(result: Any) -> str | None:
+    """The test the run's 'Collective test starting' line names, if it names a known one."""
     from gpuaccept.nccltests.judge import canonical_test
 
-    if result.program:
-        try:
-            return canonical_test(result.program)
-        except UsageError:
-            pass
-    return "all_reduce"
+    try:
+        return canonical_test(result.program) if result.program else None
+    except UsageError:
+        return None
+
+
+def _tests_for(results: list[Any], given: str | None) -> list[tuple[str, str]]:
+    """(test, how it was chosen) for each run: ``--test`` (one name for all, or one per run), else the run's
+    'Collective test starting' line, else all_reduce, assumed."""
+    from gpuaccept.nccltests.judge import canonical_test
+
+    if given:
+        names = [canonical_test(n.strip()) for n in given.split(",")]
+        if len(names) not in (1, len(results)):
+            raise UsageError(f"--test names {len(names)} tests for a log of {len(results)} runs; name one, or one "
+                             "per run")
+        return [(names[0] if len(names) == 1 else names[k], "given by --test") for k in range(len(results))]
+    out = []
+    for result in results:
+        named = _test_named(result)
+        out.append((named, "named by the log") if named else ("all_reduce", "assumed: the run does not name its test"))
+    return out
+
+
+def _report_runs(judged: list[tuple[Any, str, str, Any]], args: argparse.Namespace) -> int:
+    """Each run of a log of several, then the worst status and each run's; 0 when none failed, else 1."""
+    from gpuaccept.model import worst
+
+    status = worst(*(j.status for _r, _t, _h, j in judged))
+    summary = f"{len(judged)} runs: " + ", ".join(f"{k} {t} {j.status.value.upper()}"
+                                                   for k, (_r, t, _h, j) in enumerate(judged, 1))
+    if args.json:
+        runs = [{"run": k, "test": t, "test_from": h, "status": j.status.value, "reason": j.reason, **r.to_dict(),
+                 "metrics": [m.to_dict() for m in j.metrics]} for k, (r, t, h, j) in enumerate(judged, 1)]
+        print(json.dumps({"status": status.value, "reason": summary, "runs": runs}, indent=2))
+    else:
+        for k, (result, test, how, j) in enumerate(judged, 1):
+            where = f", {len(result.devices)} ranks on {', '.join(result.hosts)}" if result.devices else ""
+            print(f"run {k} of {len(judged)}: {test} ({how}){where}")
+            print("\n".join(_table(result)))
+            print(f"{j.status.value.upper()}: {j.reason}\n")
+        print(f"{status.value.upper()}: {summary}")
+    return 0 if status in (Status.PASS, Status.WARN, Status.SKIP) else 1
 
 
 def cmd_nccl_tests(args: argparse.Namespace) -> int:
     from gpuaccept.nccltests.busbw import live_facts, result_fabric
     from gpuaccept.nccltests.judge import OP_NAMES, canonical_test, find_binary, judge, places_looked, run_binary
-    from gpuaccept.nccltests.parse import parse_any, parse_text
+    from gpuaccept.nccltests.parse import parse_runs, parse_text
 
     items, extra = _split(args)
     if items[:1] == ["parse"]:
         if len(items) != 2 or extra:
             raise UsageError("usage: gpuaccept nccl-tests parse LOG|JSON|- (one file)")
-        result = parse_any(_read(items[1]))
-        test = canonical_test(args.test) if args.test else _guess_test(result)
+        results = parse_runs(_read(items[1]))
+        tests = _tests_for(results, args.test)
         facts = _recorded_facts(args)
-        fabric, _why = result_fabric(result, OP_NAMES.get(test, test), facts)
-        j = judge(result, test, min_busbw_gbs=args.min_busbw, judge_min_bytes=args.judge_min_bytes,
-                  source="--min-busbw", fabric=fabric)
-        return _report(result, j, args)
+        judged = []
+        for result, (test, how) in zip(results, tests, strict=True):
+            fabric, _why = result_fabric(result, OP_NAMES.get(test, test), facts)
+            j = judge(result, test, min_busbw_gbs=args.min_busbw, judge_min_bytes=args.judge_min_bytes,
+                      source="--min-busbw", fabric=fabric)
+            judged.append((result, test, how, j))
+        if len(judged) == 1:
+            return _report(judged[0][0], judged[0][3], args)
+        return _report_runs(judged, args)
     if args.test is not None:
         raise UsageError("--test is for 'parse'; name the tests to run as arguments")
-    tests = [canonical_test(n) for n in items] or ["all_reduce"]
+    to_run = [canonical_test(n) for n in items] or ["all_reduce"]
     from gpuaccept.checks.nccl_tests import gpu_args
 
     env = dict(os.environ)
-    paths = {t: find_binary(t, env) for t in tests}
+    paths = {t: find_binary(t, env) for t in to_run}
     missing = [f"{t}_perf" for t, path in paths.items() if path is None]
     if missing:
         print(f"gpuaccept: nccl-tests not found: no {', '.join(missing)} in {places_looked(env)}", file=sys.stderr)

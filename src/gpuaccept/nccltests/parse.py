@@ -7,12 +7,16 @@ size and type with the out-of-place and in-place ``time`` (µs; ``cputime`` unde
 under ``-c 0``), and the footer (``# Out of bounds values : N OK|FAILED``, ``# Avg bus bandwidth
 : X [OK|FAILED]``). The columns are read from the header, so older layouts parse too: the
 ``error`` column (the largest error, a float) instead of ``#wrong``, no ``root``, no ``redop``,
-and ``-S 1``'s trailing ``timestamp``. Lines prefixed by ``mpirun --tag-output``
-(``[1,0]<stdout>:``) or ``srun --label`` (``0: ``) are unprefixed first; other lines between
-the rows (NCCL INFO logging) are ignored.
+and ``-S 1``'s trailing ``timestamp``; a row one field short of a header with ``redop root`` is
+an old build's test without a reduction (alltoall, alltoallv, all_gather of nccl-tests before 2.13
+print the op name ``""``: an empty ``redop`` then the root), read with ``redop`` ``""``. Lines
+prefixed by ``mpirun --tag-output`` (``[1,0]<stdout>:``) or ``srun --label`` (``0: ``) are
+unprefixed first; other lines between the rows (NCCL INFO logging) are ignored.
 
 Anything that is not nccl-tests output, or a row that does not fit its header, is an
 :class:`~gpuaccept.errors.InputError`, never a partial result. Every number is finite and >= 0.
+:func:`parse_text` reads one run; :func:`parse_runs` reads a log of several runs one after
+another (a script looping over tests into one file), each on its own (:func:`split_runs`).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ _DEVICE = re.compile(r"^#\s+Rank\s+(\d+)(?:\s+Group\s+(\d+))?\s+Pid\s+(\d+)\s+on
 _OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s+(OK|FAILED)\s*$")
 _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)\s*(OK|FAILED)?\s*$")
 _START = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
+_VERSION = re.compile(r"^#\s*nccl-tests version\b")
 _CONFIG = re.compile(r"^#?\s*nThread\s+\d+\s+nGpus\s+\d+\s+minBytes")
 _ERROR = re.compile(r"^#\s*error:\s*(.+?)\s*$")
 _TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}$|^\d{2}:\d{2}:\d{2}$")
@@ -168,6 +173,8 @@ class _Layout:
 
     def row(self, tokens: list[str], lineno: int) -> Row:
         want = len(self.prefix) + 8 + (2 if self.timestamp else 0)
+        if len(tokens) == want - 1 and self.prefix[3:] == ["redop", "root"] and re.fullmatch(r"-?\d+", tokens[3]):
+            tokens = [*tokens[:3], "", *tokens[3:]]  # an old build's empty op name (alltoall, all_gather < 2.13)
         if len(tokens) != want:
             raise InputError(f"line {lineno}: a result row with {len(tokens)} fields where the header has {want}: "
                              f"{' '.join(tokens)}")
@@ -198,8 +205,50 @@ def runs_in(text: str) -> int:
     return sum(1 for raw in text.splitlines() if _CONFIG.match(_unprefix(raw).strip()))
 
 
-def parse_text(text: str) -> NcclTestsResult:
-    """Parse the stdout of one nccl-tests binary (see the module docstring). Raises InputError."""
+def _is_header(line: str) -> bool:
+    return line.startswith("#") and line[1:].split()[:3] == ["size", "count", "type"]
+
+
+def split_runs(text: str) -> list[tuple[int, str]]:
+    """(first line number, text) of each run in a log of nccl-tests runs one after another (pure).
+
+    A run starts at its ``# nccl-tests version``, ``# Collective test starting`` or ``# nThread`` line,
+    whichever comes first once the run before has its column header, or at a column header after the
+    run before has its footer. One run: the whole text."""
+    runs: list[tuple[int, list[str]]] = [(1, [])]
+    table = footer = False
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = _unprefix(raw).strip()
+        starts = bool(_CONFIG.match(line) or _START.match(line) or _VERSION.match(line))
+        if (starts and table) or (_is_header(line) and footer):
+            runs.append((lineno, []))
+            table = footer = False
+        table = table or _is_header(line)
+        footer = footer or bool(_OOB.match(line))
+        runs[-1][1].append(raw)
+    return [(first, "\n".join(lines) + "\n") for first, lines in runs]
+
+
+def parse_runs(text: str) -> list[NcclTestsResult]:
+    """Every run of a log (:func:`split_runs`), each parsed alone; a ``-J`` JSON document is one run. Raises
+    InputError naming the run and its line when one of them is not nccl-tests output."""
+    if text.lstrip().startswith("{"):
+        return [parse_any(text)]
+    runs = split_runs(text)
+    out = []
+    for k, (first, chunk) in enumerate(runs, 1):
+        try:
+            out.append(parse_text(chunk, first_line=first))
+        except InputError as exc:
+            if len(runs) == 1:
+                raise
+            raise InputError(f"run {k} of {len(runs)} (from line {first}): {exc}") from None
+    return out
+
+
+def parse_text(text: str, *, first_line: int = 1) -> NcclTestsResult:
+    """Parse the stdout of one nccl-tests binary (see the module docstring); line numbers in errors count
+    from ``first_line``. Raises InputError."""
     devices: list[Device] = []
     rows: list[Row] = []
     errors: list[str] = []
@@ -208,7 +257,7 @@ def parse_text(text: str) -> NcclTestsResult:
     avg: tuple[float, bool | None] | None = None
     program = None
     configs = 0
-    for lineno, raw in enumerate(text.splitlines(), 1):
+    for lineno, raw in enumerate(text.splitlines(), first_line):
         line = _unprefix(raw).rstrip()
         stripped = line.strip()
         if not stripped:

@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -182,6 +183,19 @@ class ProcessHost(Protocol):
     def died_reason(self, child: CheckProcess, log: Path) -> str: ...
 
     def judge_outcome(self, check: PlannedCheck, outcome: Outcome, elapsed: float) -> CheckResult: ...
+
+
+def spawn_fresh(module: str, request: dict[str, Any], env: Mapping[str, str] | None, log: Path) -> Spawned:
+    """A fresh ``python -m module`` in its own session reading ``request`` on stdin, its output appended to
+    ``log`` (the old way: where the warm process is off, gone, or cannot fork safely)."""
+    with open(log, "ab") as log_fh:
+        popen = subprocess.Popen([sys.executable, "-m", module], stdin=subprocess.PIPE, stdout=log_fh,
+                                 stderr=subprocess.STDOUT, start_new_session=True,
+                                 env=None if env is None else dict(env))
+    assert popen.stdin is not None
+    popen.stdin.write(json.dumps(request).encode())
+    popen.stdin.close()
+    return Spawned(popen)
 
 
 def kill_tree(child: CheckProcess) -> None:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import math
 import os
 import signal
@@ -38,7 +37,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -53,16 +52,16 @@ from gpuaccept.model import CheckResult, Metric, NodeReport, Status, Verdict
 from gpuaccept.node.childproc import (
     OUTCOME_WRITE_FAILED,
     CheckProcess,
-    Spawned,
     append_jsonl,
     died_reason,
     kill_tree,
     read_outcome,
+    spawn_fresh,
     write_json_atomic,
 )
 from gpuaccept.node.judge import judge
 from gpuaccept.node.suite import PlannedCheck, SuitePlan
-from gpuaccept.node.warm import ForkedChild, Preload, WarmGone, WarmProcess, warm_disabled
+from gpuaccept.node.warm import ForkedChild, Preload, WarmGone, WarmPoisoned, WarmProcess, warm_disabled
 
 
 class Interrupted(Exception):
@@ -164,6 +163,10 @@ class Runner:
         self.warm_asked: set[str] = set()
         #: what was preloaded beside which check (:meth:`preload_beside`), in order
         self.preloads: list[Preload] = []
+        #: why processes start fresh since the warm process was lost (not when it is off by choice)
+        self.fresh_why: str | None = None
+        #: the processes started for the check in flight
+        self._spawned: list[CheckProcess] = []
 
     @property
     def report_path(self) -> Path:
@@ -230,7 +233,7 @@ class Runner:
             self._warm_lost(f"cannot start the warm process: {exc.strerror or exc}")
 
     def _warm_lost(self, why: str) -> None:
-        self.warm_off = why
+        self.warm_off = self.fresh_why = why
         print(f"gpuaccept: {why}; the remaining checks start in fresh interpreters (slower, same results)",
               file=sys.stderr, flush=True)
 
@@ -367,27 +370,20 @@ class Runner:
         warm process, or (where it is off or gone) a fresh interpreter."""
         out.unlink(missing_ok=True)
         request = self._request(check, out)
+        env = child_env(check, os.environ if env is None else env)
         child: CheckProcess | None = None
         if self.warm is not None:
             try:
                 imports = warm_imports(check)
-                child = self.warm.spawn(module, request, os.environ if env is None else env, log, imports)
+                child = self.warm.spawn(module, request, env, log, imports)
                 self.warm_asked.update(imports)
             except WarmGone as exc:
-                self._warm_lost(f"the warm process is gone ({exc})")
+                self._warm_lost(str(exc) if isinstance(exc, WarmPoisoned) else f"the warm process is gone ({exc})")
                 self.close_warm()
         if child is None:
-            with open(log, "ab") as log_fh:
-                popen = subprocess.Popen(
-                    [sys.executable, "-m", module],
-                    stdin=subprocess.PIPE, stdout=log_fh, stderr=subprocess.STDOUT,
-                    start_new_session=True, env=env,
-                )
-            assert popen.stdin is not None
-            popen.stdin.write(json.dumps(request).encode())
-            popen.stdin.close()
-            child = Spawned(popen)
+            child = spawn_fresh(module, request, env, log)
         self._children.append(child)
+        self._spawned.append(child)
         return child
 
     def preload_beside(self, check: PlannedCheck) -> None:
@@ -423,8 +419,23 @@ class Runner:
         return why
 
     def _run_one(self, check: PlannedCheck) -> CheckResult:
+        self._spawned = []
         result = self._run_group(check) if is_distributed(check) else self._run_process(check)
-        return self.preload_note(check, result)
+        return self.fresh_note(self.preload_note(check, result))
+
+    def fresh_note(self, result: CheckResult) -> CheckResult:
+        """``result`` with ``details.fresh_process`` when its processes started in a fresh interpreter although
+        the warm process was to fork them (it was lost, or refused: a fork could not use CUDA); and, once the
+        warm process said it cannot fork safely, that warm process closed and the reason printed."""
+        why = {c.refused for c in self._spawned if isinstance(c, ForkedChild) and c.refused is not None}
+        if self.fresh_why is not None and any(not isinstance(c, ForkedChild) for c in self._spawned):
+            why.add(self.fresh_why)
+        if self.warm is not None and self.warm.poisoned is not None:
+            self._warm_lost(f"the warm process cannot fork safely: {self.warm.poisoned}")
+            self.close_warm()
+        if why:
+            result.details = {**result.details, "fresh_process": "; ".join(sorted(why))}
+        return result
 
     def _run_process(self, check: PlannedCheck) -> CheckResult:
         """``check`` in one process (forked from the warm process, or a fresh interpreter), judged."""
@@ -523,6 +534,14 @@ def measures(check: PlannedCheck) -> bool:
     from gpuaccept.checks import load_check
 
     return bool(getattr(load_check(check.path), "measures", True))
+
+
+def child_env(check: PlannedCheck, base: Mapping[str, str]) -> dict[str, str]:
+    """``base`` with the variables ``check``'s process must have from its start (its class's ``process_env``)."""
+    from gpuaccept.checks import load_check
+
+    wanted = getattr(load_check(check.path), "process_env", None)
+    return {**base, **(wanted(base) if wanted is not None else {})}
 
 
 def warm_imports(check: PlannedCheck) -> tuple[str, ...]:

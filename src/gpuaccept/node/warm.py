@@ -6,7 +6,10 @@ once (the request waits in the socket while the warm process still imports torch
 ``poll``, ``wait`` and ``kill_group`` like :class:`gpuaccept.node.childproc.Spawned` does for a process
 started the old way. A forked process is the warm process's child, so its exit status comes over
 the socket; when the warm process dies, the processes it forked die with it (they are reported as
-killed) and :class:`WarmGone` tells the runner to start the rest the old way.
+killed) and :class:`WarmGone` tells the runner to start the rest the old way. When the warm process
+finds that a fork could not use CUDA (an import started it there) it refuses the requests: each
+refused :class:`ForkedChild` runs in a fresh interpreter, and :class:`WarmPoisoned` tells the runner to
+start the rest the old way.
 
 :meth:`WarmProcess.preload` asks it to import modules now, beside a check that a busy CPU core does not
 disturb (:class:`Preload` holds its answer).
@@ -33,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuaccept.node.childproc import Spawned, spawn_fresh
 from gpuaccept.node.zygote import FD_ENV, PARENT_ENV
 
 ENV = "GPUACCEPT_ZYGOTE"
@@ -43,6 +47,10 @@ _OFF = ("0", "off", "no", "false", "spawn")
 
 class WarmGone(Exception):
     """The warm process cannot fork any more (it died, or was stopped); start processes the old way."""
+
+
+class WarmPoisoned(WarmGone):
+    """The warm process may not fork any more: a fork could not use CUDA (an import started it there)."""
 
 
 def start_warm() -> WarmProcess | None:
@@ -86,17 +94,30 @@ class Preload:
 class ForkedChild:
     """A check process forked by the warm process; the parts of :class:`subprocess.Popen` the runner uses."""
 
-    def __init__(self, warm: WarmProcess, rid: int) -> None:
+    def __init__(self, warm: WarmProcess, rid: int, start: tuple[str, dict[str, Any], dict[str, str], Path]) -> None:
         self.warm = warm
         self.id = rid
         self.pid: int | None = None
         self.returncode: int | None = None
         #: set when the warm process died while this process ran (it was killed with it)
         self.lost_with_warm = False
+        #: module, request, environment and log: what a fresh interpreter needs when the fork is refused
+        self.start = start
+        #: why the warm process refused to fork it (then it runs in :attr:`fresh`)
+        self.refused: str | None = None
+        self.fresh: Spawned | None = None
+
+    def start_fresh(self, why: str) -> None:
+        """The warm process refused the fork (``why``): run this process in a fresh interpreter instead."""
+        self.refused = why
+        self.fresh = spawn_fresh(*self.start)
+        self.pid = self.fresh.pid
 
     def poll(self) -> int | None:
-        if self.returncode is None:
+        if self.returncode is None and self.fresh is None:
             self.warm.pump(0)
+        if self.returncode is None and self.fresh is not None:
+            self.returncode = self.fresh.poll()
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
@@ -105,7 +126,10 @@ class ForkedChild:
             left = 3600.0 if deadline is None else deadline - time.monotonic()
             if left <= 0:
                 raise subprocess.TimeoutExpired(f"check process {self.pid}", timeout or 0)
-            self.warm.pump(left)
+            if self.fresh is not None:
+                self.returncode = self.fresh.wait(None if deadline is None else left)
+            else:
+                self.warm.pump(left)
         return self.returncode
 
     def kill_group(self) -> None:
@@ -113,6 +137,9 @@ class ForkedChild:
         is still in its first imports, else the warm process is killed (it is stuck), as it is when it has
         not reported the end :data:`REAP_S` seconds after the SIGKILL."""
         if self.poll() is not None:
+            return
+        if self.fresh is not None:
+            self.fresh.kill_group()
             return
         if self.pid is None and self.warm.ready is None:  # still importing torch: not stuck, only slow
             self.warm.cancel(self)
@@ -159,6 +186,8 @@ class WarmProcess:
         self.ready: dict[str, Any] | None = None
         #: why it can no longer fork (None while it can)
         self.gone: str | None = None
+        #: why it may no longer fork: a fork could not use CUDA (from its ``ready`` or a refusal)
+        self.poisoned: str | None = None
 
     def spawn(self, module: str, request: dict[str, Any], env: Mapping[str, str], log: Path,
               imports: tuple[str, ...] = ()) -> ForkedChild:
@@ -166,8 +195,10 @@ class WarmProcess:
         process has imported ``imports``; WarmGone when it cannot."""
         if self.gone is not None:
             raise WarmGone(self.gone)
+        if self.poisoned is not None:
+            raise WarmPoisoned(f"the warm process cannot fork safely: {self.poisoned}")
         self.next_id += 1
-        child = ForkedChild(self, self.next_id)
+        child = ForkedChild(self, self.next_id, (module, request, dict(env), log))
         msg = {"id": child.id, "module": module, "request": request, "env": dict(env), "log": str(log),
                "cwd": os.getcwd(), "imports": list(imports)}
         try:
@@ -229,6 +260,7 @@ class WarmProcess:
     def _dispatch(self, msg: dict[str, Any]) -> None:
         if "ready" in msg:
             self.ready = msg
+            self.poisoned = msg.get("poisoned") or None
             return
         if "preloaded" in msg:
             waiting = next((p for p in self.preloads if p.seconds is None), None)
@@ -246,6 +278,11 @@ class WarmProcess:
             return
         child = self.pending.get(rid)
         if child is None:
+            return
+        if "refused" in msg:  # it forks no more: this one, and the rest, start fresh
+            self.poisoned = str(msg["refused"])
+            del self.pending[child.id]
+            child.start_fresh(self.poisoned)
             return
         if "pid" in msg:
             child.pid = int(msg["pid"])

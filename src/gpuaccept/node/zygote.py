@@ -26,6 +26,12 @@ Protocol on the socket whose descriptor is in ``GPUACCEPT_ZYGOTE_FD``, one JSON 
   (the status as :class:`subprocess.Popen` gives it: negative for a signal); ``{"preloaded": [module,
   ...], "failed": ["module: error", ...], "seconds"}`` for each ``preload``, once it is done.
 
+After its first imports, each ``preload`` and each fork request's imports that were new, the warm
+process checks that a fork could still use CUDA (:func:`gpuaccept.node.forksafe.fork_poison`: an
+import that started CUDA poisons every later fork). Once that fails it forks nothing more: ``ready``
+carries ``"poisoned": why`` (None while it can fork), and each later fork request is answered
+``{"id", "refused": why}``, for the runner to start that process in a fresh interpreter.
+
 End of file on the socket: the warm process kills what it forked and leaves.
 """
 
@@ -46,6 +52,8 @@ import time
 import traceback
 import warnings
 from typing import Any, NoReturn
+
+from gpuaccept.node.forksafe import fork_poison
 
 FD_ENV = "GPUACCEPT_ZYGOTE_FD"
 PARENT_ENV = "GPUACCEPT_ZYGOTE_PARENT"
@@ -101,6 +109,13 @@ class Zygote:
         self.reaping = False
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
+        #: why a fork could not use CUDA any more (an import started it); None while forks are safe
+        self.poisoned: str | None = None
+
+    def check_forks(self) -> None:
+        """After imports: stop forking once a fork could not use CUDA (:func:`fork_poison`)."""
+        if self.poisoned is None:
+            self.poisoned = fork_poison()
 
     def send(self, msg: dict[str, Any]) -> None:
         self.sock.sendall((json.dumps(msg) + "\n").encode())
@@ -171,13 +186,20 @@ class Zygote:
                     failed.append(f"{name}: {type(exc).__name__}: {str(exc)[:300]}")
         finally:
             signal.signal(signal.SIGCHLD, old)
+        self.check_forks()
         self.send({"preloaded": done, "failed": failed, "seconds": round(time.monotonic() - started, 3)})
         self.reap()
 
     def fork(self, msg: dict[str, Any]) -> None:
-        for name in msg.get("imports", ()):  # the check's warm_imports: once per run, here
+        new = [name for name in msg.get("imports", ()) if name not in sys.modules]
+        for name in new:  # the check's warm_imports: once per run, here
             with contextlib.suppress(Exception):
                 importlib.import_module(name)
+        if new:
+            self.check_forks()
+        if self.poisoned is not None:
+            self.send({"id": msg["id"], "refused": self.poisoned})
+            return
         gc.freeze()
         set_r, set_w = os.pipe()
         with warnings.catch_warnings():  # Python 3.12 warns of numpy's OpenBLAS thread, which OpenBLAS
@@ -276,7 +298,9 @@ def main() -> int:
     failed = preload()
     zygote = Zygote(sock)
     threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else -1
-    zygote.send({"ready": zygote.pid, "rss_kib": _proc_status("VmRSS"), "threads": threads, "failed": failed})
+    zygote.check_forks()  # after the count: the probe's fork stops numpy's OpenBLAS thread
+    zygote.send({"ready": zygote.pid, "rss_kib": _proc_status("VmRSS"), "threads": threads, "failed": failed,
+                 "poisoned": zygote.poisoned})
     try:
         zygote.serve()
     except (BrokenPipeError, ConnectionResetError):
