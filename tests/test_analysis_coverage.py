@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from gpuaccept.model import ClusterReport
+from gpuaccept.report.grid import cross_node_coverage, heatmap
 from gpuaccept.report.html import render_html
 from gpuaccept.report.markdown import render_markdown
-from gpuaccept.report.views import cross_node_coverage, heatmap, node_views
+from gpuaccept.report.views import node_views
 from gpuaccept.results.analysis import OutlierPolicy, analyze, with_analysis
 from gpuaccept.results.coverage import coverage_line, coverage_of, outlier_line
 from tests.fleet_sim import METRICS, fleet

@@ -15,11 +15,12 @@ from prometheus_client.samples import Sample
 
 from gpuaccept.model import ClusterReport, Metric, NodeEntry, NodeReport, NodeState
 from gpuaccept.report.budget_view import budget_view
+from gpuaccept.report.grid import heatmap, sweeps
 from gpuaccept.report.html import render_html
 from gpuaccept.report.junit import render_junit
 from gpuaccept.report.markdown import render_markdown
 from gpuaccept.report.prometheus import render_prometheus
-from gpuaccept.report.views import heatmap, node_views, sweeps
+from gpuaccept.report.views import node_views
 from tests.chromium import render
 from tests.helpers import gpuaccept, validate_report
 from tests.report_data import NODE_BUDGET, node_budget, node_cpu, write_json

@@ -37,30 +37,26 @@ from gpuaccept.model import (
 )
 from gpuaccept.report import svg
 from gpuaccept.report.budget_view import BudgetView, budget_view, budget_views
+from gpuaccept.report.grid import Column, Heatmap, Sweep, cross_node_coverage, heatmap, size_of, sweeps, swept_names
 from gpuaccept.report.html_assets import CSS, JS
 from gpuaccept.report.svg import e
 from gpuaccept.report.units import display_unit
 from gpuaccept.report.views import (
     STATES,
-    Column,
-    Heatmap,
     NodeView,
     Outlier,
     OutlierIndex,
-    Sweep,
     analysis_of,
     bound_text,
     check_host,
     check_names,
     cpu_only_text,
-    cross_node_coverage,
     device_sort_key,
     fmt_duration,
     fmt_number,
     fmt_tags,
     fmt_value,
     headline_metric,
-    heatmap,
     metric_status,
     node_views,
     not_judged,
@@ -68,10 +64,7 @@ from gpuaccept.report.views import (
     problems,
     reference_label,
     reference_text,
-    size_of,
     state_counts,
-    sweeps,
-    swept_names,
     tags_key,
     value_text,
 )

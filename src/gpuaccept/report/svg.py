@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
 
-from gpuaccept.report.views import Sweep, fmt_bytes, fmt_number, fmt_value
+from gpuaccept.report.grid import Sweep
+from gpuaccept.report.views import fmt_bytes, fmt_number, fmt_value
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
            "#7f7f7f", "#d62728")

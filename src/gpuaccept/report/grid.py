@@ -1,0 +1,218 @@
+"""The fleet grid of a report: size sweeps (a metric measured at several sizes) and the heatmap of nodes by
+metric, coloured only where the analysis compared that metric across nodes. Pure functions over
+:class:`~gpuaccept.report.views.NodeView`."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuaccept.model import Metric
+from gpuaccept.report.views import NodeView, check_host, direction, fmt_bytes, fmt_tags, tags_key
+
+
+def size_of(m: Metric) -> float | None:
+    """The message size in bytes of a swept metric (its ``size_bytes`` tag), or None."""
+    v = m.tags.get("size_bytes")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+        return None
+    return float(v)
+
+
+@dataclass
+class Sweep:
+    """A metric measured over message sizes (collectives): one series per host and device.
+
+    ``series`` maps a label (host, or ``host cuda:N``) to (size_bytes, value,
+    expected) points sorted by size.
+    """
+
+    check: str
+    name: str
+    unit: str
+    tags: dict[str, Any]
+    series: dict[str, list[tuple[float, float, float | None]]] = field(default_factory=dict)
+    hosts: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def title(self) -> str:
+        extra = fmt_tags(self.tags, skip=("op",))
+        return f"{self.name}" + (f" ({extra})" if extra else "")
+
+
+MIN_SWEEP_SIZES = 2
+# Tags that change with the message size (an element count) or name the series (a rank), not the measurement.
+_SWEEP_FREE_TAGS = ("size_bytes", "count", "nelems", "numel", "elements", "rank")
+
+
+def sweeps(nodes: Sequence[NodeView]) -> list[Sweep]:
+    """Metrics that vary over ``size_bytes`` with at least 2 sizes in one series, grouped for plotting.
+
+    Groups are keyed by check, metric name and the other tags (an element
+    count and the rank left out); each series is one host (with device and
+    rank, when set). A metric measured at one size (a memory copy) is not a
+    sweep. When bus bandwidths (``*_busbw_gbs``) are among them, only those are
+    returned: algorithm bandwidth and time are the same measurement (nccl-tests
+    plots busbw). A ``run --budget`` re-run is left out: its points would join the first pass's curve.
+    """
+    groups: dict[tuple[str, str, str], Sweep] = {}
+    for n in nodes:
+        for c in n.checks:
+            if c.is_rerun:
+                continue
+            for m in c.metrics:
+                size = size_of(m)
+                if size is None:
+                    continue
+                other = {k: v for k, v in m.tags.items() if k not in _SWEEP_FREE_TAGS}
+                key = (c.name, m.name, tags_key(other))
+                sw = groups.get(key)
+                if sw is None:
+                    sw = groups[key] = Sweep(c.name, m.name, m.unit, other)
+                host = check_host(c, n)
+                rank = m.tags.get("rank", c.rank)
+                label = host + (f" {m.device}" if m.device else "") + (f" rank {rank}" if rank is not None else "")
+                sw.series.setdefault(label, []).append((size, m.value, m.expected))
+                sw.hosts[label] = host
+    out = []
+    for sw in groups.values():
+        for pts in sw.series.values():
+            pts.sort(key=lambda p: p[0])
+        if max(len({p[0] for p in pts}) for pts in sw.series.values()) >= MIN_SWEEP_SIZES:
+            out.append(sw)
+    busbw = [s for s in out if s.name.endswith("_busbw_gbs")]
+    return busbw or out
+
+
+def swept_names(sweep_list: Sequence[Sweep]) -> set[tuple[str, str]]:
+    """(check, metric) pairs that belong to a sweep."""
+    return {(s.check, s.name) for s in sweep_list}
+
+
+@dataclass(frozen=True)
+class Column:
+    """One metric column of the node × metric heatmap."""
+
+    check: str
+    name: str
+    unit: str
+    tags: str
+    direction: int
+    not_compared: str = ""
+    """Why the nodes' values of this column were not compared ('' when they were): its cells are not coloured."""
+
+    @property
+    def label(self) -> str:
+        return self.name + (f" [{self.tags}]" if self.tags else "")
+
+
+@dataclass
+class Heatmap:
+    """Per node and metric column: the node's worst value across its GPUs and its ratio to the column median.
+
+    ``cells[host][i]`` is (value, ratio to the median over nodes) or None.
+    """
+
+    columns: list[Column]
+    hosts: list[str]
+    cells: dict[str, list[tuple[float, float | None] | None]]
+    hidden_constant: int = 0
+
+
+_VOLATILE_TAGS = ("size_bytes", "size", "threads", "bytes_verified", "stat", "mode", "count", "rank")
+
+
+def cross_node_coverage(analysis: dict[str, Any] | None) -> tuple[int, dict[tuple[str, str], str]]:
+    """(min_nodes, {(check, metric): why not compared}) from an outlier analysis: a (check, metric) none of whose
+    SKU groups was compared across nodes, and why; compared ones are left out."""
+    analysis = analysis or {}
+    policy = analysis.get("policy")
+    min_nodes = policy.get("min_nodes", 3) if isinstance(policy, dict) else 3
+    min_nodes = min_nodes if isinstance(min_nodes, int) else 3
+    stats = analysis.get("stats")
+    why: dict[tuple[str, str], str] = {}
+    done: set[tuple[str, str]] = set()
+    for g in stats.values() if isinstance(stats, dict) else []:
+        if not isinstance(g, dict):
+            continue
+        key = (str(g.get("check")), str(g.get("metric")))
+        if "compared" in g:
+            ok = "cluster" in (g.get("compared") or [])
+            reason = str((g.get("not_compared") or {}).get("cluster") or f"fewer than {min_nodes} nodes")
+        else:  # an analysis stored before ``compared`` was recorded
+            ok = isinstance(g.get("nodes"), int) and g["nodes"] >= min_nodes
+            reason = f"fewer than {min_nodes} nodes"
+        if ok:
+            done.add(key)
+        else:
+            why.setdefault(key, reason)
+    return min_nodes, {k: v for k, v in why.items() if k not in done}
+
+
+def heatmap(nodes: Sequence[NodeView], max_columns: int = 80, min_nodes: int = 3,
+            not_compared: dict[tuple[str, str], str] | None = None) -> Heatmap:
+    """A node × metric table for a cluster: one column per (check, metric, dtype/op) seen on two nodes or more.
+
+    A column is compared across nodes (its cells coloured by their ratio to the median over nodes) only where
+    the outlier analysis compared that metric across nodes: ``not_compared`` (from
+    :func:`cross_node_coverage`) names those it did not, and why; a column seen on fewer than ``min_nodes``
+    nodes is never compared. Its cells then carry no ratio, and the column says why.
+
+    For a swept metric, the largest size measured on every node is used. The
+    cell is the node's worst value over its devices (min where larger is
+    better, max where smaller is better, median when unknown). Columns whose
+    value is the same on every node are left out (counted in ``hidden_constant``), and so are
+    ``run --budget`` re-runs (each node's first pass is compared).
+    """
+    sweep_pairs = swept_names(sweeps(nodes))
+    # (column key) -> host -> values; and the size chosen for sweeps
+    raw: dict[tuple[str, str, str], dict[str, list[tuple[Metric, float | None]]]] = {}
+    units: dict[tuple[str, str, str], Metric] = {}
+    for n in nodes:
+        for c in n.checks:
+            if c.is_rerun:
+                continue
+            for m in c.metrics:
+                if not math.isfinite(m.value):
+                    continue
+                stable = {k: v for k, v in m.tags.items() if k not in _VOLATILE_TAGS}
+                key = (c.name, m.name, fmt_tags(stable, skip=("op",) if "op" in stable and
+                                                str(stable["op"]) in m.name else ()))
+                raw.setdefault(key, {}).setdefault(n.host, []).append((m, size_of(m)))
+                units.setdefault(key, m)
+    columns: list[Column] = []
+    cells: dict[str, list[tuple[float, float | None] | None]] = {n.host: [] for n in nodes}
+    hidden = 0
+    for key, per_host in raw.items():
+        if len(per_host) < 2:
+            continue
+        check, name, tags = key
+        sample = units[key]
+        if (check, name) in sweep_pairs:
+            common = set.intersection(*({s for _, s in vals if s is not None} for vals in per_host.values()))
+            if not common:
+                continue
+            size = max(common)
+            per_host = {h: [(m, s) for m, s in vals if s == size] for h, vals in per_host.items()}
+            tags = (tags + " " if tags else "") + f"size={fmt_bytes(size)}"
+        dirn = direction(sample)
+        node_values: dict[str, float] = {}
+        for host, vals in per_host.items():
+            xs = [m.value for m, _ in vals]
+            node_values[host] = min(xs) if dirn > 0 else max(xs) if dirn < 0 else statistics.median(xs)
+        if len(set(node_values.values())) == 1:
+            hidden += 1
+            continue
+        if len(columns) >= max_columns:
+            continue
+        med = statistics.median(node_values.values())
+        why = (f"fewer than {min_nodes} nodes" if len(node_values) < min_nodes
+               else (not_compared or {}).get((check, name), ""))
+        columns.append(Column(check, name, sample.unit, tags, dirn, why))
+        for n in nodes:
+            v = node_values.get(n.host)
+            cells[n.host].append(None if v is None else (v, v / med if med and not why else None))
+    return Heatmap(columns=columns, hosts=[n.host for n in nodes], cells=cells, hidden_constant=hidden)
