@@ -103,19 +103,38 @@ def parse_racks(text: str | None) -> dict[str, str]:
     return out
 
 
+MAX_NODES = 4096
+"""Nodes one isolation takes (the planner's work grows with the square of the count)."""
+MAX_SIM_WORK = 2e7
+"""Nodes squared times trials that ``--simulate`` takes (about half a minute on one core)."""
+
+
+def node_count(n: int) -> int:
+    """``n``, or UsageError when it is outside [2, :data:`MAX_NODES`]."""
+    if n < 2:
+        raise UsageError(f"isolation needs at least 2 nodes, got {n}")
+    if n > MAX_NODES:
+        raise UsageError(f"--nodes: {n} nodes is more than isolate takes ({MAX_NODES}); isolate a part of the "
+                         "cluster (a rack, a switch) at a time")
+    return n
+
+
 def parse_nodes(text: str | None, backend: str | None) -> list[str]:
     if not text:
         raise UsageError("--nodes is required")
     if text.isdigit():
         if backend != "local":
             raise UsageError(f"--nodes {text}: name the nodes (a count is for --backend local and --simulate)")
-        return [f"node{i}" for i in range(int(text))]
+        return [f"node{i}" for i in range(node_count(int(text)))]
     from gpuaccept.distributed.hostlist import expand_hostlist
 
     try:
-        return expand_hostlist(text)
+        nodes = expand_hostlist(text)
     except InputError as exc:
         raise UsageError(f"--nodes: {exc}") from None
+    if len(nodes) > MAX_NODES:
+        node_count(len(nodes))
+    return nodes
 
 
 def _settings(args: argparse.Namespace) -> Any:
@@ -143,9 +162,11 @@ def _simulate(args: argparse.Namespace) -> int:
         raise UsageError("--simulate runs no backend; drop --backend")
     if not (args.nodes or "").isdigit():
         raise UsageError("--simulate needs --nodes N (a count)")
-    n = int(args.nodes)
-    if n < 2:
-        raise UsageError(f"isolation needs at least 2 nodes, got {n}")
+    n = node_count(int(args.nodes))
+    if n * n * args.trials > MAX_SIM_WORK:
+        raise UsageError(f"--simulate --nodes {n} --trials {args.trials}: more work than a simulation takes "
+                         f"(nodes x nodes x trials at most {MAX_SIM_WORK:.0e}, about half a minute); give fewer "
+                         "--trials or --nodes")
     summary = simulate(n, args.bad, args.trials, args.seed, slow=args.slow, noise=args.noise,
                        settings=_settings(args))
     data = summary.to_dict()
