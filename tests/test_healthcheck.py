@@ -25,7 +25,7 @@ from gpuaccept.health.plan import (
     exit_code,
     plan_health,
 )
-from gpuaccept.health.run import FAULT_ENV, injected_fault
+from gpuaccept.health.run import FAULT_ENV, budget_end, injected_fault
 from gpuaccept.health.slurm import (
     MAX_REASON,
     NodeState,
@@ -36,7 +36,7 @@ from gpuaccept.health.slurm import (
     resume_argv,
     this_node,
 )
-from gpuaccept.model import Status, Verdict
+from gpuaccept.model import CheckResult, Status, Verdict
 from gpuaccept.node.config import CheckSettings, Config
 from tests.helpers import cli_env, gpuaccept, validate_report
 from tests.launch_support import SLURM_DATA, one_error_line
@@ -208,6 +208,20 @@ def test_budget_outside_its_bounds_is_refused(budget: float) -> None:
 ])
 def test_exit_codes_per_mode(mode: str, end: Ending, code: int) -> None:
     assert exit_code(mode, end) == code
+
+
+def test_what_the_budget_or_the_warm_process_ended_is_no_fault() -> None:
+    not_run = CheckResult("compute", Status.FAIL, "not run: the budget was spent (0.2 s left)",
+                          details={"budget": True})
+    cut = CheckResult("compute", Status.FAIL, "timed out after 3.0 s", duration_s=3.0, details={"timeout": True})
+    unforked = CheckResult("health", Status.ERROR, "not run: the warm process (pid 7) did not fork the check",
+                           details={"warm_process": "x", "not_started": True})
+    for r, cut_limit in ((not_run, False), (cut, True), (unforked, False)):
+        got = budget_end(r, cut_limit)
+        assert got.status is Status.SKIP and got.details["budget"] is True, got
+    assert budget_end(cut, False) is cut  # its own limit: a hung check is a fault
+    failed = CheckResult("health", Status.FAIL, "XID 79")
+    assert budget_end(failed, True) is failed
 
 
 def test_injected_fault_is_inert_without_the_variable() -> None:

@@ -443,7 +443,8 @@ class Runner:
             return CheckResult(check.name, Status.ERROR, f"not run: {warm_why} before its {check.timeout_s:g} s "
                                "limit, and was killed (a fault of gpuaccept's warm process, not known to be the "
                                "node's)", duration_s=elapsed,
-                               details={"warm_process": warm_why, "log": str(log)}, host=self.host)
+                               details={"warm_process": warm_why, "not_started": True, "log": str(log)},
+                               host=self.host)
         if returncode is None:
             result = CheckResult(check.name, Status.FAIL,
                                  f"timed out after {elapsed:.1f} s (limit {check.timeout_s:g} s); killed",
