@@ -25,7 +25,7 @@ from gpuaccept.health.plan import (
     exit_code,
     plan_health,
 )
-from gpuaccept.health.run import FAULT_ENV, injected_fault
+from gpuaccept.health.run import FAULT_ENV, budget_end, injected_fault
 from gpuaccept.health.slurm import (
     MAX_REASON,
     NodeState,
@@ -36,7 +36,7 @@ from gpuaccept.health.slurm import (
     resume_argv,
     this_node,
 )
-from gpuaccept.model import Status, Verdict
+from gpuaccept.model import CheckResult, Status, Verdict
 from gpuaccept.node.config import CheckSettings, Config
 from tests.helpers import cli_env, gpuaccept, validate_report
 from tests.launch_support import SLURM_DATA, one_error_line
@@ -200,9 +200,28 @@ def test_budget_outside_its_bounds_is_refused(budget: float) -> None:
     ("prolog", Ending(None, usage_error=True), 2),
     ("epilog", Ending(Verdict.NOTHING_MEASURED), 1),
     ("epilog", Ending(Verdict.SUCCESS, slurm_failed=True), 0),
+    ("check", Ending(Verdict.SUCCESS, out_of_time=True), 3),
+    ("check", Ending(Verdict.NOTHING_MEASURED, out_of_time=True), 3),
+    ("check", Ending(Verdict.FAILURE, out_of_time=True), 1),
+    ("prolog", Ending(Verdict.NOTHING_MEASURED, out_of_time=True), 0),
+    ("prolog", Ending(Verdict.FAILURE, out_of_time=True), 1),
 ])
 def test_exit_codes_per_mode(mode: str, end: Ending, code: int) -> None:
     assert exit_code(mode, end) == code
+
+
+def test_what_the_budget_or_the_warm_process_ended_is_no_fault() -> None:
+    not_run = CheckResult("compute", Status.FAIL, "not run: the budget was spent (0.2 s left)",
+                          details={"budget": True})
+    cut = CheckResult("compute", Status.FAIL, "timed out after 3.0 s", duration_s=3.0, details={"timeout": True})
+    unforked = CheckResult("health", Status.ERROR, "not run: the warm process (pid 7) did not fork the check",
+                           details={"warm_process": "x", "not_started": True})
+    for r, cut_limit in ((not_run, False), (cut, True), (unforked, False)):
+        got = budget_end(r, cut_limit)
+        assert got.status is Status.SKIP and got.details["budget"] is True, got
+    assert budget_end(cut, False) is cut  # its own limit: a hung check is a fault
+    failed = CheckResult("health", Status.FAIL, "XID 79")
+    assert budget_end(failed, True) is failed
 
 
 def test_injected_fault_is_inert_without_the_variable() -> None:
@@ -235,6 +254,11 @@ def test_disk_check_reads_this_machine(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------ the command (CPU)
 
+COLD = {"GPUACCEPT_ZYGOTE": "0"}
+"""Each check in a fresh interpreter: on a loaded machine the warm process's torch import can outlast
+disk_space's 5 s, and these tests are not about it."""
+
+
 def _hc(tmp_path: Path, *args: str, timeout: float = 120, **env: str) -> tuple[int, list[str], str]:
     r = gpuaccept("healthcheck", "--device", "cpu", "--report-dir", str(tmp_path / "rep"), *args,
                   timeout=timeout, **env)
@@ -262,20 +286,67 @@ def test_injected_fault_is_a_node_fault_in_every_mode(tmp_path: Path) -> None:
         assert lines[0].startswith(f"[HEALTHCHECK] FAULT disk_space: injected fault ({FAULT_ENV}): no room on /scratch")
 
 
-def test_the_budget_bounds_the_run_and_a_check_left_no_time_fails(tmp_path: Path) -> None:
+def test_the_budget_bounds_the_run_and_running_out_of_time_is_no_fault(tmp_path: Path) -> None:
+    """A check the deadline stops is not judged: no verdict on the node (exit 3; 0 in prolog mode), never a
+    fault by itself."""
     cfg = tmp_path / "slow.yaml"
     cfg.write_text("checks:\n  compute: {params: {cpu_size: 1024, warmup_s: 60, warmup_max_s: 60}}\n")
-    started = time.monotonic()
-    code, lines, _ = _hc(tmp_path, "--deadline", "8", "--skip", "env", "--config", str(cfg), timeout=60)
-    took = time.monotonic() - started
-    assert took < 8 + 5, took  # + the interpreter's start-up
-    assert code == 1 and lines[0].startswith("[HEALTHCHECK] FAULT compute: timed out after"), lines
+    for mode, want in (("check", 3), ("prolog", 0)):
+        started = time.monotonic()
+        code, lines, err = _hc(tmp_path, "--deadline", "15", "--skip", "env,health", "--config", str(cfg), "--mode",
+                               mode, timeout=60, **COLD)
+        took = time.monotonic() - started
+        assert took < 15 + 5, took  # + the interpreter's start-up
+        assert code == want, (lines, err)
+        assert lines[0].startswith("[HEALTHCHECK] NOT FINISHED: compute ran out of the budget"), lines
+        assert "compute ran out of the --deadline (15 s): no verdict on the node" in err
+        report = validate_report(Path(lines[0].rsplit("report: ", 1)[1]))
+        compute = next(c for c in report["checks"] if c["name"] == "compute")
+        assert compute["status"] == "skip" and compute["details"]["budget"] is True
+        assert "not a fault of the node" in compute["reason"]
+
+
+def test_a_fault_found_is_still_a_fault_when_time_ran_out(tmp_path: Path) -> None:
+    cfg = tmp_path / "slow.yaml"
+    cfg.write_text("checks:\n  compute: {params: {cpu_size: 1024, warmup_s: 60, warmup_max_s: 60}}\n")
+    code, lines, _ = _hc(tmp_path, "--deadline", "15", "--skip", "env,health", "--config", str(cfg), timeout=60,
+                         **{FAULT_ENV: "disk_space:full"}, **COLD)
+    assert code == 1 and lines[0].startswith("[HEALTHCHECK] FAULT disk_space: injected fault"), lines
 
 
 def test_keep_prunes_old_runs(tmp_path: Path) -> None:
     for _ in range(3):
-        assert _hc(tmp_path, "--skip", "env,compute,health", "--keep", "2")[0] == 0
+        assert _hc(tmp_path, "--skip", "env,compute,health", "--keep", "2", **COLD)[0] == 0
     assert len([p for p in (tmp_path / "rep").iterdir() if p.name.startswith("hc-")]) == 2
+
+
+def test_keep_never_removes_a_run_still_going(tmp_path: Path) -> None:
+    """A second healthcheck ``--keep 1`` while a slow one runs leaves the slow one's directory alone; the slow
+    one finishes with its report on disk, and a later run prunes it."""
+    cfg = tmp_path / "slow.yaml"
+    cfg.write_text("checks:\n  compute: {params: {cpu_size: 1024, warmup_s: 60, warmup_max_s: 60}}\n")
+    rep = tmp_path / "rep"
+    slow = subprocess.Popen([sys.executable, "-m", "gpuaccept", "healthcheck", "--device", "cpu", "--report-dir",
+                             str(rep), "--skip", "env,health", "--config", str(cfg), "--deadline", "15", "--keep",
+                             "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(**COLD))
+    try:
+        deadline = time.monotonic() + 30
+        while not (rep.is_dir() and any(p.name.startswith("hc-") for p in rep.iterdir())):
+            assert time.monotonic() < deadline and slow.poll() is None, "the slow run did not start"
+            time.sleep(0.1)
+        first = next(p for p in rep.iterdir() if p.name.startswith("hc-"))
+        time.sleep(1.1)  # a later stamp
+        assert _hc(tmp_path, "--skip", "env,compute,health", "--keep", "1", **COLD)[0] == 0
+        assert first.is_dir(), "the running healthcheck's directory was pruned"
+        out, err = slow.communicate(timeout=60)
+    finally:
+        if slow.poll() is None:
+            slow.kill()
+            slow.wait()
+    assert slow.returncode == 3, (out, err)
+    assert validate_report(first / "report.json")["verdict"] != "running"
+    assert _hc(tmp_path, "--skip", "env,compute,health", "--keep", "1", **COLD)[0] == 0
+    assert not first.exists() and len([p for p in rep.iterdir() if p.name.startswith("hc-")]) == 1
 
 
 @pytest.mark.parametrize(("args", "words"), [
@@ -289,6 +360,10 @@ def test_keep_prunes_old_runs(tmp_path: Path) -> None:
     (["--mode", "prolog", "--budget", "1"], "--budget 1"),
     (["--deadline", "4000"], "--deadline 4000: must be between 5 and 3600 seconds"),
     (["--deadline", "20", "--budget", "20"], "--budget and --deadline: give one"),
+    (["--slurm", "drain", "--deadline", "5"], "--deadline 5 with --slurm: 5 s of it is kept for scontrol, leaving 0 s "
+                                              "for the checks (at least 5); give --deadline 10 or more"),
+    (["--slurm", "print", "--deadline", "8", "--mode", "prolog"], "leaving 3 s for the checks"),
+    (["--slurm", "drain", "--budget", "9.5"], "--budget 9.5 with --slurm"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], words: str) -> None:
     r = gpuaccept("healthcheck", "--device", "cpu", "--report-dir", str(tmp_path / "rep"), *args)

@@ -38,6 +38,8 @@ def _wrapper(base: Path) -> str:
         "export PATH=/usr/sbin:/usr/bin:/bin",
         f"export SLURM_CONF={shlex.quote(str(conf))}",
         "export GPUACCEPT_PLUGINS=",
+        "export GPUACCEPT_ZYGOTE=0  # no torch import to wait for: on this loaded 2-core machine it can outlast "
+        "the checks",
         f'fault={shlex.quote(str(base))}/fault-"$SLURMD_NODENAME"',
         f'[ -f "$fault" ] && export {FAULT_ENV}="$(cat "$fault")"',
         f'exec {shlex.quote(sys.executable)} -m gpuaccept healthcheck {HC_ARGS} '
@@ -135,7 +137,7 @@ def _direct(c: LocalSlurm, tmp_path: Path, *args: str, path: str | None = None,
             **env: str) -> subprocess.CompletedProcess[str]:
     """Run the healthcheck by hand on this cluster (as an admin would, or a Prolog)."""
     full = c.env()
-    full.update({"GPUACCEPT_PLUGINS": "", **env})
+    full.update({"GPUACCEPT_PLUGINS": "", "GPUACCEPT_ZYGOTE": "0", **env})
     if path is not None:
         full["PATH"] = path
     return subprocess.run([sys.executable, "-m", "gpuaccept", "healthcheck", "--device", "cpu", "--skip",
@@ -183,3 +185,23 @@ def test_print_mode_says_what_it_would_run_and_runs_nothing(slurm: LocalSlurm, t
     assert (f"scontrol update NodeName=node2 State=DRAIN Reason=gpuaccept: health: injected fault ({FAULT_ENV}): "
             "XID 48") in r.stdout
     assert not _node(slurm, "node2").drained
+
+
+def test_a_drain_reason_that_is_not_utf8_is_read_in_every_mode(slurm: LocalSlurm, tmp_path: Path) -> None:
+    """An admin's reason in Latin-1 (``caf\\xe9``): scontrol prints it as it is; the healthcheck reads it with a
+    replacement character, leaves the admin's drain alone and never ends in an internal error."""
+    r = subprocess.run([b"scontrol", b"update", b"NodeName=node2", b"State=DRAIN", b"Reason=caf\xe9 ticket 12"],
+                       capture_output=True, env=slurm.env(), timeout=60, check=False)
+    assert r.returncode == 0, r.stderr
+    try:
+        shown = subprocess.run(["scontrol", "show", "node", "-o", "node2"], capture_output=True, env=slurm.env(),
+                               timeout=60, check=True).stdout
+        assert b"caf\xe9" in shown  # the premise: scontrol passes the byte through
+        for mode in ("check", "prolog", "epilog"):
+            r2 = _direct(slurm, tmp_path, "--slurm", "print", "--node", "node2", "--mode", mode)
+            assert r2.returncode == 0, (mode, r2.stdout, r2.stderr)
+            assert "internal error" not in r2.stderr and "Traceback" not in r2.stderr
+            assert "node2 drained by someone else (caf\ufffd ticket 12); left drained" in r2.stdout, r2.stdout
+    finally:
+        slurm.run("scontrol", "update", "NodeName=node2", "State=RESUME")  # before the reason is read as text
+        _cleanup(slurm, "node2")

@@ -76,9 +76,13 @@ def test_healthy_local_nodes_are_all_good(tmp_path: Path) -> None:
     (["--backend", "slurm", "--nodes", "a,b", "--racks", "a"], "not NODE=RACK"),
     (["--simulate", "--nodes", "x"], "needs --nodes N"),
     (["--simulate", "--nodes", "1"], "at least 2 nodes"),
+    (["--simulate", "--nodes", "100000"], "--nodes: 100000 nodes is more than isolate takes (4096)"),
+    (["--backend", "ssh", "--nodes", "gpu[1-5000]"], "--nodes: 5000 nodes is more than isolate takes"),
+    (["--backend", "local", "--nodes", "4097"], "more than isolate takes"),
+    (["--simulate", "--nodes", "1000"], "--simulate --nodes 1000 --trials 100: more work than a simulation takes"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args: list[str], needle: str) -> None:
-    assert needle in one_error_line(gpuaccept("isolate", *args))
+    assert needle in one_error_line(gpuaccept("isolate", *args, timeout=60))
 
 
 def test_simulate_prints_rounds_and_accuracy_as_json() -> None:

@@ -286,3 +286,33 @@ def test_cli_runs_the_binary_with_extra_args(tmp_path: Path, monkeypatch: pytest
     assert "PASS:" in capsys.readouterr().out
     monkeypatch.setenv("PATH", "/nonexistent")
     assert main(["nccl-tests", "all_reduce"]) == 2
+
+
+def test_timeout_kills_the_wrapper_and_its_children(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A wrapper script (as a site's module-loading wrapper would be) whose child outlives it: ``--timeout`` ends
+    the whole process group, so no orphan keeps the GPUs."""
+    import time
+
+    script = tmp_path / "bin" / "all_reduce_perf"
+    script.parent.mkdir()
+    script.write_text(f"#!/bin/sh\nsleep 300 &\necho $! > {tmp_path}/child.pid\nwait\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{script.parent}:{os.environ['PATH']}")
+    started = time.monotonic()
+    assert main(["nccl-tests", "all_reduce", "--timeout", "3"]) != 0
+    assert time.monotonic() - started < 20
+    assert "all_reduce_perf was killed at the timeout (3 s), its process group with it" in capsys.readouterr().err
+    pid = int((tmp_path / "child.pid").read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.1)
+    assert not _alive(pid), "the wrapper's child outlived the timeout"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return False

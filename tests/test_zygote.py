@@ -210,16 +210,59 @@ def test_a_warm_process_stuck_before_the_fork_is_killed_at_the_checks_timeout(
     runner = _runner(tmp_path, ["stuck", "probe"], warm=warm)
     runner.plan.checks[0].timeout_s = 2.0
     stuck, probe = runner.run().checks
-    assert stuck.status is Status.FAIL and "timed out after" in stuck.reason and stuck.duration_s < 10
+    assert stuck.status is Status.ERROR and stuck.duration_s < 10, stuck.reason
+    assert stuck.reason.startswith(f"not run: the warm process (pid {warm.proc.pid}) did not fork the check"), \
+        stuck.reason
     assert probe.status is Status.PASS and not _forked(probe), "the rest start the old way"
+    assert not leftover()
+
+
+def test_a_warm_process_stopped_before_a_fork_is_replaced_by_a_fresh_process(
+        tmp_path: Path, leftover: Leftover) -> None:
+    """SIGSTOP on the ready warm process: the fork request gets no answer, so within seconds the warm process is
+    killed and the check starts afresh; it passes, and its details name the warm process."""
+    warm = WarmProcess()
+    assert warm.wait_ready(120) is not None
+    os.kill(warm.proc.pid, signal.SIGSTOP)
+    runner = _runner(tmp_path, ["probe", "probe2"], warm=warm)
+    runner.plan.checks[0].timeout_s = 60.0
+    started = time.monotonic()
+    probe, probe2 = runner.run().checks
+    assert time.monotonic() - started < 40
+    assert probe.status is Status.PASS and not _forked(probe), probe.reason
+    assert f"the warm process (pid {warm.proc.pid}) is stopped" in probe.details["warm_process"]
+    assert probe2.status is Status.PASS and not _forked(probe2)
+    assert warm.proc.poll() is not None, "the stopped warm process was killed"
+    assert not leftover()
+
+
+def test_a_warm_process_that_answers_no_fork_request_is_replaced(tmp_path: Path, leftover: Leftover,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A warm process that reads but never forks (its imports hang) is given up on after its answer time, and
+    the check runs afresh within its limit instead of timing out."""
+    import gpuaccept.node.warm as warm_mod
+
+    monkeypatch.setattr(warm_mod, "FORK_IMPORT_S", 0.0)
+    warm = WarmProcess()
+    assert warm.wait_ready(120) is not None
+    runner = _runner(tmp_path, ["stuck", "probe"], warm=warm)
+    runner.plan.checks[0].timeout_s = 60.0
+    started = time.monotonic()
+    stuck, probe = runner.run().checks
+    assert stuck.status is Status.PASS and stuck.duration_s < 40, stuck.reason
+    assert "did not answer a fork request in 5 s" in stuck.details["warm_process"]
+    assert probe.status is Status.PASS and not _forked(probe)
+    assert time.monotonic() - started < 60
     assert not leftover()
 
 
 def test_a_stopped_warm_process_cannot_hold_up_the_run(
         tmp_path: Path, leftover: Leftover) -> None:
-    """hang times out while the warm process is stopped (SIGSTOP): it cannot reap the killed check, so it is
-    killed itself, and the run goes on the old way."""
-    runner = _runner(tmp_path, ["hang", "probe"])
+    """The warm process is stopped (SIGSTOP) while hang runs: it could neither report hang's end nor reap it, so
+    it is killed at once, hang starts afresh (and times out on its own), and the run goes on the old way."""
+    warm = WarmProcess()
+    assert warm.wait_ready(120) is not None  # hang is forked well within its 3 s
+    runner = _runner(tmp_path, ["hang", "probe"], warm=warm)
     runner.plan.checks[0].timeout_s = 3.0
 
     def stop_warm() -> None:
@@ -237,6 +280,7 @@ def test_a_stopped_warm_process_cannot_hold_up_the_run(
     hang, probe = runner.run().checks
     stopper.join()
     assert hang.status is Status.FAIL and "timed out" in hang.reason
+    assert "is stopped" in hang.details.get("warm_process", ""), hang.details
     assert time.monotonic() - started < 3.0 + REAP_S + 20
     assert probe.status is Status.PASS and not _forked(probe)
     assert not leftover()

@@ -152,14 +152,39 @@ def _check_yaml_numbers(data: Any, where: str) -> None:
             stack.extend((v, f"{key}[{i}]") for i, v in enumerate(item))
 
 
+def _unique_key_loader() -> Any:
+    """A SafeLoader whose mappings refuse a key given twice (YAML says keys are unique; PyYAML keeps the last)."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: the base class says so
+                    break
+                if first is not None:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {one_line(repr(key))[:60]} (first on line {first})",
+                        key_node.start_mark)
+                seen[key] = key_node.start_mark.line + 1
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
+
+
 def loads_yaml(text: str, where: str) -> Any:
     """Parse YAML safely: errors of the YAML library and of its tag constructors
-    (``!!int ""``, ``!!timestamp "x"``) become InputError; nesting is bounded; every
-    number is finite (``.nan`` and ``.inf`` are refused)."""
+    (``!!int ""``, ``!!timestamp "x"``) become InputError; a key given twice in one mapping is an error naming
+    it and its line; nesting is bounded; every number is finite (``.nan`` and ``.inf`` are refused)."""
     import yaml
 
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_unique_key_loader())  # a SafeLoader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f"line {mark.line + 1}" if mark is not None else ""

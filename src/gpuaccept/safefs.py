@@ -81,19 +81,22 @@ def is_ours(path: Path) -> bool:
             and stat.S_ISREG(marker.st_mode) and marker.st_uid == os.geteuid())
 
 
-def prune(parent: Path, keep: int, match: Callable[[str], bool]) -> list[Path]:
+def prune(parent: Path, keep: int, match: Callable[[str], bool], spare: str = "") -> list[Path]:
     """Remove all but the newest ``keep`` (by name, which sorts by time) of the directories in ``parent``
-    whose name ``match``\\ es and that :func:`is_ours`; the removed paths. Never raises on a failed removal;
-    removes nothing when ``keep`` <= 0 or ``parent`` is not a private directory of the caller."""
+    whose name ``match``\\ es and that :func:`is_ours`; the removed paths. ``spare`` (the caller's own run) is
+    never removed and counts as one of the ``keep``. Never raises on a failed removal; removes nothing when
+    ``keep`` <= 0 or ``parent`` is not a private directory of the caller."""
     if keep <= 0:
         return []
     try:
         check_private(parent, os.lstat(parent), "directory")
-        names = sorted(e.name for e in os.scandir(parent) if match(e.name) and not e.is_symlink())
+        names = sorted(e.name for e in os.scandir(parent)
+                       if e.name != spare and match(e.name) and not e.is_symlink())
     except (OSError, UsageError):
         return []
+    kept = keep - 1 if spare else keep
     removed = []
-    for name in names[:-keep]:
+    for name in names[:len(names) - kept]:
         old = parent / name
         if not is_ours(old):
             continue

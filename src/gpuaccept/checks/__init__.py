@@ -42,6 +42,14 @@ def _checks_of(module_name: str) -> tuple[type[Check], ...]:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise UsageError(f"cannot import check module {module_name!r}: {exc}") from exc
+    except SyntaxError as exc:
+        raise UsageError(f"cannot import check module {module_name!r}: SyntaxError: {exc.msg} "
+                         f"({exc.filename}, line {exc.lineno})") from None
+    except SystemExit as exc:  # a plugin that calls sys.exit while it is imported must not end gpuaccept
+        raise UsageError(f"cannot import check module {module_name!r}: it called sys.exit({exc.code!r}) "
+                         "when imported") from None
+    except Exception as exc:  # whatever a plugin raises at import is its author's error, said in one line
+        raise UsageError(f"cannot import check module {module_name!r}: {type(exc).__name__}: {exc}") from None
     checks = getattr(module, "CHECKS", None)
     if not isinstance(checks, tuple) or not all(isinstance(c, type) and issubclass(c, Check) for c in checks):
         raise UsageError(f"check module {module_name!r} has no CHECKS tuple of Check classes")

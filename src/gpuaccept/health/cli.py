@@ -86,8 +86,8 @@ class NoAnswer(InputError):
 def _scontrol(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
     """Run one scontrol command; InputError carrying its first error line when it fails."""
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
-                              stdin=subprocess.DEVNULL)
+        done = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=timeout,
+                              check=False, stdin=subprocess.DEVNULL)  # a reason in Latin-1 is no crash
     except subprocess.TimeoutExpired as exc:
         said = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
         errors = [ln.strip() for ln in said.splitlines() if "error:" in ln]
@@ -133,19 +133,59 @@ def _report_dir(args: argparse.Namespace) -> Path:
 _RUN_DIR = re.compile(r"^hc-\d{8}T\d{6}Z-")
 
 
-def prune_runs(report_dir: Path, keep: int) -> list[Path]:
-    """Remove all but the newest ``keep`` healthcheck run directories (``hc-<stamp>-...``) that healthcheck
-    made (:func:`gpuaccept.safefs.prune`: marked, owned, never through a link); the removed ones. Never raises."""
+STALE_RUN_S = 7200.0
+"""A run whose report.json still says ``running`` after this many seconds unchanged was killed: prunable."""
+
+
+def _finished(run: Path) -> bool:
+    """Whether healthcheck run directory ``run`` is done: its report says so, or it has not changed for
+    :data:`STALE_RUN_S` (a run killed with SIGKILL)."""
+    import json
+
+    report = run / "report.json"
+    try:
+        running = json.loads(report.read_text()).get("verdict") == "running"
+        changed = report.stat().st_mtime
+    except (OSError, ValueError, AttributeError):
+        try:
+            running, changed = True, run.stat().st_mtime
+        except OSError:
+            return False
+    return not running or time.time() - changed > STALE_RUN_S
+
+
+def prune_runs(report_dir: Path, keep: int, mine: str = "") -> list[Path]:
+    """Remove all but the newest ``keep`` healthcheck run directories (``hc-<stamp>-...``), this run's (``mine``)
+    always among those kept; the removed ones. Never raises.
+
+    Only runs healthcheck made (:func:`gpuaccept.safefs.prune`: marked, owned, never through a link), only
+    finished ones (another healthcheck's run still going is left alone), and one prune at a time
+    (``.prune.lock``, never a link; a prune that finds it held leaves the pruning to that one)."""
+    import fcntl
+
     from gpuaccept.safefs import prune
 
-    return prune(report_dir, keep, lambda name: _RUN_DIR.match(name) is not None)
+    if keep <= 0:
+        return []
+    try:
+        fd = os.open(report_dir / ".prune.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return []
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return prune(report_dir, keep, lambda name: _RUN_DIR.match(name) is not None and _finished(report_dir / name),
+                     spare=mine)
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
 
 
 # ------------------------------------------------------------------ the command
 
 def _usage(args: argparse.Namespace) -> tuple[float, Any, list[int] | None, list[str]]:
     """Everything decided from the flags alone (UsageError/ConfigError before anything runs)."""
-    from gpuaccept.health.plan import CHECKS, DEFAULT_BUDGET_S, EXTRAS, check_budget
+    from gpuaccept.health.plan import CHECKS, DEFAULT_BUDGET_S, EXTRAS, check_budget, check_window
     from gpuaccept.node.config import parse_gpus
 
     if args.budget is not None and args.deadline is not None:
@@ -155,6 +195,7 @@ def _usage(args: argparse.Namespace) -> tuple[float, Any, list[int] | None, list
         budget = check_budget(args.budget)
     else:
         budget = check_budget(DEFAULT_BUDGET_S if args.deadline is None else args.deadline, "--deadline")
+    check_window(budget, bool(args.slurm), "--budget" if args.budget is not None else "--deadline")
     gpus = parse_gpus(args.gpus, "--gpus", "") if args.gpus is not None else None
     skip = [s.strip() for s in (args.skip or "").split(",") if s.strip()]
     bad = [s for s in skip if s not in CHECKS + EXTRAS]
@@ -179,7 +220,7 @@ def _usage(args: argparse.Namespace) -> tuple[float, Any, list[int] | None, list
 
 
 def cmd_healthcheck(args: argparse.Namespace) -> int:
-    from gpuaccept.health.plan import SLURM_RESERVE_S, Ending, exit_code
+    from gpuaccept.health.plan import SLURM_RESERVE_S, Ending, exit_code, out_of_time
     from gpuaccept.health.slurm import this_node
 
     started = time.monotonic()
@@ -205,13 +246,19 @@ def cmd_healthcheck(args: argparse.Namespace) -> int:
     deadline = started + budget - (SLURM_RESERVE_S if args.slurm else 0.5)
     report, report_path, run_end = _run(args, cfg, gpus, skip, deadline)
     verdict = report.verdict if report is not None and not run_end else None
+    late = bool(verdict is not None and out_of_time(report.checks))
     line, slurm_failed = _slurm_step(args, scontrol, node, report, started + budget)
-    end = Ending(verdict, report_write_failed=run_end == "write", interrupted=run_end == "interrupted",
-                 slurm_failed=slurm_failed)
+    end = Ending(verdict, out_of_time=late, report_write_failed=run_end == "write",
+                 interrupted=run_end == "interrupted", slurm_failed=slurm_failed)
     code = exit_code(args.mode, end)
     elapsed = time.monotonic() - started
     print(_summary(report, elapsed, line, report_path), flush=True)
-    if code == 0 and args.mode != "check" and (end.report_write_failed or slurm_failed or end.interrupted):
+    if late and code in (0, 3):
+        print(f"gpuaccept: warning: {', '.join(out_of_time(report.checks))} ran out of the "
+              f"{'--budget' if args.budget is not None else '--deadline'} ({budget:g} s): no verdict on the node, "
+              "which is left as it was; give more time", file=sys.stderr)
+    if code == 0 and args.mode != "check" and (end.report_write_failed or slurm_failed or end.interrupted
+                                               or late):
         print(f"gpuaccept: warning: {args.mode} mode exits 0: the problem above is not the node's", file=sys.stderr)
     return code
 
@@ -266,6 +313,10 @@ def _run(args: argparse.Namespace, cfg: Any, gpus: list[int] | None, skip: list[
         report = runner.run()
     except Interrupted as exc:
         print(f"gpuaccept: interrupted; partial report in {runner.report_path}", file=sys.stderr)
+        if args.db:  # what was measured is kept, as by gpuaccept run
+            from gpuaccept.results.autosave import save
+
+            save(exc.report, args, runner.report_path)
         return exc.report, runner.report_path, "interrupted"
     except ReportWriteError as exc:
         print(f"gpuaccept: error: a report file could not be written: {exc}; not a failure of this node",
@@ -275,7 +326,7 @@ def _run(args: argparse.Namespace, cfg: Any, gpus: list[int] | None, skip: list[
         from gpuaccept.results.autosave import save
 
         save(report, args, runner.report_path)
-    prune_runs(report_dir, args.keep)
+    prune_runs(report_dir, args.keep, runner.run_id)
     return report, runner.report_path, ""
 
 
@@ -308,12 +359,14 @@ def _slurm_step(args: argparse.Namespace, scontrol: str | None, node: str | None
     """Drain, resume or leave the node; (what was done, in words; whether scontrol failed)."""
     if not args.slurm or scontrol is None or node is None:
         return "", False
-    from gpuaccept.health.plan import faulty, first_problem
+    from gpuaccept.health.plan import faulty, first_problem, out_of_time
     from gpuaccept.health.slurm import decide, reason_text
     from gpuaccept.model import Verdict
 
     if report is None or report.verdict in (Verdict.INTERRUPTED, Verdict.RUNNING):
         return f"slurm: {node} left as it was (the run did not finish)", False
+    if out_of_time(report.checks) and report.verdict is not Verdict.FAILURE:
+        return f"slurm: {node} left as it was (the checks did not finish in the budget)", False
     healthy = not faulty(report.verdict)
     check, why = first_problem(report.checks)
     if not healthy and not check:
@@ -338,7 +391,7 @@ def _slurm_step(args: argparse.Namespace, scontrol: str | None, node: str | None
 
 def _summary(report: Any, elapsed: float, slurm_line: str, report_path: Path | None) -> str:
     """``[HEALTHCHECK] HEALTHY|FAULT ... in 4.2 s: env PASS, ...; slurm: ...; report: ...`` (one line)."""
-    from gpuaccept.health.plan import faulty, first_problem
+    from gpuaccept.health.plan import faulty, first_problem, out_of_time
     from gpuaccept.inputs import one_line
     from gpuaccept.model import Verdict, state_label
 
@@ -346,6 +399,8 @@ def _summary(report: Any, elapsed: float, slurm_line: str, report_path: Path | N
         head = "NOT RUN"
     elif report.verdict in (Verdict.INTERRUPTED, Verdict.RUNNING):
         head = "NOT FINISHED" if report.verdict is Verdict.RUNNING else "INTERRUPTED"
+    elif out_of_time(report.checks) and report.verdict is not Verdict.FAILURE:
+        head = f"NOT FINISHED: {', '.join(out_of_time(report.checks))} ran out of the budget"
     elif faulty(report.verdict):
         check, why = first_problem(report.checks)
         head = f"FAULT {check}: {why}" if check else "FAULT: nothing measured (every check skipped)"

@@ -6,8 +6,9 @@ the whole run fits in the budget. Configuration files (``--config``) apply as fo
 their parameters, thresholds and timeouts win over these.
 
 Without ``--budget`` the run is this fast plan, ended at ``--deadline`` (default :data:`DEFAULT_BUDGET_S`):
-every check not ``--skip``-ped runs, and one the deadline leaves no time for is a FAIL. This is the
-mode for HealthCheckProgram and Prolog, which run often and beside jobs.
+every check not ``--skip``-ped runs; one the deadline leaves no time for, or stops at the deadline, is a
+SKIP marked ``budget`` and the run has no verdict on the node (exit 3): running out of time is never by
+itself a fault. This is the mode for HealthCheckProgram and Prolog, which run often and beside jobs.
 
 With ``--budget SECONDS`` the window is planned (:func:`plan_health_budget`, :mod:`gpuaccept.node.budget`'s
 planner): the four checks always run, at this fast level at least (they are ``required``: a node is
@@ -43,6 +44,8 @@ MAX_BUDGET_S = 3600.0
 DEFAULT_BUDGET_S = 45.0
 SLURM_RESERVE_S = 5.0
 """Seconds of the budget kept for ``scontrol`` (show, then drain or resume) after the checks."""
+MIN_CHECKS_S = 5.0
+"""The checks' share of the budget (what ``--slurm`` leaves of it) is at least this; less is bad usage."""
 
 #: parameters over the quick profile's; a config file's win over these
 PARAMS: dict[str, dict[str, Any]] = {
@@ -61,6 +64,7 @@ RULES: dict[str, list[ThresholdRule]] = {
 
 MODES = ("check", "prolog", "epilog")
 EXIT_OK, EXIT_FAULT, EXIT_USAGE = 0, 1, 2
+EXIT_OUT_OF_TIME = 3
 EXIT_REPORT_WRITE = 4
 EXIT_SLURM = 6
 EXIT_INTERRUPTED = 130
@@ -72,6 +76,20 @@ def check_budget(budget_s: float, flag: str = "--budget") -> float:
         raise UsageError(f"{flag} {budget_s:g}: must be between {MIN_BUDGET_S:g} and {MAX_BUDGET_S:g} seconds "
                          f"(Slurm kills HealthCheckProgram after 60 s; the default is {DEFAULT_BUDGET_S:g})")
     return budget_s
+
+
+def check_window(budget_s: float, slurm: bool, flag: str) -> float:
+    """The checks' window (seconds) of a ``budget_s`` run: what ``--slurm``'s reserve for ``scontrol`` (or half a
+    second for the report) leaves. UsageError when ``--slurm`` leaves under :data:`MIN_CHECKS_S`."""
+    if not slurm:
+        return budget_s - 0.5
+    window = budget_s - SLURM_RESERVE_S
+    if window < MIN_CHECKS_S:
+        least = MIN_CHECKS_S + SLURM_RESERVE_S
+        raise UsageError(f"{flag} {budget_s:g} with --slurm: {SLURM_RESERVE_S:g} s of it is kept for scontrol, "
+                         f"leaving {max(window, 0):g} s for the checks (at least {MIN_CHECKS_S:g}); give "
+                         f"{flag} {least:g} or more")
+    return window
 
 
 def health_config(user: Config) -> Config:
@@ -141,6 +159,7 @@ class Ending:
 
     verdict: Verdict | None  # None: nothing ran; RUNNING/INTERRUPTED: the run was cut short (no verdict on the node)
     usage_error: bool = False
+    out_of_time: bool = False  # a required check ran out of the budget (and none found a fault): no verdict
     report_write_failed: bool = False
     interrupted: bool = False
     slurm_failed: bool = False
@@ -149,16 +168,18 @@ class Ending:
 def exit_code(mode: str, end: Ending) -> int:
     """The exit code for ``mode`` (see the README's "Health checks" table; pure).
 
-    ``check``: 0 healthy, 1 node fault, 2 bad input, 4 a report file could not be written, 6 scontrol
+    ``check``: 0 healthy, 1 node fault, 2 bad input, 3 not finished (a check ran out of the budget and
+    none found a fault: no verdict on the node), 4 a report file could not be written, 6 scontrol
     failed (whatever the verdict, which the summary line gives), 130 interrupted.
 
     ``prolog`` and ``epilog``: Slurm drains the node on any non-zero exit (and requeues the job of a
     prolog), so only a node fault (1) and bad input (2, seen the first time the line is run by hand)
-    are non-zero; a report or scontrol problem, or an interruption, is said on stderr and exits 0.
+    are non-zero; a report or scontrol problem, running out of time, or an interruption, is said on
+    stderr and exits 0.
     """
     if end.usage_error:
         return EXIT_USAGE
-    fault = end.verdict in (Verdict.FAILURE, Verdict.NOTHING_MEASURED)  # not RUNNING: a run cut short
+    fault = end.verdict is Verdict.FAILURE or (end.verdict is Verdict.NOTHING_MEASURED and not end.out_of_time)
     if mode != "check":
         return EXIT_FAULT if fault else EXIT_OK
     if end.interrupted:
@@ -167,7 +188,15 @@ def exit_code(mode: str, end: Ending) -> int:
         return EXIT_REPORT_WRITE
     if end.slurm_failed:  # the node's Slurm state is not what the verdict calls for; the summary line says both
         return EXIT_SLURM
-    return EXIT_FAULT if fault else EXIT_OK
+    if fault:
+        return EXIT_FAULT
+    return EXIT_OUT_OF_TIME if end.out_of_time else EXIT_OK
+
+
+def out_of_time(checks: list[Any]) -> list[str]:
+    """The four checks (first pass) that the budget left no time to finish (:mod:`gpuaccept.health.run`)."""
+    return [c.name for c in checks if c.name in CHECKS and not c.is_rerun and c.status is Status.SKIP
+            and c.details.get("budget")]
 
 
 def first_problem(checks: list[Any]) -> tuple[str, str]:

@@ -1,7 +1,8 @@
 """The healthcheck's runner: :class:`~gpuaccept.node.runner.DeadlineRunner`, one deadline for the
 whole run, or with ``--budget`` the planned window's runner (a second pass included). Each check gets what
-is left of the budget at most; a check the budget leaves no time for is a FAIL ("not run"), never a
-silent pass.
+is left of the budget at most; a check the budget leaves no time for, or that the budget's end stops, is a
+SKIP marked ``budget`` (:func:`budget_end`): the run then has no verdict on the node (never a silent pass,
+never a fault by itself).
 """
 
 from __future__ import annotations
@@ -40,11 +41,30 @@ def with_fault(result: CheckResult, host: str) -> CheckResult:
                        details=result.details, host=host)
 
 
+def budget_end(result: CheckResult, cut: bool) -> CheckResult:
+    """``result``, or a SKIP marked ``budget`` when the budget, not the node, ended it: not run for lack of time
+    (the runner's "not run" FAIL), never started by the warm process before its limit (the runner's ERROR), or
+    timed out at a limit the deadline had ``cut`` below the check's own."""
+    if result.status is Status.FAIL and result.details.get("budget"):
+        why = f"{result.reason}; not a fault of the node"
+    elif result.status is Status.ERROR and result.details.get("not_started"):  # the warm process's fault
+        why = result.reason
+    elif result.details.get("timeout") and cut:
+        why = (f"stopped at the end of the budget after {result.duration_s:.1f} s (below its own limit): not "
+               "judged, not a fault of the node")
+    else:
+        return result
+    return CheckResult(result.name, Status.SKIP, why, duration_s=result.duration_s,
+                       details={**result.details, "budget": True}, host=result.host)
+
+
 class BudgetRunner(DeadlineRunner):
-    """The fast plan: a :class:`DeadlineRunner` with :data:`FAULT_ENV`'s injected faults."""
+    """The fast plan: a :class:`DeadlineRunner` with :data:`FAULT_ENV`'s injected faults; what the deadline ends
+    is :func:`budget_end`'s SKIP."""
 
     def _run_one(self, check: PlannedCheck) -> CheckResult:
-        return with_fault(super()._run_one(check), self.host)
+        cut = check.timeout_s > self.deadline - time.monotonic()
+        return with_fault(budget_end(super()._run_one(check), cut), self.host)
 
 
 class WindowHealthRunner(WindowRunner):
@@ -60,4 +80,5 @@ class WindowHealthRunner(WindowRunner):
                 return CheckResult(check.name, Status.SKIP, f"left out: ~{fmt_s(need)} estimated, "
                                    f"{fmt_s(left, up=False)} of the budget left (an extra, not a fault)",
                                    details={"budget": True}, host=self.host)
-        return with_fault(super()._run_one(check), self.host)
+        cut = check.timeout_s > self.deadline - time.monotonic()
+        return with_fault(budget_end(super()._run_one(check), cut), self.host)

@@ -103,6 +103,22 @@ def parse_racks(text: str | None) -> dict[str, str]:
     return out
 
 
+MAX_NODES = 4096
+"""Nodes one isolation takes (the planner's work grows with the square of the count)."""
+MAX_SIM_WORK = 2e7
+"""Nodes squared times trials that ``--simulate`` takes (about half a minute on one core)."""
+
+
+def node_count(n: int) -> int:
+    """``n``, or UsageError when it is outside [2, :data:`MAX_NODES`]."""
+    if n < 2:
+        raise UsageError(f"isolation needs at least 2 nodes, got {n}")
+    if n > MAX_NODES:
+        raise UsageError(f"--nodes: {n} nodes is more than isolate takes ({MAX_NODES}); isolate a part of the "
+                         "cluster (a rack, a switch) at a time")
+    return n
+
+
 def parse_nodes(text: str | None, backend: str | None) -> list[str]:
     if not text:
         raise UsageError("--nodes is required")
@@ -113,18 +129,19 @@ def parse_nodes(text: str | None, backend: str | None) -> list[str]:
     from gpuaccept.distributed.hostlist import expand_hostlist
 
     try:
-        return host_names(expand_hostlist(text), "--nodes")
+        nodes = expand_hostlist(text)
     except InputError as exc:
         raise UsageError(f"--nodes: {exc}") from None
+    if len(nodes) > MAX_NODES:
+        node_count(len(nodes))
+    return host_names(nodes, "--nodes")
 
 
 def count_nodes(text: str) -> int:
-    """``--nodes N`` as a count (2 to :data:`~gpuaccept.launch.spec.MAX_NODES`); UsageError otherwise."""
-    from gpuaccept.launch.spec import MAX_NODES
-
-    if not text.isdigit() or len(text) > 9 or int(text) > MAX_NODES:
+    """``--nodes N`` as a count (2 to :data:`MAX_NODES`); UsageError otherwise."""
+    if not text.isdigit() or len(text) > 9:
         raise UsageError(f"--nodes {text[:40]}: a count of nodes is at most {MAX_NODES}")
-    return int(text)
+    return node_count(int(text))
 
 
 def host_names(names: list[str], flag: str) -> list[str]:
@@ -163,8 +180,10 @@ def _simulate(args: argparse.Namespace) -> int:
     if not (args.nodes or "").isdigit():
         raise UsageError("--simulate needs --nodes N (a count)")
     n = count_nodes(args.nodes)
-    if n < 2:
-        raise UsageError(f"isolation needs at least 2 nodes, got {n}")
+    if n * n * args.trials > MAX_SIM_WORK:
+        raise UsageError(f"--simulate --nodes {n} --trials {args.trials}: more work than a simulation takes "
+                         f"(nodes x nodes x trials at most {MAX_SIM_WORK:.0e}, about half a minute); give fewer "
+                         "--trials or --nodes")
     summary = simulate(n, args.bad, args.trials, args.seed, slow=args.slow, noise=args.noise,
                        settings=_settings(args))
     data = summary.to_dict()

@@ -248,7 +248,9 @@ def cmd_nccl_tests(args: argparse.Namespace) -> int:
             result = parse_text(run.stdout)
         except InputError as exc:
             tail = run.stderr.strip().splitlines()[-1:] or ["no stderr"]
-            print(f"gpuaccept: {test}_perf exited {run.returncode}: {exc}; stderr: {tail[0]}", file=sys.stderr)
+            how = (f"was killed at the timeout ({args.timeout:g} s), its process group with it"
+                   if run.returncode is None else f"exited {run.returncode}")
+            print(f"gpuaccept: {test}_perf {how}: {exc}; stderr: {tail[0]}", file=sys.stderr)
             code = 1
             continue
         if facts is None:

@@ -19,8 +19,10 @@ there only the footer's out-of-bounds count is judged.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -83,16 +85,28 @@ class RunOutput:
 
 
 def run_binary(path: str, args: Sequence[str], timeout_s: float, env: Mapping[str, str] | None = None) -> RunOutput:
-    """Run ``path args...`` and capture its output; a run past ``timeout_s`` is killed (returncode None)."""
+    """Run ``path args...`` in its own process group (session) and capture its output; a run past ``timeout_s`` is
+    killed with its whole group, so a wrapper script's children go too (returncode None)."""
     argv = [path, *args]
-    try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False,
-                           env=dict(env) if env is not None else None, errors="replace")
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-        return RunOutput(argv, None, out, err[-4000:])
-    return RunOutput(argv, p.returncode, p.stdout, p.stderr[-4000:])
+    with subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, errors="replace", start_new_session=True,
+                          env=dict(env) if env is not None else None) as p:
+        try:
+            out, err = p.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(p.pid)
+            try:
+                out, err = p.communicate(timeout=5.0)
+            except subprocess.TimeoutExpired:  # a process that left the group still holds the pipes
+                p.kill()
+                out, err = "", ""
+            return RunOutput(argv, None, out or "", (err or "")[-4000:])
+    return RunOutput(argv, p.returncode, out, err[-4000:])
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
 
 
 @dataclass

@@ -37,7 +37,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -60,8 +60,16 @@ from gpuaccept.node.childproc import (
     write_json_atomic,
 )
 from gpuaccept.node.judge import judge
-from gpuaccept.node.suite import PlannedCheck, SuitePlan
-from gpuaccept.node.warm import ForkedChild, Preload, WarmGone, WarmPoisoned, WarmProcess, warm_disabled
+from gpuaccept.node.suite import (
+    PlannedCheck,
+    SuitePlan,
+    child_env,
+    imports_beside,
+    is_distributed,
+    measures,
+    warm_imports,
+)
+from gpuaccept.node.warm import ForkedChild, Preload, WarmGone, WarmHung, WarmPoisoned, WarmProcess, warm_disabled
 
 
 class Interrupted(Exception):
@@ -77,8 +85,19 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
+MAX_HOST = 200
+"""Characters of a host name that a run id (a directory name, at most 255 bytes) holds."""
+
+
 def new_run_id(host: str) -> str:
-    """``20261122T101500Z-node17-3fa2``: sortable, host-attributed, unique enough."""
+    """``20261122T101500Z-node17-3fa2``: sortable, host-attributed, unique enough. UsageError for a host name that
+    cannot be part of a directory name (over :data:`MAX_HOST` characters, or other than letters, digits, '.', '_',
+    '-')."""
+    if not host or len(host) > MAX_HOST or not all(c.isascii() and (c.isalnum() or c in "._-") for c in host) \
+            or host.startswith("."):
+        shown = host if len(host) <= 40 else f"{host[:40]}... ({len(host)} characters)"
+        raise UsageError(f"host name {shown!r} cannot name a report directory (at most {MAX_HOST} letters, digits, "
+                         "'.', '_' or '-'): set GPUACCEPT_HOSTNAME to a shorter plain name")
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     return f"{stamp}-{host_part(host, 63)}-{uuid.uuid4().hex[:4]}"
 
@@ -445,17 +464,56 @@ class Runner:
         started = time.monotonic()
         child = self.spawn(check, out, log)
         self.preload_beside(check)
+        fallback = warm_why = ""
         try:
-            returncode: int | None = child.wait(timeout=check.timeout_s)
+            try:
+                returncode: int | None = child.wait(timeout=check.timeout_s)
+            except WarmHung as exc:  # not the check's fault: start it afresh with the time it has left
+                fallback = self._warm_hung(str(exc))
+                child = self.spawn(check, out, log)
+                returncode = child.wait(timeout=max(check.timeout_s - (time.monotonic() - started), 0.1))
         except subprocess.TimeoutExpired:
             returncode = None
+            warm_why = self._warm_blame(child)
             self.kill_children()
         elapsed = time.monotonic() - started
         self._children = []
+        if returncode is None and warm_why:
+            return CheckResult(check.name, Status.ERROR, f"not run: {warm_why} before its {check.timeout_s:g} s "
+                               "limit, and was killed (a fault of gpuaccept's warm process, not known to be the "
+                               "node's)", duration_s=elapsed,
+                               details={"warm_process": warm_why, "not_started": True, "log": str(log)},
+                               host=self.host)
         if returncode is None:
-            return CheckResult(check.name, Status.FAIL,
-                               f"timed out after {elapsed:.1f} s (limit {check.timeout_s:g} s); killed",
-                               duration_s=elapsed, details={"timeout": True, "log": str(log)})
+            result = CheckResult(check.name, Status.FAIL,
+                                 f"timed out after {elapsed:.1f} s (limit {check.timeout_s:g} s); killed",
+                                 duration_s=elapsed, details={"timeout": True, "log": str(log)})
+        else:
+            result = self._finish_process(check, child, out, log, returncode, elapsed)
+        if fallback:
+            result.details = {**result.details, "warm_process": fallback}
+        return result
+
+    def _warm_hung(self, why: str) -> str:
+        """The warm process did not answer a fork request: stop it; the rest start the old way. Returns what
+        the check's details say of it."""
+        if self.warm is not None:
+            self.warm.stop(why)
+        self._children = []
+        self._warm_lost(why)
+        self.close_warm()
+        return f"{why}; started afresh instead"
+
+    def _warm_blame(self, child: CheckProcess) -> str:
+        """Why the warm process, not the check, is to blame for ``child``'s timeout ("" when it is not): it never
+        forked the check although it had finished its first imports."""
+        if not isinstance(child, ForkedChild) or child.pid is not None or child.warm.ready is None:
+            return ""
+        return child.unanswered() or f"the warm process (pid {child.warm.proc.pid}) did not fork the check"
+
+    def _finish_process(self, check: PlannedCheck, child: CheckProcess, out: Path, log: Path, returncode: int,
+                        elapsed: float) -> CheckResult:
+        """The result of a check process that ended: its outcome judged, or an ERROR saying why it left none."""
         raw = read_outcome(out)
         if raw is None:
             self.outcome_not_written(check, returncode)
@@ -527,40 +585,3 @@ class DeadlineRunner(Runner):
         if check.timeout_s > left:
             check = replace(check, timeout_s=round(left, 1))
         return super()._run_one(check)
-
-
-def measures(check: PlannedCheck) -> bool:
-    """Whether ``check`` measures the node (False for checks that only take stock, like ``env``)."""
-    from gpuaccept.checks import load_check
-
-    return bool(getattr(load_check(check.path), "measures", True))
-
-
-def child_env(check: PlannedCheck, base: Mapping[str, str]) -> dict[str, str]:
-    """``base`` with the variables ``check``'s process must have from its start (its class's ``process_env``)."""
-    from gpuaccept.checks import load_check
-
-    wanted = getattr(load_check(check.path), "process_env", None)
-    return {**base, **(wanted(base) if wanted is not None else {})}
-
-
-def warm_imports(check: PlannedCheck) -> tuple[str, ...]:
-    """The modules ``check``'s class names for the warm process to import before its process is forked."""
-    from gpuaccept.checks import load_check
-
-    return tuple(getattr(load_check(check.path), "warm_imports", ()))
-
-
-def imports_beside(check: PlannedCheck) -> bool:
-    """Whether the warm process may import other checks' modules while ``check`` runs (its class's
-    ``imports_beside``: one busy CPU core changes nothing it measures)."""
-    from gpuaccept.checks import load_check
-
-    return bool(getattr(load_check(check.path), "imports_beside", False))
-
-
-def is_distributed(check: PlannedCheck) -> bool:
-    """Whether ``check`` runs as one process per rank (its class sets ``distributed = True``)."""
-    from gpuaccept.checks import load_check
-
-    return bool(getattr(load_check(check.path), "distributed", False))

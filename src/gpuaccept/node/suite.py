@@ -6,7 +6,7 @@ returns data that ``gpuaccept run --plan`` prints and the runner executes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -214,3 +214,40 @@ def _first_unfit(plan: SuitePlan, config: Config, needs: Callable[[str, dict[str
                 return (f"checks.{check.name}.params.{named[0]}",
                         f"{shown} need{'s' if len(named) == 1 else ''} {need.mib} MiB of {kind} memory ({need.how})")
     return None
+
+
+def measures(check: PlannedCheck) -> bool:
+    """Whether ``check`` measures the node (False for checks that only take stock, like ``env``)."""
+    from gpuaccept.checks import load_check
+
+    return bool(getattr(load_check(check.path), "measures", True))
+
+
+def child_env(check: PlannedCheck, base: Mapping[str, str]) -> dict[str, str]:
+    """``base`` with the variables ``check``'s process must have from its start (its class's ``process_env``)."""
+    from gpuaccept.checks import load_check
+
+    wanted = getattr(load_check(check.path), "process_env", None)
+    return {**base, **(wanted(base) if wanted is not None else {})}
+
+
+def warm_imports(check: PlannedCheck) -> tuple[str, ...]:
+    """The modules ``check``'s class names for the warm process to import before its process is forked."""
+    from gpuaccept.checks import load_check
+
+    return tuple(getattr(load_check(check.path), "warm_imports", ()))
+
+
+def imports_beside(check: PlannedCheck) -> bool:
+    """Whether the warm process may import other checks' modules while ``check`` runs (its class's
+    ``imports_beside``: one busy CPU core changes nothing it measures)."""
+    from gpuaccept.checks import load_check
+
+    return bool(getattr(load_check(check.path), "imports_beside", False))
+
+
+def is_distributed(check: PlannedCheck) -> bool:
+    """Whether ``check`` runs as one process per rank (its class sets ``distributed = True``)."""
+    from gpuaccept.checks import load_check
+
+    return bool(getattr(load_check(check.path), "distributed", False))

@@ -42,6 +42,10 @@ from gpuaccept.node.zygote import FD_ENV, PARENT_ENV
 ENV = "GPUACCEPT_ZYGOTE"
 #: seconds the warm process has to report the end of a check process it was asked to kill
 REAP_S = 10.0
+#: seconds a ready, idle warm process has to answer a fork request (its pid) before it counts as hung
+FORK_ANSWER_S = 5.0
+#: more seconds for a request whose ``imports`` the warm process has not imported yet
+FORK_IMPORT_S = 30.0
 _OFF = ("0", "off", "no", "false", "spawn")
 
 
@@ -51,6 +55,22 @@ class WarmGone(Exception):
 
 class WarmPoisoned(WarmGone):
     """The warm process may not fork any more: a fork could not use CUDA (an import started it there)."""
+
+
+class WarmHung(WarmGone):
+    """The warm process does not answer a fork request (stopped, or hung): the runner stops it and starts the
+    check the old way; the check is not to blame."""
+
+
+def stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (SIGSTOP, SIGTSTP) or traced: state ``T`` or ``t`` in /proc."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return False
+    fields = stat.rsplit(b")", 1)[-1].split()
+    return bool(fields) and fields[0] in (b"T", b"t")
 
 
 def start_warm() -> WarmProcess | None:
@@ -106,6 +126,9 @@ class ForkedChild:
         #: why the warm process refused to fork it (then it runs in :attr:`fresh`)
         self.refused: str | None = None
         self.fresh: Spawned | None = None
+        #: when the request was sent, and the seconds the warm process has to answer it once idle
+        self.asked_at = time.monotonic()
+        self.answer_s = FORK_ANSWER_S
 
     def start_fresh(self, why: str) -> None:
         """The warm process refused the fork (``why``): run this process in a fresh interpreter instead."""
@@ -121,6 +144,8 @@ class ForkedChild:
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
+        """Its exit status; TimeoutExpired after ``timeout`` seconds, :class:`WarmHung` when the warm process
+        does not fork it (:meth:`unanswered`)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.returncode is None:
             left = 3600.0 if deadline is None else deadline - time.monotonic()
@@ -128,9 +153,28 @@ class ForkedChild:
                 raise subprocess.TimeoutExpired(f"check process {self.pid}", timeout or 0)
             if self.fresh is not None:
                 self.returncode = self.fresh.wait(None if deadline is None else left)
-            else:
-                self.warm.pump(left)
+                continue
+            self.warm.pump(min(left, 0.25))
+            why = self.unanswered() if self.returncode is None else None
+            if why:
+                raise WarmHung(why)
         return self.returncode
+
+    def unanswered(self) -> str | None:
+        """Why the warm process counts as hung on this request (None while it may still answer): it is stopped
+        (it can neither fork this process nor report its end), or it was ready and idle (no import beside a check
+        pending) for ``answer_s`` seconds without forking."""
+        if self.warm.gone is not None or self.fresh is not None:
+            return None
+        pid = self.warm.proc.pid
+        if stopped(pid):
+            return f"the warm process (pid {pid}) is stopped (SIGSTOP or a debugger) and cannot fork or report"
+        if self.pid is not None:
+            return None
+        idle = self.warm.idle_since()
+        if idle is not None and time.monotonic() - max(idle, self.asked_at) > self.answer_s:
+            return f"the warm process (pid {pid}) did not answer a fork request in {self.answer_s:g} s"
+        return None
 
     def kill_group(self) -> None:
         """SIGKILL the process's session. Not forked yet: the request is cancelled while the warm process
@@ -153,6 +197,8 @@ class ForkedChild:
             self.wait(REAP_S)
         except subprocess.TimeoutExpired:
             self.warm.stop(f"it did not reap a killed check process within {REAP_S:g} s")
+        except WarmHung as exc:
+            self.warm.stop(str(exc))
 
 
 class WarmProcess:
@@ -188,6 +234,11 @@ class WarmProcess:
         self.gone: str | None = None
         #: why it may no longer fork: a fork could not use CUDA (from its ``ready`` or a refusal)
         self.poisoned: str | None = None
+        #: when its first message came, and when it last answered a preload (``time.monotonic()``)
+        self.ready_at: float | None = None
+        self.preloaded_at = 0.0
+        #: modules it was asked to import (a fork request's ``imports``, preloads)
+        self.imported: set[str] = set()
 
     def spawn(self, module: str, request: dict[str, Any], env: Mapping[str, str], log: Path,
               imports: tuple[str, ...] = ()) -> ForkedChild:
@@ -199,6 +250,9 @@ class WarmProcess:
             raise WarmPoisoned(f"the warm process cannot fork safely: {self.poisoned}")
         self.next_id += 1
         child = ForkedChild(self, self.next_id, (module, request, dict(env), log))
+        if not set(imports) <= self.imported:
+            child.answer_s += FORK_IMPORT_S
+        self.imported.update(imports)
         msg = {"id": child.id, "module": module, "request": request, "env": dict(env), "log": str(log),
                "cwd": os.getcwd(), "imports": list(imports)}
         try:
@@ -220,6 +274,7 @@ class WarmProcess:
         except OSError:
             return None
         asked = Preload(list(modules), beside)
+        self.imported.update(modules)
         self.preloads.append(asked)
         return asked
 
@@ -242,6 +297,12 @@ class WarmProcess:
             line, self.buf = self.buf.split(b"\n", 1)
             self._dispatch(json.loads(line))
 
+    def idle_since(self) -> float | None:
+        """Since when it has been ready with no preload pending (None while it imports)."""
+        if self.ready_at is None or any(p.seconds is None for p in self.preloads):
+            return None
+        return max(self.ready_at, self.preloaded_at)
+
     def wait_ready(self, timeout: float) -> dict[str, Any] | None:
         """Its first message (pid, memory, threads, failed imports), or None if it did not come in time."""
         deadline = time.monotonic() + timeout
@@ -261,12 +322,14 @@ class WarmProcess:
         if "ready" in msg:
             self.ready = msg
             self.poisoned = msg.get("poisoned") or None
+            self.ready_at = time.monotonic()
             return
         if "preloaded" in msg:
             waiting = next((p for p in self.preloads if p.seconds is None), None)
             if waiting is not None:
                 waiting.failed = [str(f) for f in msg.get("failed", [])]
                 waiting.seconds = float(msg.get("seconds", 0.0))
+                self.preloaded_at = time.monotonic()
             return
         rid = int(msg["id"])
         if rid in self.cancelled:  # forked before the cancel arrived

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from gpuaccept.inputs import one_line
 from gpuaccept.model import CheckResult, ClusterReport, Metric, NodeReport, Status, Verdict, state_label
 from gpuaccept.report.budget_view import BudgetRow, BudgetView, budget_views
 from gpuaccept.report.views import (
@@ -200,4 +201,5 @@ def render_markdown(report: NodeReport | ClusterReport, analysis: dict[str, Any]
         if cluster:
             lines += [f"#### {md(n.host)}: {n.verdict.value if not n.missing else 'missing'}", ""]
         lines += _node_table(n)
-    return "\n".join(lines).rstrip() + "\n"
+    text = "\n".join(lines).rstrip()
+    return "\n".join(one_line(line) for line in text.split("\n")) + "\n"  # no ESC or bidi control reaches a tty

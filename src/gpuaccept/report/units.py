@@ -64,6 +64,8 @@ def fmt_number(x: float | None) -> str:
         return "n/a"
     if x == 0:
         return "0"
+    if abs(x) >= 1e15:  # never a 300-digit number
+        return f"{x:.3g}"
     if abs(x) >= 1000:
         return f"{x:,.0f}"
     if abs(x) >= 100:

@@ -156,7 +156,13 @@ def _outlier(s: Samples, key: SampleKey, sku: int, node: int, device: str | None
 
 
 def analyze_samples(s: Samples, policy: OutlierPolicy | None = None) -> dict[str, Any]:
-    """The analysis dict (module docstring) of already collected samples."""
+    """The analysis dict (module docstring) of already collected samples. Values near the float range's ends
+    (a hostile ``-1e308``) give infinite deviations, judged as such, without numpy's overflow warnings."""
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        return _analyze_samples(s, policy)
+
+
+def _analyze_samples(s: Samples, policy: OutlierPolicy | None) -> dict[str, Any]:
     pol = policy or OutlierPolicy()
     result: dict[str, Any] = {"outliers": [], "stats": {}, "policy": {k: v for k, v in asdict(pol).items()
                                                                       if k != "abs_floor"},

@@ -7,12 +7,16 @@ written costs a warning, never the measurement.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from gpuaccept.errors import GpuacceptError
-from gpuaccept.model import ClusterReport, NodeReport
+from gpuaccept.model import ClusterReport, NodeReport, Verdict
 
 DB_HELP = ("history database URL: sqlite:///PATH or postgresql://USER@HOST[:PORT]/DB "
            "(default: $GPUACCEPT_DB, else ~/.local/share/gpuaccept/history.db)")
@@ -31,15 +35,43 @@ def save(report: NodeReport | ClusterReport, args: argparse.Namespace, where: Pa
 
 def store(report: NodeReport | ClusterReport, where: Path, *, db: str | None, off: bool = False) -> bool:
     """Store ``report`` in the history at ``db`` (None: the default one) unless ``off``; print one line to stderr
-    either way (``where``: the report on disk, named when it could not be stored). Never raises."""
+    either way (``where``: the report on disk, named when it could not be stored). Never raises. A stop signal
+    that comes while the row is written waits for it (:func:`deferred_stop`), and is then acted on for a run that
+    had finished (an interrupted run is already stopping)."""
     if off:
         return False
     from gpuaccept.results.history import record
 
+    with deferred_stop() as caught:
+        try:
+            note = record(report, db)
+        except GpuacceptError as exc:
+            print(f"gpuaccept: warning: not stored in the history ({exc}); the report is in {where}",
+                  file=sys.stderr)
+            note = ""
+    if caught and report.verdict is not Verdict.INTERRUPTED:  # a finished run's stop comes after its row
+        signal.raise_signal(caught[0])
+    if note:
+        print(f"[RESULT] {note}", file=sys.stderr, flush=True)
+    return bool(note)
+
+
+STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def deferred_stop() -> Iterator[list[int]]:
+    """SIGINT, SIGTERM and SIGHUP noted (in the list yielded), not acted on, while the history row is written:
+    a second stop during a wait for a locked database must not lose the row. Outside the main thread: nothing."""
+    caught: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield caught
+        return
+    old = {sig: signal.getsignal(sig) for sig in STOPS}
+    for sig in STOPS:
+        signal.signal(sig, lambda signum, frame: caught.append(signum))
     try:
-        note = record(report, db)
-    except GpuacceptError as exc:
-        print(f"gpuaccept: warning: not stored in the history ({exc}); the report is in {where}", file=sys.stderr)
-        return False
-    print(f"[RESULT] {note}", file=sys.stderr, flush=True)
-    return True
+        yield caught
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)

@@ -199,6 +199,7 @@ def _entry_rows(baseline: Baseline, sku_filter: str | None) -> list[dict[str, An
 
 def cmd_show(args: argparse.Namespace) -> int:
     from gpuaccept.errors import UsageError
+    from gpuaccept.inputs import one_line
     from gpuaccept.results.baseline import load_baseline
 
     baseline = load_baseline(args.file)
@@ -213,20 +214,21 @@ def cmd_show(args: argparse.Namespace) -> int:
         return 0
     src = [f"{k} {v}" for k, v in (("created", baseline.created), ("nodes", baseline.nodes),
                                    ("runs", baseline.runs), ("by", baseline.tool)) if v is not None]
-    print(f"{args.file}: {len(baseline)} metric(s), {len(baseline.skus)} SKU(s)" + (f"; {', '.join(src)}"
-                                                                                    if src else ""))
+    print(one_line(f"{args.file}: {len(baseline)} metric(s), {len(baseline.skus)} SKU(s)"
+                   + (f"; {', '.join(src)}" if src else "")))
     header = ("sku", "metric", "dtype", "size_bytes", "value", "unit", "mad", "mad%", "n", "nodes")
     table = [header]
     for r in rows:
         pct = f"{100 * r['mad'] / abs(r['value']):.2f}" if r["value"] else "-"
         table.append((r["sku"], r["metric"], r.get("dtype", "-"), str(r.get("size_bytes", "-")), f"{r['value']:g}",
                       r["unit"], f"{r['mad']:g}", pct, str(r["n"]), str(r.get("nodes", "-"))))
-    widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
-    for row in table:
-        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    cells = [[one_line(str(c)) for c in row] for row in table]  # a name in the file is no control sequence
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    for row in cells:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
     rules = baseline.rules()
     label = "thresholds" if baseline.thresholds else "thresholds (default)"
-    print(f"{label}: " + "; ".join(r.describe() for r in rules))
+    print(one_line(f"{label}: " + "; ".join(r.describe() for r in rules)))
     return 0
 
 

@@ -144,7 +144,7 @@ def _num(x: float | None, digits: int = 6) -> str:
 
 
 def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x * 100:+.1f}%"
+    return "-" if x is None or not math.isfinite(x) else f"{x * 100:+.1f}%"
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:

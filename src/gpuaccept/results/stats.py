@@ -153,7 +153,7 @@ def group_median(values: FloatArray, groups: IntArray, n_groups: int | None = No
     hi = starts + counts // 2
     lo = np.where(nonempty, lo, 0)
     hi = np.where(nonempty, np.minimum(hi, values.size - 1), 0)
-    med = 0.5 * (ordered[lo] + ordered[hi])
+    med = 0.5 * ordered[lo] + 0.5 * ordered[hi]  # no overflow at the float range's ends
     return np.where(nonempty, med, np.nan), counts
 
 
