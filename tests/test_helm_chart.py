@@ -94,7 +94,7 @@ CASES = {
          "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
          "gpuResource": "nvidia.com/mig-7g.80gb", "timeLimitMinutes": 30}, "ignored-release", "gpu-team"),
     "digit-name-no-gpus-skip": (
-        ["--name", "2026-acceptance", "--nodes", "3", "--image", "img:1", "--run-id", "run.3",
+        ["--name", "2026-acceptance", "--nodes", "3", "--gpus-per-node", "0", "--image", "img:1", "--run-id", "run.3",
          "--profile", "full", "--skip", "memtest,nbody", "--env", "GPUACCEPT_HOSTNAME=pinned"],
         {"nodes": 3, "gpusPerNode": 0, "image": "img:1", "runId": "run.3", "profile": "full",
          "skip": ["memtest", "nbody"], "env": {"GPUACCEPT_HOSTNAME": "pinned"}}, "2026-acceptance", "default"),
@@ -105,7 +105,7 @@ CASES = {
         ["--nodes", "1", "--gpus-per-node", "8", "--image", "img", "--run-id", "r3"],
         {"nodes": 1, "gpusPerNode": 8, "image": "img", "runId": "r3"}, "gpuaccept", "default"),
     "master-port": (
-        ["--nodes", "2", "--image", "img", "--run-id", "r4", "--master-port", "29611"],
+        ["--nodes", "2", "--gpus-per-node", "0", "--image", "img", "--run-id", "r4", "--master-port", "29611"],
         {"nodes": 2, "gpusPerNode": 0, "image": "img", "runId": "r4", "masterPort": 29611}, "gpuaccept", "default"),
 }
 
@@ -220,7 +220,7 @@ def test_default_run_id_is_made_like_the_launchers() -> None:
 def test_long_release_name_is_shortened_like_the_launcher(tmp_path: Path) -> None:
     long = "a" * 47 + "-" + "b" * 5  # 53 characters, Helm's longest release name; cut at 48, then the '-' goes
     [doc] = render({"image": "img", "runId": "r1"}, name=long)
-    [theirs] = launcher(tmp_path, "--name", long, "--image", "img", "--run-id", "r1")
+    [theirs] = launcher(tmp_path, "--name", long, "--gpus-per-node", "8", "--image", "img", "--run-id", "r1")
     assert doc["metadata"]["name"] == theirs["metadata"]["name"] == "a" * 47
 
 
