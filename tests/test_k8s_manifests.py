@@ -318,7 +318,7 @@ def test_names_are_made_valid() -> None:
 
 
 def test_too_long_a_name_for_the_pod_hostnames_is_an_error() -> None:
-    spec = command_spec(opts("jobset"), name="j" * 48, nodes=100_000_000)
+    spec = command_spec(opts("jobset"), name="j" * 51, nodes=100_000)  # 51 + "-node-0-" + "99999" = 64
     with pytest.raises(ConfigError, match="at most 63"):
         manifests(spec)
 
