@@ -55,6 +55,7 @@ def run_container(command: list[str], env: dict[str, str], timeout: float = 120)
 def spec_for(kind: str, results: Path, **over: Any) -> JobSpec:
     values: dict[str, Any] = dict(
         name="accept", nodes=1, run_id="r1", results_dir="/unused", image="img", suite_args=list(SUITE),
+        gpus_per_node=0,
         distributed=False, python=sys.executable, env={"QUOTED": "it's \"fine\"\nreally"},
         options=K8sOptions.from_dict({"kind": kind, "pod_results_dir": str(results)}).to_dict())
     values.update(over)

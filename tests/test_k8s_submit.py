@@ -55,7 +55,7 @@ def node_logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """Real container logs of two Job pods: gpu-node-1 passes, gpu-node-2 fails (it expects a GPU)."""
     def one(host: str, extra: list[str]) -> str:
         results = tmp_path_factory.mktemp(host)
-        spec = JobSpec(name="accept", nodes=2, run_id="r1", results_dir="/unused", image="img",
+        spec = JobSpec(name="accept", nodes=2, run_id="r1", results_dir="/unused", image="img", gpus_per_node=0,
                        suite_args=[*SUITE, *extra], distributed=False, python=sys.executable,
                        options=K8sOptions.from_dict({"pod_results_dir": str(results)}).to_dict())
         c = build_manifests(spec, K8sOptions.from_dict(spec.options))[1]["spec"]["template"]["spec"]["containers"][0]
@@ -355,8 +355,8 @@ def test_cli_without_the_kubernetes_package(tmp_path: Path) -> None:
     blocker.mkdir(parents=True)
     (blocker / "__init__.py").write_text("raise ImportError('blocked for the test')\n")
     env = {"PYTHONPATH": f"{blocker.parent}:{ROOT}"}
-    argv = ["launch", "k8s", "--image", "img", "--kubeconfig", str(tmp_path / "none"), "--results-dir",
-            str(tmp_path / "r")]
+    argv = ["launch", "k8s", "--image", "img", "--gpus-per-node", "8", "--kubeconfig", str(tmp_path / "none"),
+            "--results-dir", str(tmp_path / "r")]
     proc = gpuaccept(*argv, **env)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
@@ -403,7 +403,8 @@ def test_detach_then_gather_brings_the_reports_back(api: FakeKubeAPI, node_logs:
     _serve_node_pods(api, tmp_path, node_logs, "r-det")
     results = tmp_path / "results"
     # a relative --kubeconfig: job.json keeps it absolute, so gather works from any directory
-    launch = _cli("launch", "k8s", "--image", "nvcr.io/nvidia/pytorch:25.01-py3", "--nodes", "2", "--name", "accept",
+    launch = _cli("launch", "k8s", "--image", "nvcr.io/nvidia/pytorch:25.01-py3", "--nodes", "2",
+                  "--gpus-per-node", "8", "--name", "accept",
                   "--run-id", "r-det", "--kubeconfig", "kubeconfig", "--results-dir", str(results),
                   "--profile", "quick", "--detach", cwd=tmp_path)
     assert launch.returncode == 0, launch.stdout + launch.stderr
@@ -453,7 +454,8 @@ def test_gather_lists_a_node_that_never_reported(api: FakeKubeAPI, node_logs: di
                                                  tmp_path: Path) -> None:
     kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
     _serve_node_pods(api, tmp_path, node_logs, "r-miss", logs={"gpu-node-1": node_logs["gpu-node-1"]})
-    launch = gpuaccept("launch", "k8s", "--image", "img", "--nodes", "2", "--name", "accept", "--run-id", "r-miss",
+    launch = gpuaccept("launch", "k8s", "--image", "img", "--nodes", "2", "--gpus-per-node", "8", "--name", "accept",
+                       "--run-id", "r-miss",
                        "--kubeconfig", str(kubeconfig), "--results-dir", str(tmp_path / "results"), "--profile",
                        "quick", "--detach")
     assert launch.returncode == 0, launch.stderr
@@ -496,7 +498,8 @@ def test_launch_warns_about_each_report_it_could_not_read(api: FakeKubeAPI, node
     cut = node_logs["gpu-node-2"].split(REPORT_END)[0]  # the container was killed while printing its report
     _serve_node_pods(api, tmp_path, node_logs, "r-cut", logs={"gpu-node-1": node_logs["gpu-node-1"],
                                                               "gpu-node-2": cut})
-    proc = gpuaccept("launch", "k8s", "--image", "img", "--nodes", "2", "--name", "accept", "--run-id", "r-cut",
+    proc = gpuaccept("launch", "k8s", "--image", "img", "--nodes", "2", "--gpus-per-node", "8", "--name", "accept",
+                     "--run-id", "r-cut",
                      "--kubeconfig", str(kubeconfig), "--results-dir", str(tmp_path / "results"), "--profile",
                      "quick", "--poll-interval", "0.2", timeout=180)
     assert proc.returncode == 1, proc.stdout + proc.stderr
