@@ -31,8 +31,8 @@ def test_names_are_secret_unless_known_to_be_configuration() -> None:
 
 @pytest.mark.parametrize("argv", [
     ["slurm", "--nodes", "2", "--partition", "debug", "--device", "cpu"],
-    ["k8s", "--image", "img", "--nodes", "2"],
-    ["runai", "--image", "img", "--nodes", "2", "--project", "team"],
+    ["k8s", "--image", "img", "--nodes", "2", "--gpus-per-node", "8"],
+    ["runai", "--image", "img", "--nodes", "2", "--gpus-per-node", "8", "--project", "team"],
     ["bcp", "--image", "img", "--instance", "dgxa100.80g.8.norm", "--nodes", "2"],
     ["ssh", "--hosts", "gpu-01,gpu-02"],
 ], ids=lambda a: a[0])
