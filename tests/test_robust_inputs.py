@@ -3,6 +3,7 @@ SyntaxError or calls sys.exit when imported; a host name that cannot name a repo
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -30,11 +31,24 @@ def test_a_broken_plugin_is_one_line_and_exit_2(tmp_path: Path, name: str, comma
     assert not (tmp_path / "rep").exists()
 
 
-@pytest.mark.parametrize("host", ["a" * 300, "../../etc", "gpu 01"])
 @pytest.mark.parametrize("command", [["run", "--checks", "steady"], ["healthcheck", "--skip", "env,compute"]])
-def test_a_host_name_that_cannot_name_a_directory_is_exit_2(tmp_path: Path, host: str, command: list[str]) -> None:
-    r = gpuaccept(*command, "--device", "cpu", "--report-dir", str(tmp_path / "rep"), GPUACCEPT_HOSTNAME=host)
+def test_a_host_name_that_cannot_name_a_directory_is_exit_2(tmp_path: Path, command: list[str]) -> None:
+    r = gpuaccept(*command, "--device", "cpu", "--report-dir", str(tmp_path / "rep"), GPUACCEPT_HOSTNAME="a" * 300)
     line = one_error_line(r)
     assert "cannot name a report directory" in line and "set GPUACCEPT_HOSTNAME" in line, line
     assert len(line) < 300
-    assert not any(tmp_path.rglob("*etc*"))
+
+
+@pytest.mark.parametrize(("host", "safe"), [("../../etc", "etc"), ("gpu 01", "gpu-01")])
+@pytest.mark.parametrize("command", [["run", "--checks", "steady"], ["healthcheck", "--skip", "env,compute"]])
+def test_a_host_name_from_the_environment_is_made_safe_and_stays_in_the_report_directory(
+        tmp_path: Path, host: str, safe: str, command: list[str]) -> None:
+    """A host name from the environment is made safe (as it would be read back), never a path out of the report
+    directory (``argtypes.host_part``)."""
+    rep = tmp_path / "rep"
+    r = gpuaccept(*command, "--device", "cpu", "--report-dir", str(rep), GPUACCEPT_HOSTNAME=host)
+    assert r.returncode != 2 and "Traceback" not in r.stderr, r.stderr
+    reports = list(rep.glob("*/report.json"))
+    assert reports and {json.loads(p.read_text())["host"] for p in reports} == {safe}, reports
+    assert all(p.resolve().is_relative_to(rep.resolve()) for p in tmp_path.rglob("*") if p != rep), \
+        sorted(tmp_path.rglob("*"))
