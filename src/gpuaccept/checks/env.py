@@ -387,7 +387,7 @@ class EnvCheck(Check):
     thresholds: ClassVar[tuple[ThresholdRule, ...]] = ()
     timeout_s: ClassVar[dict[str, float]] = {"quick": 60.0, "standard": 60.0, "full": 120.0, "burnin": 120.0}
     key_metric = "gpu_count"
-    metrics = ("gpu_count", "cpu_count", "host_memory_gib")
+    metrics = ("gpu_count", "cpu_count", "host_memory_gib", "pci_gpu_count")
     imports_beside = True  # takes stock; a tiny kernel, not timed
 
     @classmethod
