@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 from collections.abc import Iterator
 
 import pytest
@@ -38,3 +39,14 @@ def _isolated_history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None
         os.environ.pop("GPUACCEPT_DB", None)
     else:
         os.environ["GPUACCEPT_DB"] = old
+
+
+@pytest.fixture(autouse=True)
+def _stop_signals_restored() -> Iterator[None]:
+    """A test that changes how this process handles SIGINT, SIGTERM or SIGHUP must not change it for later tests:
+    a SIGINT left ignored here is inherited by every process a later test starts, which then ignores Ctrl-C."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    yield
+    for sig, handler in saved.items():
+        if handler is not None and signal.getsignal(sig) is not handler:
+            signal.signal(sig, handler)
