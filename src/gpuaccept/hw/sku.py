@@ -33,7 +33,7 @@ _TOP_KEYS = {"version", "defaults", "skus"}
 _DEFAULTS_KEYS = {"pass_fractions"}
 _SKU_REQUIRED = {"id", "name", "source", "match", "compute_capability", "memory_gib", "peak_tflops",
                  "memory_bandwidth_gbs", "pcie", "nvlink_gbs", "max_power_w"}
-_SKU_OPTIONAL = {"exclude", "pass_fractions", "nvlink_all_pairs"}
+_SKU_OPTIONAL = {"exclude", "pass_fractions", "nvlink_all_pairs", "fp64_vector_tflops"}
 _PCIE_KEYS = {"gen", "width"}
 _ID_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _CC_RE = re.compile(r"^\d+\.\d+$")
@@ -71,6 +71,9 @@ class Sku:
     pass_fractions: Mapping[str, float] = field(hash=False)
     nvlink_all_pairs: bool = False
     """NVLink joins every pair of GPUs on every board this part ships on (NVSwitch, or a full mesh)."""
+    fp64_vector_tflops: float | None = None
+    """FP64 peak of the CUDA cores (no tensor cores) in TFLOP/s, what a hand-written fp64 kernel can reach
+    (``peak_tflops['fp64']`` is the tensor-core figure DGEMM reaches); None where the datasheet omits it."""
 
     def peak_tflops(self, dtype: str) -> float | None:
         """Dense spec peak in TFLOP/s for ``dtype`` (``fp64`` ... ``fp8``), None if not specified."""
@@ -196,6 +199,8 @@ def _parse_sku(raw: Any, source: str, key: str, default_fractions: dict[str, flo
         max_power_w=_number(d["max_power_w"], source, f"{key}.max_power_w"),
         pass_fractions=MappingProxyType(fractions),
         nvlink_all_pairs=all_pairs,
+        fp64_vector_tflops=None if d.get("fp64_vector_tflops") is None
+        else _number(d["fp64_vector_tflops"], source, f"{key}.fp64_vector_tflops"),
     )
 
 
