@@ -44,6 +44,12 @@ def unjudged_on_gpu(metrics: Sequence[Metric], device: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def how_to_expect(check: str | None) -> str:
+    """How a user gives a figure an expectation: a fleet baseline, or a bound in the config."""
+    where = f"checks.{check}.thresholds" if check else "checks.<check>.thresholds"
+    return f"give it one with run --baseline FILE or a rule in {where} of --config"
+
+
 def judge(
     outcome: Outcome,
     defaults: Sequence[ThresholdRule] = (),
@@ -51,6 +57,7 @@ def judge(
     *,
     require_gpu: bool = False,
     device: str = "cpu",
+    check: str | None = None,
 ) -> Judgement:
     """Apply thresholds to ``outcome``; the result is never better than the check's own status.
 
@@ -59,7 +66,8 @@ def judge(
     else the last matching built-in rule (``defaults``). A skip caused by the
     absence of a GPU becomes a failure when ``require_gpu`` is set. On ``device`` ``cuda``, a
     performance figure that finds neither bound nor expectation is a WARN naming it
-    (:func:`unjudged_on_gpu`); on ``cpu`` it stays "measured, not judged".
+    (:func:`unjudged_on_gpu`) whose reason says how to give it one (:func:`how_to_expect`, naming ``check``);
+    on ``cpu`` it stays "measured, not judged".
     """
     if outcome.status is Status.SKIP:
         if require_gpu and outcome.needs_gpu:
@@ -79,7 +87,8 @@ def judge(
         statuses.append(Status.WARN)
         problems[Status.WARN].append(f"no expectation for {', '.join(missing[:MAX_LISTED])}"
                                      + (f" and {len(missing) - MAX_LISTED} more" if len(missing) > MAX_LISTED
-                                        else "") + " (no SKU entry, fabric or baseline): not judged")
+                                        else "") + " (no SKU entry, fabric or baseline): not judged; "
+                                     + how_to_expect(check))
 
     status = worst(*statuses)
     listed = problems[Status.FAIL] + problems[Status.WARN]

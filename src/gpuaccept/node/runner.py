@@ -553,7 +553,7 @@ class Runner:
             overlay_baseline(CheckResult(check.name, outcome.status, outcome.reason, metrics=outcome.metrics,
                                          details=outcome.details), self.report, base, rules)
         j = judge(outcome, check.defaults, check.overrides, require_gpu=self.plan.require_gpu,
-                  device=self.plan.device)
+                  device=self.plan.device, check=check.name)
         return CheckResult(check.name, j.status, j.reason, duration_s=elapsed, metrics=j.metrics,
                            details=outcome.details, host=self.host)
 
