@@ -17,7 +17,8 @@ import pytest
 
 from gpuaccept.checks import BUILTIN_MODULES, registry
 from gpuaccept.checks.base import Check, CheckContext
-from gpuaccept.checks.metricnames import globs_overlap, produces
+from gpuaccept.checks.metricnames import NOT_PERFORMANCE, globs_overlap, performance_expected, produces
+from gpuaccept.model import Metric
 
 DATA = Path(__file__).parent / "data"
 SRC = Path(__file__).resolve().parent.parent / "src" / "gpuaccept"
@@ -182,6 +183,41 @@ def test_what_a_check_produces_on_cpu_is_declared(name: str, tmp_path: Path) -> 
     names = {m.name for m in out.metrics}
     assert names, (name, out.status, out.reason)
     assert sorted(n for n in names if not declared_match(cls, n)) == []
+    assert misflagged(out.metrics) == []
+
+
+def misflagged(metrics: list[Metric]) -> list[tuple[str, str, bool]]:
+    """(name, unit, flag) of each figure whose ``performance`` flag disagrees with the decision: every rate,
+    bandwidth or time is a performance figure unless :data:`NOT_PERFORMANCE` says why not (issue 25 item 3)."""
+    return sorted({(m.name, m.unit, m.performance) for m in metrics if m.performance != performance_expected(m.name,
+                                                                                                           m.unit)})
+
+
+def test_the_flag_decision_is_rate_like_minus_the_listed_exceptions() -> None:
+    assert performance_expected("nbody_gflops", "GFLOP/s") and performance_expected("train_step_ms", "ms")
+    assert performance_expected("disk_rand_read_iops", "IO/s") and performance_expected("ddp_samples_per_s",
+                                                                                         "samples/s")
+    assert performance_expected("allreduce_busbw_large_gbs", "GB/s")  # the per-size glob does not swallow it
+    assert not performance_expected("allreduce_busbw_gbs", "GB/s") and not performance_expected("stress_tflops_end",
+                                                                                              "TFLOP/s")
+    assert not performance_expected("temperature_c", "C") and not performance_expected("gpu_count", "count")
+    declared = [p for c in BUILTIN.values() for p in c.metrics or ()]
+    for glob in NOT_PERFORMANCE:  # an exception that names no declared metric is dead
+        assert any(globs_overlap(glob, p) for p in declared), glob
+    assert misflagged([Metric("x_gbs", 1.0, "GB/s")]) == [("x_gbs", "GB/s", False)]
+
+
+def test_recorded_nccl_tests_and_disk_figures_are_flagged_as_decided() -> None:
+    from gpuaccept.checks.disk import DiskCheck
+    from gpuaccept.checks.disk_io import figures_from_fio, parse_fio_json
+    from gpuaccept.nccltests.judge import judge
+    from gpuaccept.nccltests.parse import parse_any
+
+    res = judge(parse_any((DATA / "nccl-tests" / "current_2hosts_h100.txt").read_text()), "all_reduce")
+    assert any(m.performance for m in res.metrics) and misflagged(res.metrics) == []
+    fig = figures_from_fio(parse_fio_json((DATA / "fio" / "direct.json").read_text()), True, 32)
+    out = DiskCheck._outcome(fig, Metric("disk_free_gib", 9.0, "GiB"), {}, "/x", 16, 1.0)
+    assert misflagged(out.metrics) == []
 
 
 GPU_CHECKS = ["health", "compute", "memory", "memtest", "stress", "agreement", "nbody", "train"]
@@ -202,3 +238,4 @@ def test_what_a_check_produces_on_a_gpu_is_declared(name: str, tmp_path: Path) -
     names = {m.name for m in out.metrics}
     assert names, (name, out.status, out.reason)
     assert sorted(n for n in names if not declared_match(cls, n)) == []
+    assert misflagged(out.metrics) == []

@@ -169,7 +169,8 @@ class DdpTrainCheck(DistributedCheck):
         slowest = float(elapsed.item())
         samples_per_s = rc.world_size * batch * (steps - 1) / slowest if slowest > 0 else math.nan
         tags: dict[str, str | int | float] = {"rank": rc.rank, "world_size": rc.world_size, "steps": steps}
-        metrics = [Metric("ddp_step_ms", statistics.median(step_ms), "ms", device=rc.device_label, tags=dict(tags))]
+        metrics = [Metric("ddp_step_ms", statistics.median(step_ms), "ms", device=rc.device_label, tags=dict(tags),
+                          performance=True)]
         details: dict[str, Any] = {"backend": backend, "world_size": rc.world_size, "rank": rc.rank,
                                    "host": rc.host_of(rc.rank), "launcher": rc.launcher,
                                    "param_sha256": digests[rc.rank].hex()}
@@ -180,7 +181,7 @@ class DdpTrainCheck(DistributedCheck):
                 Metric("ddp_loss_last", last, "loss", tags=dict(tags)),
                 Metric("ddp_loss_drop", drop, "fraction", tags=dict(tags),
                        threshold=Threshold(">=", min_drop, Status.FAIL, "param:min_loss_drop")),
-                Metric("ddp_samples_per_s", samples_per_s, "samples/s", tags=dict(tags)),
+                Metric("ddp_samples_per_s", samples_per_s, "samples/s", tags=dict(tags), performance=True),
                 Metric("ddp_param_mismatch_ranks", float(len(bad)), "count", tags=dict(tags)),
             ]
             step = max(1, steps // 20)

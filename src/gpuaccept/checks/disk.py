@@ -176,7 +176,7 @@ class DiskCheck(Check):
                                   ("disk_rand_write_iops", f.rand_write_iops, "IO/s"),
                                   ("disk_rand_read_iops", f.rand_read_iops, "IO/s")):
             if value is not None:
-                metrics.append(Metric(name, round(value, 3), unit, tags=dict(tags)))
+                metrics.append(Metric(name, round(value, 3), unit, tags=dict(tags), performance=True))
         how = f"{f.engine}, O_DIRECT {'on' if f.direct else 'off'}, random at queue depth {f.iodepth}"
         reason = (f"{base}: seq write {f.seq_write_mbs or 0:.0f} MB/s, read {f.seq_read_mbs or 0:.0f} MB/s; "
                   f"4k random write {f.rand_write_iops or 0:.0f} IOPS, read {f.rand_read_iops or 0:.0f} IOPS "

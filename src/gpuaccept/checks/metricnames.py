@@ -9,6 +9,7 @@ and ``gemm_fp32_tflop`` is of no check. :func:`rule_problem` turns that into the
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -174,3 +175,36 @@ def rule_finding(metric: str, registry: Mapping[str, type[Check]], selected: Col
 
 def _shown(names: list[str], most: int = 12) -> str:
     return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "") or "none"
+
+
+RATE_UNITS = ("ms", "us", "MHz")
+"""Units of a time or frequency figure; with every unit ending in ``/s`` they make a figure rate-like."""
+
+
+def rate_like(unit: str) -> bool:
+    """Whether a figure in ``unit`` is a rate, a bandwidth or a time (``GB/s``, ``IO/s``, ``ms``...)."""
+    return unit.endswith("/s") or unit in RATE_UNITS
+
+
+NOT_PERFORMANCE: dict[str, str] = {
+    "stress_tflops_start": "part of stress_throughput_drop, judged by max_drop (stress_tflops is the figure)",
+    "stress_tflops_end": "part of stress_throughput_drop, judged by max_drop (stress_tflops is the figure)",
+    "stress_sm_clock_mhz": "telemetry; throttling is judged by stress_throttle_fraction",
+    "memtest_gbs": "the speed of the verification loop, not of the memory (d2d_copy_gbs judges that)",
+    "*_time_us": "one row of the size sweep; the large-message busbw is the judged figure",
+    "*_algbw_gbs": "one row of the size sweep; the large-message busbw is the judged figure",
+    "*_busbw_gbs": "one row of the size sweep; the large-message busbw is the judged figure",
+    "*_avg_busbw_gbs": "nccl-tests' average over every size, latency-bound ones included: set by the size range",
+    "broadcast_busbw_large_gbs": "no fabric model for broadcast yet (a healthy node would warn)",
+    "sendrecv_busbw_large_gbs": "no fabric model for sendrecv yet (a healthy node would warn)",
+    "rdma_port_rate_gbps": "the negotiated link rate read from sysfs, judged by fabric against the expected rate",
+}
+"""Rate-like figures (:func:`rate_like`) that are not performance figures, by name glob, and why. Every
+other rate-like figure a check reports carries ``Metric.performance`` and must find an expectation on a GPU
+node (the SKU table, the fabric model, a baseline or a rule), else its check WARNs naming it."""
+
+
+def performance_expected(name: str, unit: str) -> bool:
+    """Whether a figure ``name`` in ``unit`` must be flagged a performance figure: rate-like and not in
+    :data:`NOT_PERFORMANCE`."""
+    return rate_like(unit) and not any(fnmatch.fnmatchcase(name, p) for p in NOT_PERFORMANCE)

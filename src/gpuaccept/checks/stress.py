@@ -22,8 +22,10 @@ clocks_throttle_reasons.active --format=csv -lms 1000`` (see
 the details say so. The closest reference commands are ``gpu-burn -d 300``
 and ``dcgmi diag -r targeted_stress``.
 
-Metrics per device: ``stress_tflops`` (median window, TFLOP/s),
-``stress_tflops_start`` and ``stress_tflops_end``, ``stress_throughput_drop``
+Metrics per device: ``stress_tflops`` (median window, TFLOP/s; the performance figure: on a GPU of the SKU
+table expected at the dtype's dense GEMM peak, bound ``stress`` pass fraction x peak, see
+:func:`~gpuaccept.checks.sku_expect.stress_expectation`), ``stress_tflops_start`` and ``stress_tflops_end``
+(parts of the drop, not judged on their own), ``stress_throughput_drop``
 (fraction ``1 - end/start``, threshold ``<= max_drop``), ``stress_mismatches``
 (iterations whose C differs from the first, default threshold ``max 0``),
 ``stress_ref_error`` (max relative error of the first C against fp64),
@@ -52,7 +54,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from gpuaccept.checks import estimates
 from gpuaccept.checks.base import (
@@ -66,9 +68,13 @@ from gpuaccept.checks.base import (
     torch_devices_or_skip,
 )
 from gpuaccept.checks.compute import GEMM_TOLERANCE, fp32_matmul_mode, gemm_error, gemm_flops, torch_dtype
+from gpuaccept.checks.sku_expect import stress_expectation
 from gpuaccept.checks.timing import burst_note, synchronize, warm_up
 from gpuaccept.errors import GpuacceptError
 from gpuaccept.model import Metric, Status, Threshold
+
+if TYPE_CHECKING:
+    from gpuaccept.hw.sku import Sku
 
 FAULT_ENV = "GPUACCEPT_TEST_STRESS_FAULT"
 STRESS_DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16")
@@ -382,11 +388,16 @@ class StressCheck(Check):
         finally:
             samples = sampler.stop() if sampler is not None else {}
             torch.set_num_threads(old_threads)
-        return self._outcome(results, samples, p, details)
+        skus = _skus_of(devices) if on_gpu else {}
+        if skus:
+            details["sku"] = {d: s.id if s else None for d, s in skus.items()}
+        return self._outcome(results, samples, p, details, skus)
 
     @staticmethod
     def _outcome(results: list[StressResult], samples: Mapping[str, list[Any]], p: Mapping[str, Any],
-                 details: dict[str, Any]) -> Outcome:
+                 details: dict[str, Any], skus: Mapping[str, Sku | None] | None = None) -> Outcome:
+        """The outcome of ``results``; ``skus`` (by device, GPUs only) give ``stress_tflops`` its expectation
+        (:func:`~gpuaccept.checks.sku_expect.stress_expectation`)."""
         from gpuaccept.hw.nvml_sampler import summarize
 
         max_drop, max_throttle = float(p["max_drop"]), float(p["throttle_fraction"])
@@ -399,7 +410,7 @@ class StressCheck(Check):
             drop = throughput_drop(start, end)
             tol = GEMM_TOLERANCE[r.dtype]
             metrics += [
-                Metric("stress_tflops", r.median_tflops, "TFLOP/s", r.device, tags=dict(tags)),
+                _rate(r, (skus or {}).get(r.device), tags),
                 Metric("stress_tflops_start", start, "TFLOP/s", r.device, tags=dict(tags)),
                 Metric("stress_tflops_end", end, "TFLOP/s", r.device, tags=dict(tags)),
                 Metric("stress_throughput_drop", drop, "fraction", r.device, tags=dict(tags),
@@ -456,6 +467,23 @@ class StressCheck(Check):
             f"{len(results)} device(s), {details['duration_s']:g} s {low.dtype} N={low.size}: "
             f"{sum(r.iterations for r in results)} GEMMs, all equal to the first and to fp64; "
             f"min {low.median_tflops:.3g} TFLOP/s ({low.device}), largest drop {worst:.0%}", metrics, **details)
+
+
+def _rate(r: StressResult, sku: Sku | None, tags: dict[str, str | int | float]) -> Metric:
+    """``stress_tflops``, the performance figure (start and end are parts of the judged drop), with the SKU's
+    expectation where the table has the dtype's peak."""
+    m = Metric("stress_tflops", r.median_tflops, "TFLOP/s", r.device, tags=dict(tags), performance=True)
+    exp = stress_expectation(sku, r.dtype)
+    return exp.apply(m) if exp is not None else m
+
+
+def _skus_of(devices: list[Any]) -> dict[str, Sku | None]:
+    """SKU (or None) per ``cuda:i`` device, from the name torch reports."""
+    import torch
+
+    from gpuaccept.hw.sku import match_sku
+
+    return {str(d): match_sku(torch.cuda.get_device_name(d)) for d in devices}
 
 
 CHECKS = (StressCheck,)

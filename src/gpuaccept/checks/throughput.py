@@ -278,7 +278,7 @@ class ThroughputCheck(Check):
                 del model
                 label = str(dev)
                 metrics.append(Metric(f"throughput_{name}_samples_s", round(r.samples_s, 3), "samples/s", label,
-                                      tags={"dtype": amp, **shape}))
+                                      tags={"dtype": amp, **shape}, performance=True))
                 results.setdefault(label, {})[name] = {"samples_s": round(r.samples_s, 3), "steps": r.steps,
                                                        "seconds": round(r.seconds, 3), "loss": r.loss, "dtype": amp}
                 ctx.log(f"{label} {name} {amp}: {r.samples_s:.1f} samples/s ({r.steps} steps in {r.seconds:.2f} s, "

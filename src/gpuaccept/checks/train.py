@@ -209,7 +209,7 @@ class TrainCheck(Check):
                 Metric("train_loss_last", r.last, "loss", device=label, tags=dict(tags)),
                 Metric("train_loss_drop", r.drop, "fraction", device=label, tags=dict(tags),
                        threshold=Threshold(">=", min_drop, Status.FAIL, "param:min_loss_drop")),
-                Metric("train_step_ms", median_ms, "ms", device=label, tags=dict(tags)),
+                Metric("train_step_ms", median_ms, "ms", device=label, tags=dict(tags), performance=True),
             ]
             details["devices"][label] = {"loss_curve": _downsample(r.losses, 20)}
             ctx.log(f"{label}: loss {r.first:.4g} -> {r.last:.4g} ({r.drop:.0%} drop) in {steps} steps, "
