@@ -143,3 +143,45 @@ def test_launch_summary_says_what_was_not_compared(capsys: pytest.CaptureFixture
     assert "1 not compared (fewer than 3 nodes)" in out
     analysed(fleet(5, nodes=3))
     assert capsys.readouterr().out == ""  # everything compared, nothing found: nothing to add
+
+
+def test_fail_on_outliers_is_not_a_silent_pass_when_nothing_was_compared(tmp_path: Path) -> None:
+    """A user asking to fail on outliers gets exit 1 and one line why when no group could be compared."""
+    nothing, partly = tmp_path / "nothing.json", tmp_path / "partly.json"
+    nothing.write_text(json.dumps(fleet(5, nodes=2, gpus=1).to_dict()))
+    partly.write_text(json.dumps(fleet(18, nodes=2).to_dict()))
+    r = gpuaccept("analyze", str(nothing), "--fail-on-outliers")
+    ok(r, 1)
+    (line,) = r.stderr.strip().splitlines()
+    assert line == (f"gpuaccept analyze: --fail-on-outliers: nothing was compared, no outlier can be found "
+                    f"({len(METRICS) + 1} SKU/metric group(s): {len(METRICS)} not compared (fewer than 3 nodes and "
+                    "fewer than 3 GPUs in any node), 1 not compared (fewer than 3 nodes))")
+    assert "Traceback" not in r.stderr
+    ok(gpuaccept("analyze", str(nothing)))  # without the flag nothing is asked: the output says it, exit 0
+    assert json.loads(ok(gpuaccept("analyze", str(nothing), "--json", "--fail-on-outliers"), 1))["outliers"] == []
+    ok(gpuaccept("analyze", str(partly), "--fail-on-outliers"))  # compared within nodes, no outlier: 0
+
+
+def test_junit_and_prometheus_carry_the_coverage_of_the_analysis() -> None:
+    import xml.etree.ElementTree as ET
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from gpuaccept.report.junit import render_junit
+    from gpuaccept.report.prometheus import render_prometheus
+
+    cluster = with_analysis(fleet(5, nodes=2, gpus=1))
+    root = ET.fromstring(render_junit(cluster).encode())
+    props = [p.get("value") for p in root.iter("property") if p.get("name") == "outlier_analysis"]
+    assert len(props) == 2 and props[0] == (f"{len(METRICS) + 1} SKU/metric group(s): {len(METRICS)} not compared "
+                                            "(fewer than 3 nodes and fewer than 3 GPUs in any node), 1 not "
+                                            "compared (fewer than 3 nodes); nothing was compared: no outlier can "
+                                            "be found")
+    fams = {f.name: f for f in text_string_to_metric_families(render_prometheus(cluster))}
+    groups = {s.labels["coverage"]: s.value for s in fams["gpuaccept_analysis_groups"].samples}
+    assert groups == {"all": len(METRICS) + 1, "fully": 0, "partly": 0, "not_compared": len(METRICS) + 1}
+    fams = {f.name: f for f in text_string_to_metric_families(render_prometheus(with_analysis(fleet(7, nodes=2))))}
+    half = {s.labels["coverage"]: s.value for s in fams["gpuaccept_analysis_groups"].samples}
+    assert half == {"all": len(METRICS) + 1, "fully": 0, "partly": len(METRICS), "not_compared": 1}
+    bare = fleet(5, nodes=2)  # no analysis: neither says anything
+    assert "outlier_analysis" not in render_junit(bare) and "analysis_groups" not in render_prometheus(bare)

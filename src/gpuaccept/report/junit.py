@@ -14,6 +14,10 @@ A ``run --budget`` report: each check the budget left out is a testcase with
 rather than dropping it), a deeper re-run is a testcase of its own named
 ``CHECK (re-run)``, a suspect result that was not re-run says why in its
 testcase's output, and the node's ``budget`` property sums the plan up.
+
+With an outlier analysis (a cluster report's own, or ``analysis``), each testsuite's ``outlier_analysis``
+property says what it compared: ``12 SKU/metric group(s): 12 not compared (fewer than 3 nodes); nothing was
+compared: no outlier can be found``, so a run without outliers is not read as a clean comparison.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from gpuaccept.model import CheckResult, ClusterReport, NodeReport, Status
 from gpuaccept.report.budget_view import budget_view
 from gpuaccept.report.views import (
     NodeView,
+    analysis_coverage,
+    analysis_of,
     bound_text,
     check_host,
     fmt_tags,
@@ -109,6 +115,17 @@ def _testcase(suite: ET.Element, node: NodeView, check: CheckResult, outlier_lin
         ET.SubElement(case, "system-out").text = xml_text("\n".join(lines))
 
 
+def _coverage_text(report: NodeReport | ClusterReport, analysis: dict[str, Any] | None) -> str:
+    """``140 SKU/metric group(s): 100 compared ..., 40 not compared (fewer than 3 nodes); 2 outlier(s) in the
+    100 compared group(s) of 140``; empty without an analysis."""
+    from gpuaccept.results.coverage import coverage_line, outlier_line
+
+    if analysis_coverage(report, analysis) is None:
+        return ""
+    found = analysis_of(report, analysis)
+    return f"{coverage_line(found)}; {outlier_line(found, len(outliers(report, analysis)))}"
+
+
 def render_junit(report: NodeReport | ClusterReport, analysis: dict[str, Any] | None = None) -> str:
     """The report as a JUnit XML document (UTF-8 text with an XML declaration).
 
@@ -117,6 +134,7 @@ def render_junit(report: NodeReport | ClusterReport, analysis: dict[str, Any] | 
     """
     nodes = node_views(report)
     outs = outliers(report, analysis)
+    coverage = _coverage_text(report, analysis)
     root = ET.Element("testsuites", name=xml_text(f"gpuaccept {report.run_id}"))
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     total_time = 0.0
@@ -137,6 +155,8 @@ def render_junit(report: NodeReport | ClusterReport, analysis: dict[str, Any] | 
             ET.SubElement(case, "error", message=msg, type="missing").text = msg
             counts["tests"] += 1
             counts["errors"] += 1
+        if coverage:  # JUnit has no properties above a testsuite: each node's says how its values were compared
+            ET.SubElement(props, "property", name="outlier_analysis", value=xml_text(coverage))
         figures = not_judged([node])
         if figures:  # JUnit has no such state: a property counts and names them, each testcase says which
             ET.SubElement(props, "property", name="not_judged", value=xml_text(

@@ -19,6 +19,9 @@ for node-wide values):
 - ``gpuaccept_run_timestamp_seconds{host}`` and ``gpuaccept_run_duration_seconds{host}``;
 - ``gpuaccept_run_info{host,run_id,profile,version}`` = 1;
 - ``gpuaccept_cluster_nodes{state}`` and ``gpuaccept_cluster_verdict{verdict}`` for a cluster run;
+- ``gpuaccept_analysis_groups{coverage}`` with an outlier analysis: its SKU/metric groups (``all``), those
+  compared every way that applies (``fully``), one way only (``partly``), not at all (``not_compared``), and
+  for an analysis stored before coverage was recorded, not across nodes with the rest unknown (``unknown``);
 - ``gpuaccept_budget_seconds{host}`` and ``gpuaccept_budget_left_out{host,check}`` = 1 for a ``run --budget``:
   its window, and each check the budget left out (it has no status series: it did not run).
 
@@ -54,7 +57,7 @@ from typing import Any
 from gpuaccept.errors import InputError
 from gpuaccept.model import ClusterReport, Metric, NodeReport, NodeState, Status, Verdict
 from gpuaccept.report.budget_view import budget_view
-from gpuaccept.report.views import OutlierIndex, outliers
+from gpuaccept.report.views import OutlierIndex, analysis_coverage, outliers
 
 PREFIX = "gpuaccept_"
 _LABEL_OK = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
@@ -280,6 +283,18 @@ def families(node_reports: Sequence[NodeReport], cluster: ClusterReport | None =
 
     fams = [info, ts, dur, verdict_f, cpu_f, reported_f, status_f, cdur, nj_f, nj_names, budget_f, left_out_f,
             *_metric_families(entries, idx)]
+    cov = analysis_coverage(cluster or NodeReport("", "", "", ""), analysis)
+    if cov is not None:
+        groups_f = Family(PREFIX + "analysis_groups", "SKU/metric groups of the outlier analysis by coverage: all, "
+                                                      "compared fully, partly (one way only), not compared.")
+        partly = int(sum(cov["partly"].values()))
+        rows = [("all", cov["groups"]), ("fully", cov["fully"]), ("partly", partly),
+                ("not_compared", int(sum(cov["not_compared"].values())))]
+        if cov.get("unknown"):  # stored before coverage existed: not compared across nodes, within unknown
+            rows.append(("unknown", int(sum(cov["unknown"].values()))))
+        for key, value in rows:
+            groups_f.add(value, coverage=key)
+        fams.append(groups_f)
     if cluster is not None:
         for entry in cluster.nodes:
             if entry.host in seen or (entry.state is NodeState.REPORTED and entry.report is not None):

@@ -199,6 +199,18 @@ def analysis_of(report: NodeReport | ClusterReport, analysis: dict[str, Any] | N
     return report.analysis if isinstance(report, ClusterReport) else {}
 
 
+def analysis_coverage(report: NodeReport | ClusterReport, analysis: dict[str, Any] | None = None,
+                      ) -> dict[str, Any] | None:
+    """The coverage of the outlier analysis (:func:`gpuaccept.results.coverage.coverage_of`: SKU/metric groups,
+    how many compared fully, partly, not at all and why), or None when there is no analysis."""
+    from gpuaccept.results.coverage import coverage_of
+
+    found = analysis_of(report, analysis)
+    if not isinstance(found, dict) or not any(k in found for k in ("coverage", "stats")):
+        return None
+    return coverage_of(found)
+
+
 def outliers(report: NodeReport | ClusterReport, analysis: dict[str, Any] | None = None) -> list[Outlier]:
     """The outliers of ``analysis`` (default: the report's own), largest |z| first.
 

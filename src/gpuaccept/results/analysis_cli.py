@@ -8,13 +8,17 @@ prints what was compared (SKU/metric groups left out, and why: fewer than
 outliers, worst first. ``--json`` prints the analysis dict (the
 shape of ``ClusterReport.analysis``); ``--output`` writes it to a file.
 
-Exit codes: 0 done, 1 outliers found and ``--fail-on-outliers`` given, 2 bad input.
+Exit codes: 0 done, 1 outliers found and ``--fail-on-outliers`` given, 2 bad input. With
+``--fail-on-outliers``, a run that compared nothing (every SKU/metric group too small: fewer than
+``--min-nodes`` nodes and ``--min-siblings`` GPUs) is also 1, with one line on stderr saying so and why: the
+question "is there an outlier?" got no answer, which must not read as "no".
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from gpuaccept.argtypes import int_at_least
@@ -63,7 +67,28 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             print("  " + format_outlier(o))
         if args.limit and len(outliers) > args.limit:
             print(f"  ... and {len(outliers) - args.limit} more (--limit 0 for all, --json for everything)")
-    return 1 if args.fail_on_outliers and result["outliers"] else 0
+    if not args.fail_on_outliers:
+        return 0
+    if result["outliers"]:
+        return 1
+    unanswered = nothing_compared(result)
+    if unanswered:
+        print(f"gpuaccept analyze: --fail-on-outliers: {unanswered}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def nothing_compared(result: dict[str, Any]) -> str | None:
+    """Why an analysis could find no outlier at all (nothing compared: ``40 SKU/metric group(s): 40 not compared
+    (fewer than 3 nodes)``), or None when at least one group was compared."""
+    from gpuaccept.results.coverage import coverage_line, coverage_of
+
+    cov = coverage_of(result)
+    if cov["compared"]:
+        return None
+    if not cov["groups"]:
+        return "nothing was compared: the reports hold no values to compare"
+    return f"nothing was compared, no outlier can be found ({coverage_line(result)})"
 
 
 def register(sub: Any) -> None:
@@ -82,5 +107,6 @@ def register(sub: Any) -> None:
     a.add_argument("--json", action="store_true", help="print the analysis as JSON")
     a.add_argument("--output", "-o", default=None, metavar="PATH", help="also write the analysis JSON here"
                    "; a device or FIFO is written as a stream, a file replaced atomically, a link refused")
-    a.add_argument("--fail-on-outliers", action="store_true", help="exit 1 when any outlier is found")
+    a.add_argument("--fail-on-outliers", action="store_true",
+                   help="exit 1 when any outlier is found, or when nothing could be compared")
     a.set_defaults(handler=cmd_analyze)
