@@ -114,9 +114,10 @@ class Metric:
     the check's own reference, such as the SKU spec);
     ``threshold`` is the bound that decided pass or fail; ``tags`` carry
     dimensions such as ``dtype`` or ``size_bytes``. ``performance``: a
-    performance figure (a GEMM rate, a copy or bus bandwidth) that should be
+    performance figure (every rate, bandwidth or time a check reports, but the
+    exceptions of ``gpuaccept.checks.metricnames.NOT_PERFORMANCE``) that should be
     judged against an expectation; one with neither threshold nor expectation
-    is "measured, not judged" (:func:`is_not_judged`).
+    is "measured, not judged" (:func:`is_not_judged`), and a WARN on a GPU run.
     """
 
     name: str
