@@ -197,3 +197,20 @@ def test_a_healthy_gpu_of_the_table_meets_the_derived_floors(name: str) -> None:
     assert figures and all(m.threshold is not None and m.expected for m in figures), (out.status, out.reason)
     assert all(m.threshold is not None and m.threshold.met_by(m.value) for m in figures), \
         [(m.device, m.value, m.expected) for m in figures]
+
+
+def test_a_warn_only_for_missing_expectations_does_not_make_a_budget_rerun() -> None:
+    """``run --budget`` re-runs a WARN deeper; a deeper run cannot give a figure an expectation."""
+    from gpuaccept.node.budget import suspect
+    from gpuaccept.node.judge import NO_EXPECTATION, WARNED_FOR
+
+    m = Metric("train_step_ms", 12.0, "ms", device="cuda:0", performance=True)
+    j = judge(Outcome(Status.PASS, "loss fell", [m]), device="cuda", check="train")
+    assert j.status is Status.WARN and j.only_unjudged
+    res = CheckResult("train", j.status, j.reason, metrics=j.metrics, details={WARNED_FOR: NO_EXPECTATION})
+    assert suspect(res) is None
+    assert suspect(CheckResult("train", Status.WARN, "loss barely fell")) is not None
+    own = judge(Outcome(Status.WARN, "loss barely fell", [m]), device="cuda", check="train")
+    assert own.status is Status.WARN and not own.only_unjudged  # its own WARN stays suspect
+    near = Metric("train_step_ms", 9.9, "ms", device="cuda:0", performance=True, threshold=Threshold("<=", 10.0))
+    assert suspect(CheckResult("train", Status.WARN, "", metrics=[near], details={WARNED_FOR: NO_EXPECTATION}))

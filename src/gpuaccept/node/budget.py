@@ -33,6 +33,7 @@ from gpuaccept.checks.base import PROFILES, Check
 from gpuaccept.errors import UsageError
 from gpuaccept.model import CheckResult, Status
 from gpuaccept.node.config import Config
+from gpuaccept.node.judge import NO_EXPECTATION, WARNED_FOR
 from gpuaccept.node.suite import SuitePlan
 
 RESERVE_FRACTION = 0.2
@@ -392,15 +393,17 @@ def timeout_for(cls: type[Check], profile: str, params: dict[str, Any], config: 
 def suspect(result: CheckResult) -> str | None:
     """Why a first-pass result calls for a deeper run, or None.
 
-    Suspect: a WARN; a PASS with a metric within :data:`NEAR_FRACTION` of its bound (a bound of 0, a count
-    of errors, is never near: 0 errors is clean); a FAIL whose failing metrics all missed their bound by at
-    most that fraction (a marginal miss a longer measurement settles). Not suspect: a FAIL with a clear miss
-    or a check's own failure (wrong results, a timeout), an ERROR or a SKIP: a deeper run does not clarify
-    those.
+    Suspect: a WARN (but not one only for figures without expectation, ``details.warned_for``: a deeper run
+    cannot give them one, so it is judged as a PASS); a PASS with a metric within :data:`NEAR_FRACTION` of its
+    bound (a bound of 0, a count of errors, is never near: 0 errors is clean); a FAIL whose failing metrics all
+    missed their bound by at most that fraction (a marginal miss a longer measurement settles). Not suspect: a
+    FAIL with a clear miss or a check's own failure (wrong results, a timeout), an ERROR or a SKIP: a deeper
+    run does not clarify those.
     """
-    if result.status is Status.WARN:
+    unjudged_only = isinstance(result.details, dict) and result.details.get(WARNED_FOR) == NO_EXPECTATION
+    if result.status is Status.WARN and not unjudged_only:
         return f"it warned: {result.reason[:200]}"
-    if result.status not in (Status.PASS, Status.FAIL):
+    if result.status not in (Status.PASS, Status.FAIL, Status.WARN):
         return None
     near: list[tuple[float, str]] = []
     missed: list[tuple[float, str]] = []

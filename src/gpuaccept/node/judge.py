@@ -11,11 +11,19 @@ from gpuaccept.model import Metric, Status, Threshold, is_not_judged, miss_text,
 MAX_LISTED = 3
 
 
+WARNED_FOR = "warned_for"
+"""The details key of a check whose only WARN is figures without expectation (value :data:`NO_EXPECTATION`):
+a deeper ``--budget`` re-run cannot give them one, so it does not make the check suspect."""
+NO_EXPECTATION = "no expectation"
+
+
 @dataclass(frozen=True)
 class Judgement:
     status: Status
     reason: str
     metrics: list[Metric]
+    only_unjudged: bool = False
+    """The WARN comes only from performance figures without expectation (:func:`unjudged_on_gpu`)."""
 
 
 def _last_bound(rules: Sequence[ThresholdRule], metric: Metric) -> Threshold | None:
@@ -83,6 +91,7 @@ def judge(
             statuses.append(bound.severity)
             problems.setdefault(bound.severity, []).append(_violation(metric))
     missing = unjudged_on_gpu(outcome.metrics, device)
+    only_unjudged = bool(missing) and worst(*statuses).severity < Status.WARN.severity
     if missing:
         statuses.append(Status.WARN)
         problems[Status.WARN].append(f"no expectation for {', '.join(missing[:MAX_LISTED])}"
@@ -93,9 +102,9 @@ def judge(
     status = worst(*statuses)
     listed = problems[Status.FAIL] + problems[Status.WARN]
     if not listed:
-        return Judgement(status, outcome.reason, outcome.metrics)
+        return Judgement(status, outcome.reason, outcome.metrics, only_unjudged)
     text = "; ".join(listed[:MAX_LISTED])
     if len(listed) > MAX_LISTED:
         text += f"; and {len(listed) - MAX_LISTED} more"
     reason = f"{text} ({outcome.reason})" if outcome.reason else text
-    return Judgement(status, reason, outcome.metrics)
+    return Judgement(status, reason, outcome.metrics, only_unjudged)

@@ -59,7 +59,7 @@ from gpuaccept.node.childproc import (
     spawn_fresh,
     write_json_atomic,
 )
-from gpuaccept.node.judge import judge
+from gpuaccept.node.judge import NO_EXPECTATION, WARNED_FOR, judge
 from gpuaccept.node.suite import (
     PlannedCheck,
     SuitePlan,
@@ -554,8 +554,9 @@ class Runner:
                                          details=outcome.details), self.report, base, rules)
         j = judge(outcome, check.defaults, check.overrides, require_gpu=self.plan.require_gpu,
                   device=self.plan.device, check=check.name)
+        details = {**outcome.details, WARNED_FOR: NO_EXPECTATION} if j.only_unjudged else outcome.details
         return CheckResult(check.name, j.status, j.reason, duration_s=elapsed, metrics=j.metrics,
-                           details=outcome.details, host=self.host)
+                           details=details, host=self.host)
 
     def _judge(self, check: PlannedCheck, raw: dict[str, Any], elapsed: float) -> CheckResult:
         try:
