@@ -137,6 +137,13 @@ def test_minimal_file_loads(tmp_path: Path) -> None:
     assert match_sku("Vendor X100", skus) is skus["x100"]
 
 
+def test_fp64_vector_peak_is_optional_and_read_as_a_number(tmp_path: Path) -> None:
+    doc = _minimal()
+    assert load_skus(_write(tmp_path, doc))["x100"].fp64_vector_tflops is None
+    doc["skus"][0]["fp64_vector_tflops"] = 30
+    assert load_skus(_write(tmp_path, doc))["x100"].fp64_vector_tflops == 30.0
+
+
 def test_packaged_file_loaded_by_path_equals_default(tmp_path: Path) -> None:
     from importlib import resources
 
@@ -168,6 +175,8 @@ def test_packaged_file_loaded_by_path_equals_default(tmp_path: Path) -> None:
     (lambda d: d.update(version=2), "version"),
     (lambda d: d["skus"][0].update(nvlink_all_pairs="yes"), "skus[0].nvlink_all_pairs"),
     (lambda d: d["skus"][0].update(nvlink_all_pairs=True), "skus[0].nvlink_all_pairs"),  # no nvlink_gbs
+    (lambda d: d["skus"][0].update(fp64_vector_tflops="fast"), "skus[0].fp64_vector_tflops"),
+    (lambda d: d["skus"][0].update(fp64_vector_tflops=0), "skus[0].fp64_vector_tflops"),
 ])
 def test_malformed_file_raises_config_error_naming_the_key(tmp_path: Path, mutate: Any, key: str) -> None:
     doc = _minimal()
