@@ -82,8 +82,8 @@ def test_no_expectation_for_small_sizes_unread_networks_unmodelled_ops_or_nvlink
     assert exp == {} and "RDMA ports of 2 of 2 nodes unknown" in why
     assert busbw_expectation(["allreduce"], _inputs(None, matrix=_mesh(8)), BIG)[0] == {}
     assert busbw_expectation(["allreduce"], _inputs("l40s", matrix=_mesh(8)), BIG)[0] == {}
-    exp, why = busbw_expectation(["allreduce", "sendrecv", "broadcast"], _inputs("h100_sxm"), BIG)
-    assert list(exp) == ["allreduce"] and "sendrecv, broadcast: " in why and "not modelled" in why
+    exp, why = busbw_expectation(["allreduce", "sendrecv", "broadcast", "reduce"], _inputs("h100_sxm"), BIG)
+    assert list(exp) == ["allreduce", "sendrecv", "broadcast"] and "reduce: " in why and "not modelled" in why
 
 
 def test_the_gathered_facts_of_every_rank_make_the_inputs() -> None:

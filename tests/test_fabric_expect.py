@@ -62,10 +62,11 @@ def test_nvswitch_node_from_the_healthy_h100_snapshot() -> None:
         "nvlink", 450.0, NVLINK_EFFICIENCY, Status.FAIL)
     assert e.gbs == 337.5 and "NVLink4 18 links x 25 GB/s per GPU = 450 GB/s" in why
     assert e.source == f"fabric: {why}, efficiency {NVLINK_EFFICIENCY}"
-    # allgather, reducescatter and alltoall have the same intra-node ceiling; broadcast is not modelled
-    for op in ("allgather", "reducescatter", "alltoall"):
+    # allgather, reducescatter, alltoall, broadcast and sendrecv have the same intra-node ceiling; reduce,
+    # gather and scatter are not modelled
+    for op in ("allgather", "reducescatter", "alltoall", "broadcast", "sendrecv"):
         assert expect_busbw(op, _inputs("healthy_h100_sxm_8x", "h100_sxm"))[0] == e
-    assert expect_busbw("broadcast", _inputs("healthy_h100_sxm_8x", "h100_sxm"))[0] is None
+    assert expect_busbw("reduce", _inputs("healthy_h100_sxm_8x", "h100_sxm"))[0] is None
 
 
 def test_a_down_nvlink_link_lowers_the_ceiling_to_the_weakest_gpu() -> None:
@@ -106,6 +107,15 @@ def test_alltoall_across_nodes_crosses_a_nic_share() -> None:
     e, why = expect_busbw("alltoall", _inputs("healthy_h100_sxm_8x", "h100_sxm", 2, "ndr_8x"))
     assert e is not None and e.path == "network" and e.ceiling_gbs == pytest.approx(400 / 8 * 15 / 8)
     assert "alltoall: / 8 GPUs x 15/8" in why
+
+
+def test_sendrecv_across_nodes_crosses_one_port_and_broadcast_is_a_ring() -> None:
+    # the pair at a node boundary goes through one NIC: one NDR port = 50 GB/s, not the node's 400
+    e, why = expect_busbw("sendrecv", _inputs("healthy_h100_sxm_8x", "h100_sxm", 2, "ndr_8x"))
+    assert e is not None and e.path == "network" and e.ceiling_gbs == 50.0
+    assert "one NDR 400 Gb/s port per node boundary = 50 GB/s (sendrecv)" in why
+    ring, _ = expect_busbw("allreduce", _inputs("healthy_h100_sxm_8x", "h100_sxm", 2, "ndr_4x"))
+    assert expect_busbw("broadcast", _inputs("healthy_h100_sxm_8x", "h100_sxm", 2, "ndr_4x"))[0] == ring
 
 
 def test_no_network_expectation_without_rdma_or_for_one_rank() -> None:

@@ -195,8 +195,6 @@ NOT_PERFORMANCE: dict[str, str] = {
     "*_algbw_gbs": "one row of the size sweep; the large-message busbw is the judged figure",
     "*_busbw_gbs": "one row of the size sweep; the large-message busbw is the judged figure",
     "*_avg_busbw_gbs": "nccl-tests' average over every size, latency-bound ones included: set by the size range",
-    "broadcast_busbw_large_gbs": "no fabric model for broadcast yet (a healthy node would warn)",
-    "sendrecv_busbw_large_gbs": "no fabric model for sendrecv yet (a healthy node would warn)",
     "rdma_port_rate_gbps": "the negotiated link rate read from sysfs, judged by fabric against the expected rate",
 }
 """Rate-like figures (:func:`rate_like`) that are not performance figures, by name glob, and why. Every

@@ -3,7 +3,7 @@
 Busbw is nccl-tests' figure, in GB/s (10^9 B/s): allreduce busbw = algbw x 2(n-1)/n,
 allgather, reducescatter and alltoall busbw = algbw x (n-1)/n (n ranks), which makes a ring's
 busbw equal to the rate of its slowest link for every op. The model, per op of
-:data:`MODELLED_OPS` (allreduce, allgather, reducescatter: ring; alltoall: below):
+:data:`MODELLED_OPS` (allreduce, allgather, reducescatter, broadcast: ring; alltoall and sendrecv: below):
 
 - **NVLink** (one node, NVLink joins every pair of GPUs: the SKU is ``nvlink_all_pairs`` (NVSwitch
   or full mesh) or NVML reports NVLink P2P between every pair): ceiling = min over the GPUs of
@@ -22,7 +22,11 @@ busbw equal to the rate of its slowest link for every op. The model, per op of
   ``fabric`` check judges the ports themselves.
 - **alltoall** intra-node as above; across nodes a rank's remote share crosses its NIC share:
   ceiling = (NICs x rate / 8 / G) x (n-1)/(n-G), G ranks per node.
-- Other ops (broadcast, reduce, sendrecv, gather, scatter) are not modelled: no expectation.
+- **broadcast** is a pipelined ring (busbw = algbw): the ring ceiling above.
+- **sendrecv** (each rank sends to its ring neighbour, busbw = algbw): intra-node one GPU's link as
+  above; across nodes the pair that crosses a node boundary goes through one NIC: ceiling = one
+  port's rate / 8 (NDR 400 Gb/s: 50 GB/s), not above the intra-node ceiling.
+- Other ops (reduce, gather, scatter) are not modelled: no expectation.
 
 Expected busbw = ceiling x efficiency (:data:`NVLINK_EFFICIENCY`, :data:`PCIE_EFFICIENCY`,
 :data:`NETWORK_EFFICIENCY`: the share of the line rate a healthy system reaches at large sizes).
@@ -53,8 +57,8 @@ NVLINK_LINK_GBS: dict[int, float] = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 50.0
 NVLINK_GEN_BY_CC: dict[tuple[int, int], int] = {(6, 0): 1, (7, 0): 2, (7, 5): 2, (8, 0): 3, (9, 0): 4,
                                                  (10, 0): 5, (10, 3): 5}
 """NVLink generation by compute capability (P100, V100, Turing, A100, H100/H200, B200/GB200, B300)."""
-MODELLED_OPS = ("allreduce", "allgather", "reducescatter", "alltoall")
-RING_OPS = ("allreduce", "allgather", "reducescatter")
+MODELLED_OPS = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "sendrecv")
+RING_OPS = ("allreduce", "allgather", "reducescatter", "broadcast")
 
 
 @dataclass(frozen=True)
@@ -194,6 +198,9 @@ def _network(inp: FabricInputs, op: str) -> tuple[Expectation | None, str]:
     what = f"{used}x {kind}{node.rate_gbps:g} Gb/s per node = {gbs:g} GB/s"
     if node.excluded:
         what += f" ({node.excluded} active ports at other rates left out)"
+    if op == "sendrecv":
+        gbs = node.rate_gbps / 8
+        what = f"one {kind}{node.rate_gbps:g} Gb/s port per node boundary = {gbs:g} GB/s (sendrecv)"
     if op == "alltoall":
         g, n = max(inp.gpus_per_node, 1), inp.num_nodes * max(inp.gpus_per_node, 1)
         gbs = gbs / g * (n - 1) / (n - g)
