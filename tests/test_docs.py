@@ -93,9 +93,9 @@ def test_a_parameter_row_shows_each_profile_value_and_the_bounds() -> None:
     row = next(line for line in text.splitlines() if line.startswith("| `warmup_s` |"))
     profiles = [p for p in PROFILES if p in compute.profiles]
     header = next(line for line in text.splitlines() if line.startswith("| parameter |"))
-    assert header == "| parameter | kind | " + " | ".join(f"`{p}`" for p in profiles) + " | bounds | meaning |"
+    assert header == "| parameter | meaning | kind | " + " | ".join(f"`{p}`" for p in profiles) + " | bounds |"
     cells = row.split(" | ")
-    assert cells[2:2 + len(profiles)] == [f"`{compute.defaults(p)['warmup_s']:g}`" for p in profiles]
+    assert cells[3:3 + len(profiles)] == [f"`{compute.defaults(p)['warmup_s']:g}`" for p in profiles]
     assert ">= 0; <= 3600" in row
     assert "| `gemm_bf16_tflops` | TFLOP/s |" in text
 

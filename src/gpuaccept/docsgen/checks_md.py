@@ -161,12 +161,12 @@ def check_page(cls: type[Check], units: list[tuple[str, str]]) -> str:
             " declarations.", ""]
     out += ["## Parameters", ""]
     if cls.params:
-        header = ["parameter", "kind", *[f"`{p}`" for p in profiles], "bounds", "meaning"]
+        header = ["parameter", "meaning", "kind", *[f"`{p}`" for p in profiles], "bounds"]
         rows = []
         for prm in cls.params:
             kind = f"list of {prm.item}" if prm.kind == "list" else prm.kind
             per = [code(_value(cls.defaults(p)[prm.name])) for p in profiles]
-            rows.append([f"`{prm.name}`", kind, *per, _bounds(prm), cell(prm.help)])
+            rows.append([f"`{prm.name}`", cell(prm.help), kind, *per, _bounds(prm)])
         out += [table(header, rows), ""]
     else:
         out += ["None.", ""]

@@ -41,7 +41,7 @@ def _option(action: argparse.Action) -> str:
 
 def _help(action: argparse.Action) -> str:
     text = action.help or ""
-    if "%(" in text:
+    if "%" in text:  # argparse's own formatting: %(default)s and friends, %% for a percent sign
         params = {**vars(action), "prog": "", "default": action.default}
         try:
             text = text % params
@@ -57,6 +57,8 @@ def command_section(words: list[str], parser: argparse.ArgumentParser, help_: st
     level = "#" * min(len(words) + 1, 4)
     out = [f"{level} `{' '.join(words)}`", ""]
     text = parser.description or help_
+    if text and "%(prog)" in text:  # as argparse formats a description
+        text = text % {"prog": parser.prog}
     if text:
         out += [" ".join(text.split()), ""]
     for group in parser._action_groups:

@@ -53,6 +53,8 @@ def from_docstring(text: str) -> str:
             continue
         if line.startswith("* "):
             line = "- " + line[2:]
+        if line.startswith("- ") and out and out[-1].strip() and not out[-1].startswith(("- ", " ")):
+            out.append("")  # Markdown starts a list only after a blank line
         out.append(line)
         i += 1
     return "\n".join(out).strip() + "\n"
