@@ -87,6 +87,16 @@ def test_every_check_and_command_has_its_page_and_section() -> None:
     assert "`--expect-gpus` `N`" in cli and "`--budget`" in cli
 
 
+def test_the_config_page_lists_every_key_the_parser_accepts() -> None:
+    from gpuaccept.node import config
+
+    text = (DOCS / "reference" / "config.md").read_text()
+    keys = {line.split("`")[1] for line in text.splitlines() if line.startswith("| `")}
+    assert set(config._TOP_KEYS) | set(config._CHECK_KEYS) <= keys
+    assert f"0 to {config.MAX_EXPECT_GPUS}" in text
+    assert f"at most {config.MAX_TIMEOUT_SCALE:g}" in text
+
+
 def test_a_parameter_row_shows_each_profile_value_and_the_bounds() -> None:
     compute = registry()["compute"]
     text = checks_md.check_page(compute, checks_md.metric_units(generate.PACKAGE))
