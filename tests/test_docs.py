@@ -143,3 +143,17 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "site" / "checks" / "compute" / "index.html").is_file()
     assert (tmp_path / "site" / "reference" / "cli" / "index.html").is_file()
+
+
+def test_the_readme_is_a_front_door_whose_links_resolve() -> None:
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    assert len(text.encode()) <= 10 * 1024
+    first_block = text.split("```sh\n", 1)[1].split("```", 1)[0].splitlines()
+    assert [line.split()[:2] for line in first_block] == [["make", "run"], ["make", "test"]]
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text)
+    assert len(links) > 10
+    for link in links:
+        if not link.startswith(("http://", "https://")):
+            assert (ROOT / link).exists(), f"README links to {link}, which does not exist"
