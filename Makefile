@@ -10,11 +10,13 @@ EXTRAS ?= dev
 ARGS ?= --profile quick
 BIN := $(VENV)/bin
 
-.PHONY: help venv run test lint typecheck unit bench clean
+.PHONY: help venv run test lint typecheck unit docs docs-gen docs-serve bench clean
 
 help:
 	@echo "make run   [ARGS='--profile standard']  set up .venv and run the suite on this machine"
-	@echo "make test                               set up .venv, then ruff, mypy and pytest"
+	@echo "make test                               set up .venv, then ruff, mypy, the docs site and pytest"
+	@echo "make docs                               build the documentation site into site/ (mkdocs --strict)"
+	@echo "make docs-gen                           regenerate docs/reference/cli.md, docs/checks/*.md and the like"
 	@echo "make bench [BENCH_DEVICE=cuda]          benchmarks (see bench/RESULTS.md)"
 
 venv: $(VENV)/.installed
@@ -45,7 +47,18 @@ typecheck: venv
 unit: venv
 	$(BIN)/pytest -q
 
-test: lint typecheck unit
+# the generated pages must be current (python -m gpuaccept.docsgen --check), and the site must build without a warning
+docs: venv
+	$(BIN)/python -m gpuaccept.docsgen docs --check
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+docs-gen: venv
+	$(BIN)/python -m gpuaccept.docsgen docs
+
+docs-serve: venv
+	$(BIN)/mkdocs serve
+
+test: lint typecheck docs unit
 
 BENCH_DEVICE ?= cpu
 bench: venv
@@ -57,4 +70,4 @@ bench: venv
 	$(BIN)/python bench/bench_stress.py --device $(BENCH_DEVICE)
 
 clean:
-	rm -rf $(VENV) gpuaccept-reports .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) site gpuaccept-reports .pytest_cache .mypy_cache .ruff_cache

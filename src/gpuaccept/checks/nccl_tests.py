@@ -13,7 +13,7 @@ It is in the standard and full profiles (and runs by name with ``--checks nccl_t
 binary is found it is a SKIP that names the places looked, so the plan never depends on the file system.
 RDMA error counters that rise while the binaries run are reported per port (``fabric_root``;
 :mod:`gpuaccept.checks.fabric_watch`). Across nodes, run nccl-tests under mpirun or srun and parse
-its log with ``gpuaccept nccl-tests parse`` (see the README).
+its log with ``gpuaccept nccl-tests parse`` (see docs/howto/nccl-tests.md).
 """
 
 from __future__ import annotations

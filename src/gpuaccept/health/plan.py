@@ -166,7 +166,7 @@ class Ending:
 
 
 def exit_code(mode: str, end: Ending) -> int:
-    """The exit code for ``mode`` (see the README's "Health checks" table; pure).
+    """The exit code for ``mode`` (the table in docs/howto/healthcheck.md, "Exit codes"; pure).
 
     ``check``: 0 healthy, 1 node fault, 2 bad input, 3 not finished (a check ran out of the budget and
     none found a fault: no verdict on the node), 4 a report file could not be written, 6 scontrol

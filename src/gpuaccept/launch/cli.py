@@ -151,7 +151,7 @@ def _add_job_options(p: argparse.ArgumentParser) -> None:
     o.add_argument("--output", default=None, metavar="DIR",
                    help="also write the plan's files to DIR (a file holding a secret --env value: mode 0600)")
     o.add_argument("--show-env", action="store_true",
-                   help="--dry-run prints secret --env values (default: <redacted>; see README, Failure modes)")
+                   help="--dry-run prints secret --env values (default: <redacted>; see docs/reference/security.md)")
     o.add_argument("--detach", action="store_true", help="submit and return; gather later with 'gpuaccept gather'")
     o.add_argument("--timeout", type=_positive_float, default=None, metavar="SECONDS",
                    help="cancel the job if it has not ended after this long (default: wait)")

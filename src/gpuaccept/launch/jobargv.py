@@ -1,6 +1,6 @@
 """What each node executes, as argv: the suite or the user's command, directly or under torchrun.
 
-The rule every backend here follows (documented in the README):
+The rule every backend here follows (documented in docs/howto/launch.md):
 
 - ``spec.distributed`` False: the job argv runs once per node. This is the
   suite on one node, or under ``--per-node-only``.
