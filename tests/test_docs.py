@@ -159,3 +159,25 @@ def test_the_readme_is_a_front_door_whose_links_resolve() -> None:
     for link in links:
         if not link.startswith(("http://", "https://")):
             assert (ROOT / link).exists(), f"README links to {link}, which does not exist"
+
+
+def test_no_help_text_shows_an_escaped_percent() -> None:
+    """argparse %-formats help strings but leaves a description without ``%(prog)`` as written, so a ``%%`` there
+    reaches the reader (and the generated CLI page) doubled."""
+    import argparse
+
+    from gpuaccept.cli import build_parser
+
+    seen: list[str] = []
+
+    def walk(p: argparse.ArgumentParser) -> None:
+        text = p.format_help()
+        if "%%" in text:
+            seen.append(p.prog)
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for sub in dict.fromkeys(a.choices.values()):
+                    walk(sub)
+
+    walk(build_parser())
+    assert not seen, f"'%%' shown in the help of: {', '.join(seen)}"

@@ -81,8 +81,8 @@ def register(sub: Any) -> None:
                                    "from 'gpuaccept history' (a unique prefix will do) or a report.json file. A "
                                    "difference within the metric's run-to-run noise is 'same': 3 x the standard "
                                    "deviation of the host's last runs of that metric where the history holds "
-                                   "at least 4, else a default per family of metrics (throughput 3%%, time and "
-                                   "power 5%%, temperature 3 C, counts exact; the output lists them all).")
+                                   "at least 4, else a default per family of metrics (throughput 3%, time and "
+                                   "power 5%, temperature 3 C, counts exact; the output lists them all).")
     c.add_argument("run_a", metavar="RUN_A")
     c.add_argument("run_b", metavar="RUN_B")
     c.add_argument("--check", default=None, metavar="NAME", help="only this check's metrics")
