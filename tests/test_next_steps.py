@@ -13,7 +13,7 @@ import pytest
 from gpuaccept.checks import BUILTIN_MODULES, _checks_of
 from gpuaccept.model import CheckResult, Metric, NodeReport, Status, Threshold, Verdict
 from gpuaccept.nextsteps import RULES, Rule, fill, next_steps
-from gpuaccept.report.console import PlainConsole
+from gpuaccept.report.console import PlainConsole, RichConsole
 from gpuaccept.report.html import render_html
 from gpuaccept.report.markdown import render_markdown
 from tests.helpers import SCHEMA
@@ -132,3 +132,17 @@ def test_console_markdown_and_html_show_the_steps_under_the_failure() -> None:
     assert "### Next steps" in md and "- run: `nvidia-smi -q -d ECC -i 5`" in md
     html = render_html(report)
     assert '<div class="next-steps" data-check="memtest">' in html and "<code>nvidia-smi -q -d ECC -i 5</code>" in html
+
+
+def test_the_terminal_table_is_followed_by_the_steps_the_directory_and_the_verdict() -> None:
+    bad = CheckResult("memtest", Status.FAIL, "2 bad words", metrics=[
+        Metric("memtest_errors", 2, "count", device="cuda:2", threshold=Threshold("<=", 0.0))])
+    out = io.StringIO()
+    console = RichConsole(out, {})
+    console.run_dir = "/r/run-1"
+    console.summary(_report(bad), {}, "report directory: /r/run-1 (report.json, report.html)")
+    tail = [ln.strip() for ln in out.getvalue().splitlines()]
+    at = tail.index("memtest next steps:")
+    assert tail[at + 1].startswith("likely: GPU memory returned wrong data on GPU 5")
+    assert "next:   nvidia-smi -q -d ECC -i 5" in tail[at:]
+    assert tail[-2:] == ["report directory: /r/run-1 (report.json, report.html)", "[RESULT] FAILURE: memtest"]

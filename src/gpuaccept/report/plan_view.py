@@ -48,7 +48,7 @@ def plan_lines(plan: dict[str, Any]) -> list[str]:
                      f"at most {fmt_s(timeouts)} (every check to its timeout)")
     profile = plan.get("profile_expected")
     if isinstance(profile, dict):
-        lines.append(f"profile {plan.get('profile')}: about {fmt_s(profile['expected_s'])} on a "
-                     f"{profile['gpus']}-GPU node ({profile['dcgm']})")
+        lines.append(f"profile {plan.get('profile')}: about {fmt_s(profile['expected_s'])} on a node with "
+                     f"{profile['gpus']} GPUs, built-in estimates ({profile['dcgm']})")
     lines += [f"note: {n}" for n in plan.get("notes", [])]
     return lines
