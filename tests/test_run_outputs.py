@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 from tests.helpers import gpuaccept, only_run_dir, validate_report
-from tests.report_data import NODE_CPU
+from tests.report_data import CLUSTER, NODE_CPU
 
 
 def _run(tmp_path: Path, *args: str) -> tuple[int, list[str], str]:
@@ -99,3 +99,15 @@ def test_report_refuses_a_directory_others_may_write_to(tmp_path: Path) -> None:
     proc = gpuaccept("report", str(run_dir))
     assert proc.returncode == 2 and not (run_dir / "report.html").exists()
     assert proc.stderr.count("\n") == 1 and "writable by others" in proc.stderr and "--output" in proc.stderr
+
+
+def test_report_of_a_cluster_run_and_of_one_of_its_hosts(tmp_path: Path) -> None:
+    run_dir = tmp_path / "launch-1"
+    run_dir.mkdir()
+    shutil.copy(CLUSTER, run_dir / "cluster-report.json")
+    assert gpuaccept("report", str(run_dir)).returncode == 0
+    assert "gpu-node-03" in (run_dir / "cluster-report.html").read_text()
+    proc = gpuaccept("report", str(run_dir / "cluster-report.json"), "--host", "gpu-node-03")
+    assert proc.returncode == 0, proc.stderr
+    page = (run_dir / "cluster-report-gpu-node-03.html").read_text()
+    assert "nvidia-smi -q -d PERFORMANCE,POWER,CLOCK -i 5" in page  # the failed compute check's next step
