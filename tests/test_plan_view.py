@@ -102,3 +102,14 @@ def test_plan_lines_mark_checks_without_an_estimate() -> None:
     assert lines[3].split() == ["mine", "-", "unknown", "5m"]
     assert lines[4] == "expected: about 20s here, the run's start included (1 without an estimate: mine); " \
                        "at most 6m (every check to its timeout)"
+
+
+def test_checks_lists_each_builtin_checks_counterpart() -> None:
+    proc = gpuaccept("checks", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["name"]: r for r in json.loads(proc.stdout)}
+    for name, eq in CHECKS.items():
+        assert rows[name]["replaces"] == {"dcgm": eq.dcgm, "tool": eq.tool, "note": eq.note}
+    assert rows["steady"]["replaces"] is None  # a plugin's check: nothing claimed for it
+    text = gpuaccept("checks").stdout
+    assert "    replaces: gpu-burn -d DURATION; DCGM diag plugin: targeted_stress; targeted_power" in text

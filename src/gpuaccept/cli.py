@@ -87,10 +87,14 @@ def _bounds(minimum: float | None, maximum: float | None) -> str:
 
 
 def _cmd_checks(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
     from gpuaccept.checks import registry
+    from gpuaccept.equivalents import CHECKS
 
     rows: list[dict[str, Any]] = []
     for name, cls in registry().items():
+        counterpart = CHECKS.get(name) if cls.__module__.startswith("gpuaccept.") else None
         rows.append({
             "name": name,
             "tag": cls.tag,
@@ -102,6 +106,7 @@ def _cmd_checks(args: argparse.Namespace) -> int:
                         "minimum": p.minimum, "maximum": p.maximum} for p in cls.params],
             "thresholds": [r.describe() for r in cls.thresholds],
             "metrics": list(cls.metrics) if cls.metrics is not None else None,
+            "replaces": asdict(counterpart) if counterpart is not None else None,
         })
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
@@ -116,6 +121,9 @@ def _cmd_checks(args: argparse.Namespace) -> int:
             print(f"    threshold: {t}")
         metrics = row["metrics"]
         print(f"    metrics: {', '.join(metrics) if metrics is not None else '(not declared: rules not verified)'}")
+        if row["replaces"] is not None:
+            dcgm = row["replaces"]["dcgm"]
+            print(f"    replaces: {row['replaces']['tool']}" + (f"; DCGM diag plugin: {dcgm}" if dcgm else ""))
     return EXIT_OK
 
 
