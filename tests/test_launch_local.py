@@ -61,6 +61,9 @@ def test_two_local_nodes_run_the_suite_and_merge_into_a_cluster_report(tmp_path:
         metric = node["report"]["checks"][0]["metrics"][0]
         assert (metric["name"], metric["value"], metric["unit"]) == ("steady_value", 10.0, "GB/s")
     assert r.stdout.splitlines()[-2] == "[RESULT] SUCCESS (CPU only on 2 of 2 node(s): local-0, local-1)"
+    pages = sorted((tmp_path / "run").glob("*/report.html"))  # each node's page beside its report.json
+    assert [p.parent for p in pages] == sorted(p.parent for p in (tmp_path / "run").glob("*/report.json"))
+    assert len(pages) == 2 and all(p.read_text().startswith("<!DOCTYPE html>") for p in pages)
     job = json.loads((tmp_path / "run" / "launch" / "job.json").read_text())
     assert job["expected_hosts"] == ["local-0", "local-1"]
     assert job["spec"]["suite_args"] == ["--checks", "steady", "--device", "cpu"]

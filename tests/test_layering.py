@@ -28,6 +28,8 @@ TORCH_ALLOWED = ("checks", "hw", "distributed")
 ALLOWED: dict[str, frozenset[str]] = {
     "model": frozenset(),
     "errors": frozenset(),
+    "nextsteps": frozenset(),  # the FAIL next-steps table: model's report writes it, so it imports nothing of ours
+    "equivalents": frozenset(),  # DCGM/nccl-tests/gpu-burn counterparts and profile durations, as data
     "argtypes": frozenset({"errors"}),
     "safefs": frozenset({"errors"}),
     "outputs": frozenset({"errors"}),
@@ -40,7 +42,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "node": frozenset({"errors", "model", "argtypes", "inputs", "checks", "hw", "distributed", "results",
                        "__init__"}),
     "results": frozenset({"errors", "model", "argtypes", "inputs"}),
-    "report": frozenset({"errors", "model", "argtypes", "inputs", "results", "__init__"}),
+    "report": frozenset({"errors", "model", "argtypes", "inputs", "results", "nextsteps", "__init__"}),
     "nccltests": frozenset({"errors", "model", "argtypes", "inputs", "hw"}),
     "launch": frozenset({"errors", "model", "argtypes", "inputs", "results", "cliargs", "exitcodes",
                          "distributed.hostlist", "containers.sshd"}),
@@ -59,6 +61,8 @@ ALLOWED: dict[str, frozenset[str]] = {
 NEVER: dict[str, frozenset[str]] = {
     "exitcodes": frozenset({"cli", "cliargs", "node", "launch", "isolate", "health", "report", "results"}),
     "model": frozenset({"node", "launch", "isolate", "health", "report", "results", "cli", "checks"}),
+    "nextsteps": frozenset({"node", "launch", "isolate", "health", "report", "results", "cli", "checks"}),
+    "equivalents": frozenset({"node", "launch", "isolate", "health", "report", "results", "cli", "checks"}),
     "hw": frozenset({"node", "launch", "isolate", "health", "report", "results", "cli", "checks", "distributed"}),
     "checks": frozenset({"node", "launch", "isolate", "health", "report", "cli"}),
     "distributed": frozenset({"node", "launch", "isolate", "health", "report", "cli"}),

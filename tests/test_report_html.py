@@ -213,15 +213,18 @@ def test_large_cluster_keeps_the_page_small(tmp_path: Path) -> None:
     assert len(html) < 3_000_000
 
 
-def test_cli_writes_html_to_a_default_file(tmp_path: Path) -> None:
-    rep = node_cpu()
-    done = subprocess.run([sys.executable, "-m", "gpuaccept", "report", str(NODE_CPU)], capture_output=True,
+def test_cli_writes_html_beside_the_report_by_default(tmp_path: Path) -> None:
+    src = tmp_path / "run" / "report.json"
+    src.parent.mkdir()
+    src.write_text(NODE_CPU.read_text())
+    done = subprocess.run([sys.executable, "-m", "gpuaccept", "report", str(src)], capture_output=True,
                           text=True, timeout=60, env=cli_env(), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout == ""
-    out = tmp_path / f"gpuaccept-{rep.run_id}.html"
-    assert out.is_file() and f"wrote {out.name}" in done.stderr
+    out = src.parent / "report.html"
+    assert out.is_file() and f"wrote {out}" in done.stderr
     assert out.read_text().startswith("<!DOCTYPE html>")
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]  # nothing in the current directory
 
 
 def test_html_to_stdout_with_dash() -> None:

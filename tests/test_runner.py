@@ -121,8 +121,11 @@ def test_interrupt_writes_what_was_measured_and_exits_130(tmp_path: Path, sig: s
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
     assert "[RESULT] INTERRUPTED" in out and "Traceback" not in err
-    report = validate_report(only_run_dir(tmp_path) / "report.json")
+    run_dir = only_run_dir(tmp_path)
+    report = validate_report(run_dir / "report.json")
     assert report["verdict"] == "interrupted" and [c["name"] for c in report["checks"]] == ["steady"]
+    assert "INTERRUPTED" in (run_dir / "report.html").read_text()  # the partial report's page
+    assert f"[RESULT] report directory: {run_dir} (report.json, report.html)" in out.splitlines()
 
 
 @pytest.mark.parametrize("how", ["sigterm", "sigkill"])

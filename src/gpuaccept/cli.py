@@ -45,7 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Run the acceptance suite on this node and write a JSON report.")
     add_suite_options(run)
     run.add_argument("--json", default=None, metavar="PATH", help="also write the report here ('-' for stdout)")
-    run.add_argument("--plan", action="store_true", help="print the suite plan as JSON and run nothing")
+    run.add_argument("--plan", action="store_true",
+                     help="print the suite plan and run nothing: a table on a terminal, JSON when piped or with --json")
+    run.add_argument("--no-html", action="store_true",
+                     help="do not write report.html beside report.json (written by default)")
     run.add_argument("--run-id", type=_run_id, default=None, help=argparse.SUPPRESS)
     run.add_argument("--verbose", "-v", action="store_true", help="more detail, tracebacks of internal errors")
     from gpuaccept.results.autosave import add_history_options
@@ -84,10 +87,14 @@ def _bounds(minimum: float | None, maximum: float | None) -> str:
 
 
 def _cmd_checks(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
     from gpuaccept.checks import registry
+    from gpuaccept.equivalents import CHECKS
 
     rows: list[dict[str, Any]] = []
     for name, cls in registry().items():
+        counterpart = CHECKS.get(name) if cls.__module__.startswith("gpuaccept.") else None
         rows.append({
             "name": name,
             "tag": cls.tag,
@@ -99,6 +106,7 @@ def _cmd_checks(args: argparse.Namespace) -> int:
                         "minimum": p.minimum, "maximum": p.maximum} for p in cls.params],
             "thresholds": [r.describe() for r in cls.thresholds],
             "metrics": list(cls.metrics) if cls.metrics is not None else None,
+            "replaces": asdict(counterpart) if counterpart is not None else None,
         })
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
@@ -113,6 +121,9 @@ def _cmd_checks(args: argparse.Namespace) -> int:
             print(f"    threshold: {t}")
         metrics = row["metrics"]
         print(f"    metrics: {', '.join(metrics) if metrics is not None else '(not declared: rules not verified)'}")
+        if row["replaces"] is not None:
+            dcgm = row["replaces"]["dcgm"]
+            print(f"    replaces: {row['replaces']['tool']}" + (f"; DCGM diag plugin: {dcgm}" if dcgm else ""))
     return EXIT_OK
 
 
@@ -137,8 +148,7 @@ def _run(args: argparse.Namespace, warm: Any, started: float) -> int:
     prep = prepare(RunRequest.from_namespace(args, sys.argv[1:]),
                    warn=lambda line: print(f"gpuaccept: warning: {line}", file=sys.stderr))
     if args.plan:
-        print(json.dumps(prep.to_dict(), indent=2, allow_nan=False))
-        return EXIT_OK
+        return _print_plan(prep, args.json)
     to_stdout = args.json == "-"
     stream = sys.stderr if to_stdout else sys.stdout
     keys = {c.name: c.key_metric for c in prep.plan.checks}
@@ -154,7 +164,7 @@ def _run(args: argparse.Namespace, warm: Any, started: float) -> int:
         return EXIT_FAILED
     if out.ending == "interrupted":
         assert out.report is not None
-        console.summary(out.report, {})
+        console.summary(out.report, {}, _leave_html(args, out, stream) if prep.leads else "")
         print(f"gpuaccept: interrupted by {signal_name(out.signum)}; partial report in {out.kept}", file=sys.stderr)
         return EXIT_INTERRUPTED
     if out.ending == "write":
@@ -170,7 +180,7 @@ def _run(args: argparse.Namespace, warm: Any, started: float) -> int:
         return _verdict_exit(report.verdict)
     for line in unapplied_options(prep.plan):  # options that could not apply on this node
         print(f"[RESULT] warning: {line}", file=stream, flush=True)
-    console.summary(report, {})
+    console.summary(report, {}, _leave_html(args, out, stream))
     if args.json:
         text = json.dumps(report.to_dict(), indent=2)
         if to_stdout:
@@ -183,6 +193,42 @@ def _run(args: argparse.Namespace, warm: Any, started: float) -> int:
                       f"the report is in {out.report_path}", file=sys.stderr)
                 return EXIT_USAGE
     return _verdict_exit(report.verdict)
+
+
+def _print_plan(prep: Any, json_to: str | None) -> int:
+    """``--plan``: JSON with ``--json`` (``-``: stdout, else that file) or when stdout is not a terminal (as
+    before: scripts that pipe it keep working); else a table for a person."""
+    from gpuaccept.report.plan_view import plan_lines
+
+    shown = prep.to_dict()
+    text = json.dumps(shown, indent=2, allow_nan=False) + "\n"
+    if json_to is not None and json_to != "-":
+        from gpuaccept.outputs import write_output
+
+        write_output(json_to, text, flag="--json")
+    if json_to == "-" or (json_to is None and not sys.stdout.isatty()):
+        sys.stdout.write(text)
+        return EXIT_OK
+    lines = plan_lines(shown)
+    lines += [f"budget: {line}" for line in (prep.budget[0].lines() if prep.budget is not None else [])]
+    print("\n".join(lines))
+    return EXIT_OK
+
+
+def _leave_html(args: argparse.Namespace, out: Any, stream: Any) -> str:
+    """Write ``report.html`` beside the run's ``report.json`` (unless ``--no-html``); the line that says where
+    both are. A page that cannot be made is one warning line: ``report.json`` and the verdict stay as they are."""
+    from gpuaccept.report.runfiles import where_line, write_run_html
+
+    if out.report_path is None:
+        return ""
+    run_dir = out.report_path.parent
+    html = None
+    if not args.no_html:
+        html, warning = write_run_html(out.report, run_dir)
+        if warning:
+            print(f"[RESULT] warning: {warning}", file=stream, flush=True)
+    return where_line(run_dir, html)
 
 
 def _verdict_exit(verdict: Verdict) -> int:

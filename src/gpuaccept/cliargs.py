@@ -20,8 +20,13 @@ class Parser(argparse.ArgumentParser):
 
 def add_suite_options(p: argparse.ArgumentParser) -> None:
     """Options shared by ``run`` and the default job of ``launch``."""
+    from gpuaccept.equivalents import profile_help
+
     g = p.add_argument_group("suite")
-    g.add_argument("--profile", choices=PROFILES, default=None, help="check selection and sizes (default: standard)")
+    g.add_argument("--profile", choices=PROFILES, default=None,
+                   help="check selection and sizes (default: standard); "
+                        + "; ".join(profile_help(name) for name in PROFILES)
+                        + " (conservative built-in estimates; --plan shows this node's)")
     g.add_argument("--checks", type=csv, default=None, metavar="A,B", help="run only these checks")
     g.add_argument("--skip", type=csv, default=None, metavar="C,D", help="do not run these checks")
     g.add_argument("--device", choices=("auto", "cuda", "cpu"), default=None, help="default: auto")

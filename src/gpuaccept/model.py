@@ -347,6 +347,10 @@ class NodeReport:
             "argv": list(self.argv),
             "checks": [c.to_dict() for c in self.checks],
         }
+        from gpuaccept.nextsteps import report_next_steps
+
+        for i, steps in report_next_steps(self).items():  # derived: what to do after each FAIL or ERROR
+            d["checks"][i]["next_steps"] = steps
         if self.not_judged():  # derived, for readers of the JSON: checks shown NOT JUDGED, and the figures
             d["not_judged"] = {"checks": self.state_counts()[NOT_JUDGED],
                                "figures": [f"{c}: {m}" for c, m in self.not_judged()]}

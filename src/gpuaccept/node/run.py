@@ -228,8 +228,20 @@ class Prepared:
         return self.rank is None or self.rank.rank == 0
 
     def to_dict(self) -> dict[str, Any]:
-        """What ``gpuaccept run --plan`` prints."""
+        """What ``gpuaccept run --plan`` prints: the plan, each check's ``expected_s`` (its built-in estimate,
+        process start included; None without one), ``expected_total_s`` (those and the run's own overhead) and
+        ``profile_expected`` (the profile's seconds on an 8-GPU node, :mod:`gpuaccept.equivalents`)."""
+        from gpuaccept.equivalents import EXPECTED_GPUS, PROFILES
+        from gpuaccept.node.budget import RUN_OVERHEAD_S
+
         shown: dict[str, Any] = self.plan.to_dict()
+        for c in shown["checks"]:
+            c["expected_s"] = self.estimates.get(c["name"])
+        shown["expected_total_s"] = round(RUN_OVERHEAD_S + sum(self.estimates.values()), 1)
+        info = PROFILES.get(self.plan.profile)
+        if info is not None:
+            shown["profile_expected"] = {"expected_s": info.expected_s, "gpus": EXPECTED_GPUS,
+                                         "dcgm": f"like DCGM {info.dcgm_level}: {info.dcgm_note}"}
         if self.rank is not None:
             shown["distributed"] = self.rank.to_dict()
         else:

@@ -2,9 +2,14 @@
 
 ``gpuaccept report REF --format FMT [--output PATH]``: REF is a run id (or a
 unique prefix) from the history, a ``report.json`` or cluster report file, or
-a run directory. Output goes to stdout, except HTML, which is written to
-``gpuaccept-<run-id>.html`` in the current directory unless ``--output`` says
-otherwise (``--output -`` for stdout). ``--output DIR`` writes
+a run directory. Output goes to stdout, except HTML, which is written beside the
+report unless ``--output`` says otherwise (``--output -`` for stdout):
+``report.json`` -> ``report.html``, ``cluster-report.json`` -> ``cluster-report.html``,
+``X.json`` -> ``X.html`` (``X-<host>.html`` with ``--host``), a run id -> its run
+directory under the report directory; only a run found in the history alone,
+with no run directory here, goes to ``./gpuaccept-<run-id>.html``. The directory
+written into must be a real directory (not a link) of this user that no one
+else may write to (:func:`gpuaccept.safefs.check_private`). ``--output DIR`` writes
 ``DIR/gpuaccept.prom`` for Prometheus (a stable name for node_exporter's
 textfile directory) and ``DIR/gpuaccept-<run-id>.<ext>`` otherwise. Files are
 written atomically. Exit 0 once rendered (with ``--exit-code``: 1 when the run
@@ -56,8 +61,9 @@ def register(subparsers: Any) -> None:
     rep = subparsers.add_parser(
         "report", help="render a run as HTML, Markdown, JSON, JUnit XML or a Prometheus textfile",
         description="Render a node or cluster run. REF is a run id (or unique prefix) in the history, a report.json "
-                    "or cluster report file, or a run directory. Output goes to stdout, except HTML, which goes to "
-                    "./gpuaccept-<run-id>.html unless --output says otherwise ('-' for stdout).")
+                    "or cluster report file, or a run directory. Output goes to stdout, except HTML, which is written "
+                    "beside the report (report.json -> report.html) unless --output says otherwise ('-' for "
+                    "stdout); a run known only to the history goes to ./gpuaccept-<run-id>.html.")
     rep.add_argument("ref", metavar="REF", help="run id, report file or run directory")
     rep.add_argument("--format", "-f", choices=sorted(FORMATS), default="html",
                      help="html (default), md, json, junit (JUnit XML), prom (node_exporter textfile)")
@@ -137,7 +143,7 @@ def output_path(output: str | None, fmt: str, run_id: str) -> Path | None:
         return None
     name = "gpuaccept.prom" if kind == "prom" else f"gpuaccept-{run_id}.{kind}"
     if output is None:
-        return Path(name) if kind == "html" else None
+        return None  # HTML without --output: beside_path
     path = Path(output).expanduser()
     if path.is_dir():
         return path / name
@@ -146,16 +152,54 @@ def output_path(output: str | None, fmt: str, run_id: str) -> Path | None:
     return path
 
 
+def _source_file(ref: str, run_id: str, report_dir: str) -> Path | None:
+    """The report file ``ref`` was read from (for a run id: the one in its run directory), or None."""
+    from gpuaccept.results.load import CLUSTER_FILE, NODE_FILE
+
+    path = Path(ref).expanduser()
+    if path.is_file():
+        return path
+    candidates = [path] if path.is_dir() else [Path(report_dir).expanduser() / run_id]
+    for directory in candidates:
+        for name in (CLUSTER_FILE, NODE_FILE):
+            if (directory / name).is_file():
+                return directory / name
+        if directory.is_dir():
+            return directory / NODE_FILE  # a run whose report.json was lost, rebuilt from results.jsonl
+    return None
+
+
+def beside_path(source: Path | None, run_id: str, host: str | None) -> Path:
+    """Where HTML goes by default: beside ``source`` (``X.json`` -> ``X.html``, ``X-<host>.html`` for one host
+    of it), or ``./gpuaccept-<run-id>.html`` when the report has no file here. The directory is checked by
+    :func:`gpuaccept.safefs.check_private` (UsageError: name another place with --output)."""
+    from gpuaccept.argtypes import host_part
+    from gpuaccept.safefs import check_private
+
+    if source is None:
+        return Path(f"gpuaccept-{run_id}.html")
+    stem = source.stem + (f"-{host_part(host)}" if host else "")
+    directory = source.parent
+    try:
+        check_private(directory, os.lstat(directory), "the report's directory")
+    except (OSError, UsageError) as exc:
+        raise UsageError(f"cannot write the HTML beside {source}: {exc}; name a file with --output") from None
+    return directory / f"{stem}.html"
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from gpuaccept.model import Verdict
     from gpuaccept.outputs import FILE, write_output
     from gpuaccept.results.load import load_report
 
-    report = load_report(args.ref, db=args.db, host=args.host,
-                         report_dir=args.report_dir or _default_report_dir())
+    report = load_report(args.ref, db=args.db, host=args.host, report_dir=args.report_dir or _default_report_dir())
     analysis = analysis_for(report) if FORMATS[args.format] != "json" else None
     text = render(report, args.format, analysis)
-    path = output_path(args.output, args.format, report.run_id)
+    report_dir = args.report_dir or _default_report_dir()
+    if args.output is None and FORMATS[args.format] == "html":
+        path: Path | None = beside_path(_source_file(args.ref, report.run_id, report_dir), report.run_id, args.host)
+    else:
+        path = output_path(args.output, args.format, report.run_id)
     if path is None:
         sys.stdout.write(text)
         sys.stdout.flush()

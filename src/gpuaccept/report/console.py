@@ -12,6 +12,7 @@ from typing import IO, TYPE_CHECKING, Any
 from rich.markup import escape
 
 from gpuaccept.model import NOT_JUDGED, CheckResult, Metric, NodeReport, Status, Verdict, not_judged_note, state_label
+from gpuaccept.nextsteps import next_steps, step_lines
 from gpuaccept.report.views import (
     bound_text,
     headline_metric,
@@ -67,6 +68,12 @@ def metric_line(m: Metric) -> str:
             + (f" {tags}" if tags else ""))
 
 
+def next_step_lines(report: NodeReport, result: CheckResult, run_dir: str = "") -> list[str]:
+    """``likely: ...`` and ``next: ...`` lines under a failed check (none for any other); ``run_dir`` locates
+    its log."""
+    return step_lines(next_steps(result, report, run_dir=run_dir or None))
+
+
 def result_notes(report: NodeReport) -> list[str]:
     """What the final line adds in parentheses, each note a clause (joined by ``; ``): "CPU only" on a pass (it is
     no GPU acceptance; a failure needs no such warning), and the performance figures not judged."""
@@ -95,11 +102,13 @@ class PlainConsole:
         self.stream = stream
         self.keys = keys
         self.verbose = verbose
+        self.run_dir = ""  # set by header()
 
     def _print(self, text: str) -> None:
         print(text, file=self.stream, flush=True)
 
     def header(self, plan: SuitePlan, run_dir: str) -> None:
+        self.run_dir = run_dir
         names = ", ".join(c.name for c in plan.checks)
         self._print(f"[ENV] gpuaccept profile={plan.profile} device={plan.device} checks={names}")
         self._print(f"[ENV] report directory: {run_dir}")
@@ -120,11 +129,15 @@ class PlainConsole:
             for m in result.metrics:
                 self._print(f"[{check.tag}]   {metric_line(m)}")
 
-    def summary(self, report: NodeReport, tags: dict[str, str]) -> None:
+    def summary(self, report: NodeReport, tags: dict[str, str], where: str = "") -> None:
+        """The table of results, the next steps under each failure, ``where`` (the report directory line,
+        :func:`gpuaccept.report.runfiles.where_line`; else the run id), then the verdict line."""
         for r in report.checks:
             value, expect = describe_key(r, self.keys.get(r.name))
             self._print(f"[RESULT] {shown_name(r):<12} {state_label(r.state):<5} {value} {expect}".rstrip())
-        self._print(f"[RESULT] report: {report.run_id}")
+            for line in next_step_lines(report, r, self.run_dir):
+                self._print(f"[RESULT]   {line}")
+        self._print(f"[RESULT] {where}" if where else f"[RESULT] report: {report.run_id}")
         self._print(result_line(report))
 
 
@@ -137,9 +150,11 @@ class RichConsole:
         self.console = Console(file=stream)
         self.keys = keys
         self.verbose = verbose
+        self.run_dir = ""  # set by header()
         self._status: Any = None
 
     def header(self, plan: SuitePlan, run_dir: str) -> None:
+        self.run_dir = run_dir
         self.console.print(f"[bold]gpuaccept[/] profile [cyan]{plan.profile}[/] on [cyan]{plan.device}[/], "
                            f"{len(plan.checks)} checks -> {run_dir}")
         for note in plan.notes:
@@ -163,7 +178,8 @@ class RichConsole:
         if self._status is not None:
             self._status.stop()
 
-    def summary(self, report: NodeReport, tags: dict[str, str]) -> None:
+    def summary(self, report: NodeReport, tags: dict[str, str], where: str = "") -> None:
+        """The table, the next steps of each failure under it, ``where`` and the verdict line."""
         from rich.table import Table
 
         table = Table(title=f"gpuaccept {report.run_id}")
@@ -175,6 +191,14 @@ class RichConsole:
                           escape(expect),
                           f"{r.duration_s:.1f}s")
         self.console.print(table)
+        for r in report.checks:
+            steps = next_step_lines(report, r, self.run_dir)
+            if steps:
+                self.console.print(f"[bold red]{escape(shown_name(r))}[/] next steps:", highlight=False)
+                for step in steps:
+                    self.console.print(f"  {escape(step)}", highlight=False)
+        if where:
+            self.console.print(escape(where), highlight=False)
         line = result_line(report)
         style = "bold green" if report.verdict is Verdict.SUCCESS else "bold red"
         self.console.print(f"[{style}]{escape(line)}[/]", highlight=False)

@@ -58,6 +58,7 @@ from gpuaccept.report.views import (
     fmt_value,
     headline_metric,
     metric_status,
+    next_steps_of,
     node_views,
     not_judged,
     outliers,
@@ -216,7 +217,18 @@ def _problems_section(nodes: Sequence[NodeView]) -> str:
     else:
         body = ('<table class="sortable problems"><thead><tr><th>host</th><th>status</th><th>check</th>'
                 f'<th>reason</th><th>key metric</th></tr></thead><tbody>{"".join(rows)}</tbody></table>')
-    return f'<section id="problems"><h2>Needs attention</h2>{body}</section>'
+    return f'<section id="problems"><h2>Needs attention</h2>{body}{_next_steps(nodes)}</section>'
+
+
+def _next_steps(nodes: Sequence[NodeView]) -> str:
+    """Under the table: each failed check's likely causes and the commands to run next."""
+    items = []
+    for host, c, steps in next_steps_of(nodes):
+        causes = "".join(f"<li>likely: {e(x)}</li>" for x in steps["causes"])
+        commands = "".join(f"<li>run: <code>{e(x)}</code></li>" for x in steps["commands"])
+        items.append(f'<div class="next-steps" data-check="{e(c.name)}"><h3>{e(c.name)} on {e(host)}: next steps'
+                     f'</h3><ul>{causes}{commands}</ul></div>')
+    return "".join(items)
 
 
 def _coverage_note(analysis: dict[str, Any], items: Sequence[Outlier]) -> str:

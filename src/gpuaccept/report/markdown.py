@@ -28,6 +28,7 @@ from gpuaccept.report.views import (
     fmt_tags,
     fmt_value,
     headline_metric,
+    next_steps_of,
     node_views,
     not_judged,
     outliers,
@@ -123,6 +124,20 @@ def _node_table(node: NodeView) -> list[str]:
     return _table(["check", "status", "key metric", "time", "reason"], rows)
 
 
+def _next_steps(nodes: list[NodeView], cluster: bool) -> list[str]:
+    """``### Next steps``: under each failed check, its likely causes and the commands to run next."""
+    found = next_steps_of(nodes)
+    if not found:
+        return []
+    lines = ["### Next steps", ""]
+    for host, c, steps in found:
+        lines.append(f"**{_name(c)}**" + (f" on {code(host)}" if cluster else "") + ":")
+        lines += [f"- likely: {md(cause)}" for cause in steps["causes"]]
+        lines += [f"- run: {code(cmd)}" for cmd in steps["commands"]]
+        lines.append("")
+    return lines
+
+
 def render_markdown(report: NodeReport | ClusterReport, analysis: dict[str, Any] | None = None) -> str:
     """The report as Markdown text; outliers from ``analysis`` (default: the cluster report's own)."""
     nodes = node_views(report)
@@ -157,6 +172,7 @@ def render_markdown(report: NodeReport | ClusterReport, analysis: dict[str, Any]
                   else c.status.value.upper(), _name(c), md(c.reason), _key(headline_metric(c))]
                  for n, c in bad]
         lines += _table(["host", "status", "check", "reason", "key metric"], rows)
+        lines += _next_steps(nodes, cluster)
     else:
         lines += ["No check failed, errored or warned.", ""]
 

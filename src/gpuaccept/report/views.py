@@ -144,6 +144,20 @@ def problems(nodes: Sequence[NodeView]) -> list[tuple[NodeView, CheckResult]]:
     return sorted(rows, key=lambda r: (-r[1].status.severity, r[0].host, r[1].name))
 
 
+def next_steps_of(nodes: Sequence[NodeView]) -> list[tuple[str, CheckResult, dict[str, list[str]]]]:
+    """(host, check, its next steps) for every failed or errored check, in :func:`problems` order; the commands
+    name the run's other hosts where a command takes several (``isolate --nodes``)."""
+    from gpuaccept.nextsteps import next_steps
+
+    hosts = [n.host for n in nodes]
+    out = []
+    for n, c in problems(nodes):
+        steps = next_steps(c, n.report, hosts if len(hosts) > 1 else None)
+        if steps:
+            out.append((check_host(c, n), c, steps))
+    return out
+
+
 def shown_name(result: CheckResult) -> str:
     """The check's name, marked ``(re-run)`` for a deeper re-run of ``run --budget``'s second pass."""
     return f"{result.name} (re-run)" if result.is_rerun else result.name
