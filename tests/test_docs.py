@@ -17,7 +17,7 @@ import pytest
 from gpuaccept.checks import registry
 from gpuaccept.checks.base import PROFILES
 from gpuaccept.docsgen import checks_md, generate
-from gpuaccept.docsgen.markdown import GENERATED, from_docstring
+from gpuaccept.docsgen.markdown import GENERATED, cell, from_docstring
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -181,3 +181,11 @@ def test_no_help_text_shows_an_escaped_percent() -> None:
 
     walk(build_parser())
     assert not seen, f"'%%' shown in the help of: {', '.join(seen)}"
+
+
+def test_every_check_page_says_what_it_replaces() -> None:
+    from gpuaccept.equivalents import CHECKS
+
+    for name, eq in CHECKS.items():
+        page = (DOCS / "checks" / f"{name}.md").read_text()
+        assert "- Replaces: " in page and cell(eq.tool) in page, name

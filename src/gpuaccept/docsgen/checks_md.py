@@ -16,6 +16,7 @@ from gpuaccept.checks import BUILTIN_MODULES, _checks_of
 from gpuaccept.checks.base import PROFILES, Check, Param, format_bound
 from gpuaccept.checks.metricnames import globs_overlap
 from gpuaccept.docsgen.markdown import GENERATED, cell, code, from_docstring, table
+from gpuaccept.equivalents import CHECKS as EQUIVALENTS
 
 _UNIT_SOURCES = ("checks", "nccltests")
 
@@ -156,6 +157,10 @@ def check_page(cls: type[Check], units: list[tuple[str, str]]) -> str:
                      "Takes stock: it measures nothing, so its pass alone does not make a run a pass")]
     if cls.key_metric:
         facts.append(f"- Headline metric: `{cls.key_metric}`")
+    eq = EQUIVALENTS.get(cls.name)
+    if eq is not None:
+        what = "; ".join(x for x in (f"DCGM diag plugin {eq.dcgm}" if eq.dcgm else "", eq.tool) if x)
+        facts.append(f"- Replaces: {cell(what)}" + (f" ({cell(eq.note)})" if eq.note else ""))
     out += [*facts, "", f"Its parameters are set in a config file under `checks.{cls.name}.params`"
             " ([Configuration](../reference/config.md)); `gpuaccept checks --profile PROFILE` prints these"
             " declarations.", ""]
