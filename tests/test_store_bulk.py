@@ -8,7 +8,7 @@ import pytest
 
 from gpuaccept.model import CheckResult, Metric, Status
 from gpuaccept.results.history import open_store
-from gpuaccept.results.rows import _tags_json_cached, tags_json
+from gpuaccept.results.rows import tags_json, tags_json_memo
 from tests.pg_server import shared_server
 from tests.store_reports import cluster_report, metrics_per_node
 
@@ -45,4 +45,4 @@ def test_awkward_values_survive_the_bulk_path_and_a_reimport_replaces_every_row(
 
 def test_the_tags_cache_keeps_equal_but_differently_typed_values_apart() -> None:
     for tags in ({"a": 1}, {"a": 1.0}, {"a": True}, {"a": 1}, {"b": [1, 2]}, {"b": {"c": 1}}):
-        assert _tags_json_cached(tags) == tags_json(tags)
+        assert tags_json_memo(tags) == tags_json(tags)

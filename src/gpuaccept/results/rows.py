@@ -76,7 +76,7 @@ def tags_json(tags: dict[str, Any]) -> str:
 _TAGS_CACHE: dict[tuple[tuple[str, type, Any], ...], str] = {}
 
 
-def _tags_json_cached(tags: dict[str, Any]) -> str:
+def tags_json_memo(tags: dict[str, Any]) -> str:
     """:func:`tags_json`, memoised: a fleet's metrics share a few hundred tag sets (bounded cache)."""
     try:
         key = tuple(sorted((k, type(v), v) for k, v in tags.items()))  # the type: 1, 1.0 and True are equal keys
@@ -127,7 +127,7 @@ def _metric_row(host: str, check_name: str, m: Any, hw: HwId | None, rerun: bool
     thr = m.threshold
     return (host, check_name, m.name, m.device, finite(m.value), m.unit, finite(m.expected),
             thr.op if thr else None, finite(thr.value) if thr else None,
-            str(dtype) if dtype is not None else None, size_bytes, _tags_json_cached(tags), int(rerun),
+            str(dtype) if dtype is not None else None, size_bytes, tags_json_memo(tags), int(rerun),
             hw.kind if hw else None, hw.id if hw else None, hw.serial if hw else None)
 
 
