@@ -64,7 +64,8 @@ def test_a_1024_node_page_is_bounded_and_says_what_it_left_out() -> None:
     assert "results of this check are not listed on this page" in memtest
     for chart in re.findall(r'<svg class="curve".*?</svg>', big, flags=re.S):
         assert int(re.search(r'data-series="(\d+)"', chart).group(1)) <= MAX_SWEEP_SERIES  # type: ignore[union-attr]
-    assert "curves (drawn: every flagged node's and an even sample of the rest)" in big
+    assert re.search(r"[\d,]+ of [\d,]+ curves are not drawn on this page \(drawn: every flagged node's and an "
+                     r"even sample of the rest; every value is in the report JSON", big)
 
 
 def test_a_64_node_page_lists_every_node_as_before() -> None:
@@ -72,3 +73,19 @@ def test_a_64_node_page_lists_every_node_as_before() -> None:
     assert 'id="distributions"' not in html and 'id="grid"' not in html and "not listed on this page" not in html
     heat = _section(html, "heatmap")
     assert len(set(re.findall(r"<tr[^>]*><th>(node\d+)</th>", heat))) == 64
+
+
+def test_huge_raw_details_are_cut_and_the_page_says_so() -> None:
+    rep = _fleet(4)
+    node = rep.nodes[0].report
+    assert node is not None
+    node.checks[0].details = {"samples": list(range(200_000)), "tail_marker": "zz-last"}
+    html = render_html(rep)
+    assert "more characters of these details are in the report JSON" in html
+    assert "zz-last" not in html  # sorted keys: the marker comes after the cut
+    assert len(html) < 600_000
+    small = _fleet(4)
+    small_node = small.nodes[0].report
+    assert small_node is not None
+    small_node.checks[0].details = {"samples": list(range(100)), "tail_marker": "zz-last"}
+    assert "zz-last" in render_html(small)

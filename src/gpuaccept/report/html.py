@@ -538,8 +538,9 @@ def render_html(report: NodeReport | ClusterReport, *, analysis: dict[str, Any] 
         nav.append('<a href="#budget">time budget</a>')
     if sweep_list:
         drawn, n_drawn, n_all = fleet.bounded_sweeps(sweep_list, highlight) if large else (list(sweep_list), 0, 0)
-        sections.append(_sweep_section(drawn, highlight).removesuffix("</section>") + fleet.left_out_note(
-            n_drawn, n_all, "curves (drawn: every flagged node's and an even sample of the rest)") + "</section>")
+        kept = "drawn: every flagged node's and an even sample of the rest"
+        sections.append(_sweep_section(drawn, highlight).removesuffix("</section>")
+                        + fleet.left_out_note(n_drawn, n_all, "curves", "drawn", kept) + "</section>")
         nav.append('<a href="#collectives">bandwidth vs size</a>')
     for name in check_names(nodes):
         sections.append(_check_section(name, nodes, idx, swept, detail_hosts, cluster))

@@ -49,12 +49,12 @@ def needs_look(nodes: Sequence[NodeView], idx: OutlierIndex) -> list[str]:
     return out
 
 
-def left_out_note(shown: int, total: int, what: str) -> str:
-    """``<p>`` saying how many of ``total`` were left out, or '' when none."""
+def left_out_note(shown: int, total: int, what: str, verb: str = "listed", how: str = "") -> str:
+    """``<p>`` saying how many of ``total`` were left out (``how``: which were kept), or '' when none."""
     if shown >= total:
         return ""
-    return (f'<p class="muted left-out">{total - shown:,} of {total:,} {what} are not listed on this page '
-            f'({WHERE_FULL}).</p>')
+    return (f'<p class="muted left-out">{total - shown:,} of {total:,} {what} are not {verb} on this page '
+            f'({how + "; " if how else ""}{WHERE_FULL}).</p>')
 
 
 def _node_skus(nodes: Sequence[NodeView]) -> dict[str, str]:
