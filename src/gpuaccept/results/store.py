@@ -301,7 +301,8 @@ class Store(abc.ABC):
             return
         marks = ",".join("?" * len(pks))
         children = [r[0] for r in self._execute(f"SELECT id FROM runs WHERE parent IN ({marks})", pks)]
-        pks = [p for p in children if p not in pks] + pks
+        given = set(pks)
+        pks = [p for p in children if p not in given] + pks
         marks = ",".join("?" * len(pks))
         self._execute(f"DELETE FROM metrics WHERE run IN ({marks})", pks)
         self._execute(f"DELETE FROM hardware WHERE run IN ({marks})", pks)
