@@ -25,7 +25,7 @@ from pathlib import Path
 
 from gpuaccept.model import CheckResult, ClusterReport, Metric, NodeEntry, NodeReport, NodeState, Status, Verdict
 from gpuaccept.results.history import open_store
-from gpuaccept.results.rows import flatten_cluster
+from gpuaccept.results.rows import METRIC_COLUMNS, flatten_cluster
 
 
 def node(host: str, run_id: str, started: str, gpus: int, metrics: int) -> NodeReport:
@@ -57,9 +57,12 @@ def main() -> None:
     rows = sum(len(c.metrics) for e in cluster.nodes if e.report for c in e.report.checks)
     out: dict[str, float] = {"metric_rows": rows}
     with open_store(url) as store:
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         store.add_cluster_report(cluster)
         out["cluster_write_s"] = time.perf_counter() - t
+        out["cluster_write_cpu_s"] = time.process_time() - c
+        if hasattr(store, "file_size"):
+            out["db_bytes_per_metric_row"] = store.file_size() / rows
         t = time.perf_counter()
         for i in range(args.runs):
             store.add_node_report(node("long", f"long-{i:05d}", f"2026-10-{1 + i % 28:02d}T{i % 24:02d}:00:00Z",
@@ -80,10 +83,10 @@ def main() -> None:
     _cluster_row, nodes = flatten_cluster(cluster, "2026-11-01T00:00:00Z")
     conn = sqlite3.connect(tmp / "raw.db", isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("CREATE TABLE m (host, check_name, name, device, value, unit, expected, op, thr, dtype, size, tags)")
+    conn.execute(f"CREATE TABLE m ({', '.join(METRIC_COLUMNS)})")
     t = time.perf_counter()
     conn.execute("BEGIN")
-    conn.executemany("INSERT INTO m VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+    conn.executemany(f"INSERT INTO m VALUES ({', '.join('?' * len(METRIC_COLUMNS))})",
                      [m for n in nodes for c in n.checks for m in c.metrics])
     conn.execute("COMMIT")
     out["reference_write_s"] = time.perf_counter() - t

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -153,7 +154,7 @@ def validate(nodes: Sequence[str], settings: Settings, racks: Mapping[str, str] 
     """UsageError for what no plan can be made of."""
     if len(nodes) < 2:
         raise UsageError(f"isolation needs at least 2 nodes, got {len(nodes)}")
-    dup = sorted({n for n in nodes if list(nodes).count(n) > 1})
+    dup = sorted(n for n, k in Counter(nodes).items() if k > 1)
     if dup:
         raise UsageError(f"node {dup[0]} is named twice")
     if settings.confirm < 1 or settings.repeat < 1:
@@ -173,29 +174,30 @@ def _trusted(node: str, other: str, before: int, passed: Mapping[str, list[tuple
 
 def judge(nodes: Sequence[str], results: Sequence[Result], settings: Settings,
           racks: Mapping[str, str] | None = None) -> dict[str, NodeVerdict]:
-    """Each node's state from every result so far (pure)."""
+    """Each node's state from every result so far (pure; linear: results are indexed by node once)."""
     out: dict[str, NodeVerdict] = {}
     passed: dict[str, list[tuple[int, frozenset[str]]]] = {}
+    by_node: dict[str, list[tuple[Result, bool]]] = {}
     for r in results:
-        if r.passed(settings.threshold):
+        ok = r.passed(settings.threshold)
+        if ok:
             group = frozenset(r.test.nodes)
             for n in r.test.nodes:
                 passed.setdefault(n, []).append((r.round, group))
+        for n in r.test.nodes:
+            by_node.setdefault(n, []).append((r, ok))
     for node in nodes:
         v = NodeVerdict(node, "untested", rack=(racks or {}).get(node))
         fails_untrusted = 0
-        for r in results:
-            if node not in r.test.nodes:
-                continue
-            ok = r.passed(settings.threshold)
-            others = [o for o in r.test.nodes if o != node]
+        for r, ok in by_node.get(node, ()):
             if len(r.test.nodes) <= 2:
-                v.evidence.append({"round": r.round, "partners": others, "passed": ok, "busbw": r.busbw(),
-                                   "runs": [x.busbw for x in r.runs], "reason": r.reason()})
+                v.evidence.append({"round": r.round, "partners": [o for o in r.test.nodes if o != node],
+                                   "passed": ok, "busbw": r.busbw(), "runs": [x.busbw for x in r.runs],
+                                   "reason": r.reason()})
             if ok:
                 v.passes += 1
-            elif others and all(_trusted(node, o, r.round, passed) for o in others):
-                v.strikes.extend(o for o in others if o not in v.strikes)
+            elif len(r.test.nodes) > 1 and all(_trusted(node, o, r.round, passed) for o in r.test.nodes if o != node):
+                v.strikes.extend(o for o in r.test.nodes if o != node and o not in v.strikes)
             else:
                 fails_untrusted += 1
         strikes = len(v.strikes)
@@ -275,8 +277,14 @@ def _retests(states: dict[str, NodeVerdict], need: list[str], results: Sequence[
     rng.shuffle(need)
     tests: list[Test] = []
     used: set[str] = set()
+    wanted = set(need)
+    met_by: dict[str, set[str]] = {}
+    for r in results:  # whom each node of ``need`` has been tested with (one pass over the results)
+        for n in r.test.nodes:
+            if n in wanted:
+                met_by.setdefault(n, set()).update(r.test.nodes)
     for node in need:
-        met = {o for r in results if node in r.test.nodes for o in r.test.nodes}
+        met = met_by.get(node, set())
         options = [g for g in good if g not in used and g not in met] or [g for g in good if g not in used]
         if racks:  # another rack first: a suspect that fails across racks too is not its switch's fault
             options.sort(key=lambda g: racks.get(g) == racks.get(node))
@@ -305,8 +313,8 @@ def next_step(nodes: Sequence[str], results: Sequence[Result], settings: Setting
     open_nodes = [n for n in nodes if states[n].state in ("suspect", "untested")]
     if settings.mode == "bisect":  # re-test only what the bisection narrowed down (and what is under re-test)
         halves, small, notes = _bisect_frontier(nodes, results, settings, racks)
-        open_nodes = [n for n in open_nodes if n in small or any(n in r.test.nodes and r.test.kind == "retest"
-                                                                 for r in results)]
+        retested = {n for r in results if r.test.kind == "retest" for n in r.test.nodes}
+        open_nodes = [n for n in open_nodes if n in small or n in retested]
     if number > settings.rounds_limit(len(nodes)):
         return _final(states, done, results, [*notes, f"stopped at the round limit ({done} rounds)"])
     if halves:

@@ -153,7 +153,8 @@ def cross_node_coverage(analysis: dict[str, Any] | None) -> tuple[int, dict[tupl
 
 
 def heatmap(nodes: Sequence[NodeView], max_columns: int = 80, min_nodes: int = 3,
-            not_compared: dict[tuple[str, str], str] | None = None) -> Heatmap:
+            not_compared: dict[tuple[str, str], str] | None = None,
+            sweep_list: Sequence[Sweep] | None = None) -> Heatmap:
     """A node × metric table for a cluster: one column per (check, metric, dtype/op) seen on two nodes or more.
 
     A column is compared across nodes (its cells coloured by their ratio to the median over nodes) only where
@@ -167,7 +168,7 @@ def heatmap(nodes: Sequence[NodeView], max_columns: int = 80, min_nodes: int = 3
     value is the same on every node are left out (counted in ``hidden_constant``), and so are
     ``run --budget`` re-runs (each node's first pass is compared).
     """
-    sweep_pairs = swept_names(sweeps(nodes))
+    sweep_pairs = swept_names(sweeps(nodes) if sweep_list is None else sweep_list)  # the caller's, when it has them
     # (column key) -> host -> values; and the size chosen for sweeps
     raw: dict[tuple[str, str, str], dict[str, list[tuple[Metric, float | None]]]] = {}
     units: dict[tuple[str, str, str], Metric] = {}

@@ -35,6 +35,7 @@ from gpuaccept.model import (
     is_not_judged,
     state_label,
 )
+from gpuaccept.report import html_fleet as fleet
 from gpuaccept.report import svg
 from gpuaccept.report.budget_view import BudgetView, budget_view, budget_views
 from gpuaccept.report.grid import Column, Heatmap, Sweep, cross_node_coverage, heatmap, size_of, sweeps, swept_names
@@ -437,11 +438,20 @@ def _metrics_table(check: CheckResult, host: str, idx: OutlierIndex) -> str:
             f'<tbody>{"".join(rows)}</tbody></table>')
 
 
+RAW_DETAILS_MAX_CHARS = 64 * 1024
+"""A check's raw details are cut after this many characters of JSON (the rest stays in the report file)."""
+
+
 def _raw_details(check: CheckResult) -> str:
     if not check.details:
         return ""
     text = json.dumps(check.details, indent=2, sort_keys=True, default=str)
-    return f'<details class="raw"><summary>details</summary><pre>{e(text)}</pre></details>'
+    cut = ""
+    if len(text) > RAW_DETAILS_MAX_CHARS:
+        cut = (f'<p class="muted left-out">{len(text) - RAW_DETAILS_MAX_CHARS:,} more characters of these details '
+               'are in the report JSON.</p>')
+        text = text[:RAW_DETAILS_MAX_CHARS] + "\n..."
+    return f'<details class="raw"><summary>details</summary><pre>{e(text)}</pre>{cut}</details>'
 
 
 _NO_OUTLIERS = OutlierIndex([])
@@ -454,7 +464,8 @@ def _check_section(name: str, nodes: Sequence[NodeView], idx: OutlierIndex, swep
     badges = "".join(_badge(s, f"{counts[s]} {state_label(s).lower()}") for s in STATES if counts[s])
     ok = not any(c.status in (Status.FAIL, Status.ERROR, Status.WARN) for _, c in entries)
     rows = []
-    for n, c in entries:
+    listed = entries if detail_hosts is None else [(n, c) for n, c in entries if check_host(c, n) in detail_hosts]
+    for n, c in listed:
         host = check_host(c, n)
         hm = headline_metric(c)
         cls = "ok" if c.status in (Status.PASS, Status.SKIP) else f"st-{c.status.value}"
@@ -464,7 +475,8 @@ def _check_section(name: str, nodes: Sequence[NodeView], idx: OutlierIndex, swep
                     f'<td>{e(_describe_metric(hm)) if hm is not None else ""}</td>'
                     f'<td class="reason">{e(c.reason)}</td></tr>')
     table = ('<table class="sortable check-nodes"><thead><tr><th>host</th><th>status</th><th>time</th>'
-             f'<th>key metric</th><th>reason</th></tr></thead><tbody>{"".join(rows)}</tbody></table>')
+             f'<th>key metric</th><th>reason</th></tr></thead><tbody>{"".join(rows)}</tbody></table>'
+             f'{fleet.left_out_note(len(listed), len(entries), "results of this check")}')
     parts = []
     left_out = 0
     for n, c in entries:
@@ -507,24 +519,40 @@ def render_html(report: NodeReport | ClusterReport, *, analysis: dict[str, Any] 
     cluster = isinstance(report, ClusterReport)
     highlight = {n.host for n in nodes if n.verdict.value != "success"} | idx.hosts()
     detail_hosts = None
-    if len(nodes) > DETAIL_ALL_NODES_UP_TO:
-        detail_hosts = {n.host for n in nodes if n.verdict.value != "success"} | idx.hosts()
+    large = len(nodes) > DETAIL_ALL_NODES_UP_TO
+    listed: list[str] = []
+    if large:  # a fleet: list only the nodes that need a look, at most MAX_LISTED (html_fleet)
+        look = fleet.needs_look(nodes, idx)
+        listed = look[:fleet.MAX_LISTED]
+        detail_hosts = set(listed)
     sections = [_header(report, nodes), _problems_section(nodes)]
     nav = ['<a href="#problems">needs attention</a>']
     if cluster or outs:
-        sections.append(_outlier_section(outs, analysis))
+        shown_outs = outs[:fleet.MAX_OUTLIERS] if large else outs
+        sections.append(_outlier_section(shown_outs, analysis).removesuffix("</section>")
+                        + fleet.left_out_note(len(shown_outs), len(outs), "outliers (smallest |z|)") + "</section>")
         nav.append('<a href="#outliers">outliers</a>')
     if cluster:
         min_nodes, not_compared = cross_node_coverage(analysis)
-        sections.append(_heatmap_section(heatmap(nodes, min_nodes=min_nodes, not_compared=not_compared), nodes,
-                                         idx))
+        hm = heatmap(nodes, min_nodes=min_nodes, not_compared=not_compared, sweep_list=sweep_list)
+        if large:
+            sections.append(fleet.distribution_section(hm, nodes, idx))
+            sections.append(fleet.verdict_grid_section(nodes, idx, listed))
+            nav += ['<a href="#distributions">distributions</a>', '<a href="#grid">nodes × checks</a>']
+            sections.append(_heatmap_section(fleet.bounded_heatmap(hm, listed), nodes, idx).removesuffix("</section>")
+                            + fleet.left_out_note(len(listed), len(nodes), "nodes' heatmap rows") + "</section>")
+        else:
+            sections.append(_heatmap_section(hm, nodes, idx))
         nav.append('<a href="#heatmap">heatmap</a>')
     budgets = budget_views(nodes)
     if budgets:
         sections.append(_budget_section(budgets, cluster))
         nav.append('<a href="#budget">time budget</a>')
     if sweep_list:
-        sections.append(_sweep_section(sweep_list, highlight))
+        drawn, n_drawn, n_all = fleet.bounded_sweeps(sweep_list, highlight) if large else (list(sweep_list), 0, 0)
+        kept = "drawn: every flagged node's and an even sample of the rest"
+        sections.append(_sweep_section(drawn, highlight).removesuffix("</section>")
+                        + fleet.left_out_note(n_drawn, n_all, "curves", "drawn", kept) + "</section>")
         nav.append('<a href="#collectives">bandwidth vs size</a>')
     for name in check_names(nodes):
         sections.append(_check_section(name, nodes, idx, swept, detail_hosts, cluster))

@@ -7,7 +7,6 @@ anything heavy. Node reports and cluster reports are both seen as a list of
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from gpuaccept.model import STATES as STATES  # every shown state, worst first, 
 from gpuaccept.model import state_label as state_label
 from gpuaccept.report.units import fmt_number as fmt_number  # the shared number formats, re-exported
 from gpuaccept.report.units import fmt_value as fmt_value
+from gpuaccept.results.rows import tags_json_memo
 
 STATUS_ORDER = (Status.ERROR, Status.FAIL, Status.WARN, Status.PASS, Status.SKIP)
 # Units whose larger values are better when no threshold says otherwise.
@@ -164,8 +164,8 @@ def shown_name(result: CheckResult) -> str:
 
 
 def tags_key(tags: dict[str, Any]) -> str:
-    """Canonical text of a tag dict (sorted keys): equal tags give equal keys."""
-    return json.dumps(tags, sort_keys=True, separators=(",", ":"), default=str)
+    """Canonical text of a tag dict (sorted keys): equal tags give equal keys (memoised: a fleet shares a few)."""
+    return tags_json_memo(tags)
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,10 @@ Nothing heavy is imported at module level.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -103,7 +104,10 @@ def read_report_files(paths: Sequence[str]) -> list[NodeReport | ClusterReport]:
     return out
 
 
-def _from_history(args: argparse.Namespace) -> list[NodeReport]:
+@contextlib.contextmanager
+def _from_history(args: argparse.Namespace) -> Iterator[tuple[int, Iterator[NodeReport]]]:
+    """The number of matching node runs and an iterator that reads their reports one at a time (so that
+    learning from a thousand runs holds one report in memory, not all), the store open meanwhile."""
     from gpuaccept.model import NodeReport
     from gpuaccept.results.history import open_store
     from gpuaccept.results.timespec import parse_since
@@ -112,12 +116,14 @@ def _from_history(args: argparse.Namespace) -> list[NodeReport]:
     store = open_store(args.db, read_only=True)
     try:
         runs = store.list_runs(host=args.host, since=since, kind="node", include_members=True)
-        reports = []
-        for r in runs:
-            rep = store.get_run(r.run_id, host=r.host).report
-            if isinstance(rep, NodeReport):
-                reports.append(rep)
-        return reports
+
+        def reports() -> Iterator[NodeReport]:
+            for r in runs:
+                rep = store.get_run(r.run_id, host=r.host).report
+                if isinstance(rep, NodeReport):
+                    yield rep
+
+        yield len(runs), reports()
     finally:
         store.close()
 
@@ -160,18 +166,18 @@ def cmd_create(args: argparse.Namespace) -> int:
         raise UsageError("--host, --since and --db select runs from the history: use them with --history")
     rules = load_rules(args.thresholds) if args.thresholds else ()
     check_rule_names(rules, args.thresholds)
-    items: Sequence[NodeReport | ClusterReport]
     if args.history:
-        items = _from_history(args)
         origin = [f"history{':' + args.host if args.host else ''}{' since ' + args.since if args.since else ''}"]
-        if not items:
-            raise InputError("no node runs in the history match (see 'gpuaccept history --all-nodes')")
+        with _from_history(args) as (count, stream):
+            if not count:
+                raise InputError("no node runs in the history match (see 'gpuaccept history --all-nodes')")
+            baseline = learn_baseline(stream, trim_z=args.trim_z, min_samples=args.min_samples, origin=origin)
     else:
         items = read_report_files(args.paths)
         origin = [str(p) for p in args.paths]
         if not items:
             raise InputError(f"no gpuaccept reports found in {', '.join(args.paths)}")
-    baseline = learn_baseline(items, trim_z=args.trim_z, min_samples=args.min_samples, origin=origin)
+        baseline = learn_baseline(items, trim_z=args.trim_z, min_samples=args.min_samples, origin=origin)
     if not len(baseline):
         raise InputError(f"no metric had {args.min_samples} or more usable values in {baseline.runs} report(s) "
                          f"(lower --min-samples, or check the reports ran any measurement)")

@@ -73,6 +73,24 @@ def tags_json(tags: dict[str, Any]) -> str:
     return json.dumps(tags, sort_keys=True, separators=(",", ":"), default=str)
 
 
+_TAGS_CACHE: dict[tuple[tuple[str, type, Any], ...], str] = {}
+
+
+def tags_json_memo(tags: dict[str, Any]) -> str:
+    """:func:`tags_json`, memoised: a fleet's metrics share a few hundred tag sets (bounded cache)."""
+    try:
+        key = tuple(sorted((k, type(v), v) for k, v in tags.items()))  # the type: 1, 1.0 and True are equal keys
+        hit = _TAGS_CACHE.get(key)
+    except TypeError:  # an unhashable or unorderable tag value
+        return tags_json(tags)
+    if hit is None:
+        hit = tags_json(tags)
+        if len(_TAGS_CACHE) >= 4096:
+            _TAGS_CACHE.clear()
+        _TAGS_CACHE[key] = hit
+    return hit
+
+
 def node_sku(report: dict[str, Any]) -> str | None:
     """The node's GPU SKU id (``skus.yaml``) from a report dict: ``mixed`` when GPUs differ, None when unknown.
 
@@ -109,13 +127,14 @@ def _metric_row(host: str, check_name: str, m: Any, hw: HwId | None, rerun: bool
     thr = m.threshold
     return (host, check_name, m.name, m.device, finite(m.value), m.unit, finite(m.expected),
             thr.op if thr else None, finite(thr.value) if thr else None,
-            str(dtype) if dtype is not None else None, size_bytes, tags_json(tags), int(rerun),
+            str(dtype) if dtype is not None else None, size_bytes, tags_json_memo(tags), int(rerun),
             hw.kind if hw else None, hw.id if hw else None, hw.serial if hw else None)
 
 
-def flatten_node(report: NodeReport, stored_at: str) -> FlatRun:
-    """Rows for one node report. InputError when its ``started`` time is unreadable."""
-    data = report.to_dict()
+def flatten_node(report: NodeReport, stored_at: str, data: dict[str, Any] | None = None) -> FlatRun:
+    """Rows for one node report (``data``: its ``to_dict()`` when the caller has it already).
+    InputError when its ``started`` time is unreadable."""
+    data = report.to_dict() if data is None else data
     started_ts = iso_to_epoch(report.started, f"report {report.run_id}: started")
     row = (report.run_id, "node", report.host, report.profile, None, None, report.started, started_ts,
            report.finished, report.verdict.value, report.device, report.version, None, node_sku(data),
@@ -144,7 +163,7 @@ def flatten_cluster(report: ClusterReport, stored_at: str) -> tuple[FlatRun, lis
     nodes = []
     for entry, entry_dict in zip(report.nodes, data["nodes"], strict=True):
         if entry.report is not None:
-            nodes.append(flatten_node(entry.report, stored_at))
+            nodes.append(flatten_node(entry.report, stored_at, entry_dict["report"]))
             entry_dict["report"] = None
             entry_dict["report_run_id"] = entry.report.run_id
             entry_dict["report_host"] = entry.report.host

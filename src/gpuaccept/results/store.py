@@ -186,6 +186,10 @@ class Store(abc.ABC):
     def _executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         """Run one statement once per row of parameters."""
 
+    def _bulk_insert(self, table: str, cols: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        """Insert many rows into ``table`` (one executemany; PostgreSQL: COPY)."""
+        self._executemany(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})", rows)
+
     @abc.abstractmethod
     def _insert_id(self, sql: str, params: Sequence[Any]) -> int:
         """Run an INSERT into a table with an ``id`` key; return the new id."""
@@ -276,13 +280,17 @@ class Store(abc.ABC):
             stale = list(old)
             for pk in old:
                 stale += [r[0] for r in self._execute("SELECT id FROM runs WHERE parent = ?", (pk,))]
-            for node in nodes:
+            wanted = {(node.run_id, node.host) for node in nodes}
+            for ids in _chunks(sorted({node.run_id for node in nodes})):  # one query per 500 run ids, not per node
                 stale += [r[0] for r in self._execute(
-                    "SELECT id FROM runs WHERE run_id = ? AND kind = 'node' AND host = ?", (node.run_id, node.host))]
+                    f"SELECT id, run_id, host FROM runs WHERE kind = 'node' AND run_id IN ({','.join('?' * len(ids))})",
+                    ids) if (r[1], r[2]) in wanted]
             self._delete_runs(sorted(set(stale), reverse=True))
-            cluster_pk = self._insert_run(flat, None)
+            bulk: dict[str, list[tuple[Any, ...]]] = {"metrics": [], "hardware": []}
+            cluster_pk = self._insert_run(flat, None, bulk)
             for node in nodes:
-                self._insert_run(node, cluster_pk)
+                self._insert_run(node, cluster_pk, bulk)
+            self._flush(bulk)
 
         self._retrying(write, write=True)
         return report.run_id
@@ -293,7 +301,8 @@ class Store(abc.ABC):
             return
         marks = ",".join("?" * len(pks))
         children = [r[0] for r in self._execute(f"SELECT id FROM runs WHERE parent IN ({marks})", pks)]
-        pks = [p for p in children if p not in pks] + pks
+        given = set(pks)
+        pks = [p for p in children if p not in given] + pks
         marks = ",".join("?" * len(pks))
         self._execute(f"DELETE FROM metrics WHERE run IN ({marks})", pks)
         self._execute(f"DELETE FROM hardware WHERE run IN ({marks})", pks)
@@ -301,24 +310,28 @@ class Store(abc.ABC):
         self._execute(f"UPDATE runs SET parent = NULL WHERE id IN ({marks})", pks)
         self._execute(f"DELETE FROM runs WHERE id IN ({marks})", pks)
 
-    def _insert_run(self, flat: FlatRun, parent: int | None) -> int:
+    def _insert_run(self, flat: FlatRun, parent: int | None,
+                    bulk: dict[str, list[tuple[Any, ...]]] | None = None) -> int:
+        """Insert a run and its checks; its metrics and hardware rows too, or into ``bulk`` for :meth:`_flush`."""
         cols = (*RUN_COLUMNS, "parent")
         run_pk = self._insert_id(f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
                                  (*flat.row, parent))
-        metric_rows: list[tuple[Any, ...]] = []
+        rows: dict[str, list[tuple[Any, ...]]] = {"metrics": [], "hardware": []} if bulk is None else bulk
         check_sql = (f"INSERT INTO checks (run, {', '.join(CHECK_COLUMNS)}) "
                      f"VALUES (?, {', '.join('?' * len(CHECK_COLUMNS))})")
         for fc in flat.checks:
             check_pk = self._insert_id(check_sql, (run_pk, *fc.row))
-            metric_rows += [(run_pk, check_pk, *m) for m in fc.metrics]
-        if metric_rows:
-            self._executemany(f"INSERT INTO metrics (run, check_id, {', '.join(METRIC_COLUMNS)}) "
-                              f"VALUES (?, ?, {', '.join('?' * len(METRIC_COLUMNS))})", metric_rows)
-        if flat.hardware:
-            self._executemany(f"INSERT INTO hardware (run, {', '.join(HARDWARE_COLUMNS)}) "
-                              f"VALUES (?, {', '.join('?' * len(HARDWARE_COLUMNS))})",
-                              [(run_pk, *h) for h in flat.hardware])
+            rows["metrics"] += [(run_pk, check_pk, *m) for m in fc.metrics]
+        rows["hardware"] += [(run_pk, *h) for h in flat.hardware]
+        if bulk is None:
+            self._flush(rows)
         return run_pk
+
+    def _flush(self, bulk: dict[str, list[tuple[Any, ...]]]) -> None:
+        if bulk["metrics"]:
+            self._bulk_insert("metrics", ("run", "check_id", *METRIC_COLUMNS), bulk["metrics"])
+        if bulk["hardware"]:
+            self._bulk_insert("hardware", ("run", *HARDWARE_COLUMNS), bulk["hardware"])
 
     # ---- reading ---------------------------------------------------------------------------------------------
     def list_runs(self, host: str | None = None, check: str | None = None, since: float | None = None,

@@ -137,6 +137,12 @@ class PostgresStore(Store):
         with self._db.cursor() as cur:
             cur.executemany(sql.replace("?", "%s"), [tuple(r) for r in rows])
 
+    def _bulk_insert(self, table: str, cols: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        """COPY ... FROM STDIN (binary-safe text rows through psycopg): many times faster than INSERTs."""
+        with self._db.cursor() as cur, cur.copy(f"COPY {table} ({', '.join(cols)}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+
     def _insert_id(self, sql: str, params: Sequence[Any]) -> int:
         row = self._db.execute(sql.replace("?", "%s") + " RETURNING id", tuple(params)).fetchone()
         return int(row[0])
