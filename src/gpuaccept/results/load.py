@@ -15,7 +15,8 @@ command that reads reports (``report``, ``compare``, ``baseline``, ``analyze``,
 ``history --import``) validates through :func:`report_from_dict`: a node report
 against the published JSON Schema (``data/report.schema.json``), a cluster
 report against :data:`CLUSTER_SCHEMA` and each of its node reports against the
-node schema; run ids must be safe as a file name (:data:`RUN_ID_PATTERN`).
+node schema (both compiled by :mod:`gpuaccept.results.fastcheck`); run ids must be safe as a file name
+(:data:`RUN_ID_PATTERN`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,7 @@ from gpuaccept.argtypes import RUN_ID_PATTERN
 from gpuaccept.errors import GpuacceptError, InputError
 from gpuaccept.inputs import load_json_file, loads_json, one_line, read_text
 from gpuaccept.model import SCHEMA_VERSION, CheckResult, ClusterReport, NodeReport, Verdict
+from gpuaccept.results.fastcheck import Problem, compile_schema
 
 CLUSTER_FILE = "cluster-report.json"
 NODE_FILE = "report.json"
@@ -98,15 +101,29 @@ def _newer(data: dict[str, Any], where: str) -> None:
                          "upgrade gpuaccept to read it")
 
 
-def _validate(data: Any, schema: dict[str, Any], where: str, what: str) -> None:
+@functools.cache
+def _fast(kind: str) -> Callable[[Any], Problem | None]:
+    """The compiled validator of ``kind``: ``node``, ``check`` (one results.jsonl line) or ``cluster``."""
+    if kind == "cluster":
+        return compile_schema(CLUSTER_SCHEMA)
+    return compile_schema(_schema(), "#/$defs/check" if kind == "check" else None)
+
+
+def _validate(data: Any, kind: str, where: str, what: str) -> None:
+    """InputError naming the first problem when ``data`` breaks the ``kind`` schema. The compiled
+    validator decides; only a rejected input is run through jsonschema too, for its familiar message."""
+    problem = _fast(kind)(data)
+    if problem is None:
+        return
     import jsonschema
 
-    validator = jsonschema.Draft202012Validator(schema)
-    error = jsonschema.exceptions.best_match(validator.iter_errors(data))
-    if error is not None:
-        path = "/".join(str(p) for p in error.absolute_path) or "(top level)"
-        raise InputError(f"{where}: not a valid gpuaccept {what} at {one_line(path)[:120]}: "
-                         f"{one_line(error.message)[:200]}")
+    schema = CLUSTER_SCHEMA if kind == "cluster" else _schema()
+    if kind == "check":
+        schema = {"$ref": "#/$defs/check", "$defs": schema["$defs"]}
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(data))
+    at, message = problem if error is None else (tuple(error.absolute_path), error.message)
+    path = "/".join(str(p) for p in at) or "(top level)"
+    raise InputError(f"{where}: not a valid gpuaccept {what} at {one_line(path)[:120]}: {one_line(message)[:200]}")
 
 
 def _validate_node(data: Any, where: str) -> None:
@@ -114,7 +131,7 @@ def _validate_node(data: Any, where: str) -> None:
     if not isinstance(data, dict):
         raise InputError(f"{where}: not a gpuaccept report (expected a JSON object, got {type(data).__name__})")
     _newer(data, where)
-    _validate(data, _schema(), where, "report")
+    _validate(data, "node", where, "report")
     check_run_id(data["run_id"], where)
 
 
@@ -122,7 +139,7 @@ def report_from_dict(data: Any, where: str) -> Report:
     """A NodeReport or ClusterReport from parsed JSON; InputError naming ``where`` when malformed."""
     if isinstance(data, dict) and data.get("kind") == "cluster":
         _newer(data, where)
-        _validate(data, CLUSTER_SCHEMA, where, "cluster report")
+        _validate(data, "cluster", where, "cluster report")
         for i, entry in enumerate(data["nodes"]):
             if entry.get("report") is not None:
                 _validate_node(entry["report"], f"{where}: nodes[{i}] ({one_line(entry['host'])[:80]})")
@@ -166,7 +183,6 @@ def load_results_dir(path: Path) -> NodeReport:
     run_id = check_run_id(path.resolve().name, str(path))
     checks: list[CheckResult] = []
     lines = read_text(results, "results.jsonl").splitlines()
-    check_schema = {"$ref": "#/$defs/check", "$defs": _schema()["$defs"]}
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -176,7 +192,7 @@ def load_results_dir(path: Path) -> NodeReport:
             if n == len(lines):
                 break
             raise
-        _validate(data, check_schema, f"{where}: line {n}", "check result")
+        _validate(data, "check", f"{where}: line {n}", "check result")
         try:
             checks.append(CheckResult.from_dict(data))
         except (KeyError, TypeError, ValueError, OverflowError) as exc:
