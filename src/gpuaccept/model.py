@@ -492,20 +492,14 @@ class ClusterReport:
         """The nodes whose run used no GPU (their SUCCESS is a CPU pipeline's, not a GPU acceptance)."""
         return [n.host for n in self.nodes if n.report is not None and n.report.cpu_only]
 
+    def header_dict(self) -> dict[str, Any]:
+        """Every key of :meth:`to_dict` but ``nodes`` and ``analysis``."""
+        return {"schema_version": SCHEMA_VERSION, "kind": "cluster", "run_id": self.run_id, "backend": self.backend,
+                "job_id": self.job_id, "started": self.started, "finished": self.finished,
+                "expected_nodes": self.expected_nodes, "verdict": self.verdict.value}
+
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "kind": "cluster",
-            "run_id": self.run_id,
-            "backend": self.backend,
-            "job_id": self.job_id,
-            "started": self.started,
-            "finished": self.finished,
-            "expected_nodes": self.expected_nodes,
-            "verdict": self.verdict.value,
-            "nodes": [n.to_dict() for n in self.nodes],
-            "analysis": self.analysis,
-        }
+        return {**self.header_dict(), "nodes": [n.to_dict() for n in self.nodes], "analysis": self.analysis}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ClusterReport:

@@ -2,7 +2,8 @@
 
 A reference is tried in this order:
 
-1. an existing file: a node ``report.json`` or a cluster report (JSON with ``"kind": "cluster"``);
+1. an existing file: a node ``report.json`` or a cluster report (JSON with ``"kind": "cluster"``; one in the
+   line layout of :mod:`gpuaccept.results.clusterfile` is read a node at a time, see :func:`open_cluster`);
 2. an existing directory: its ``cluster-report.json``, else its ``report.json``, else its
    ``results.jsonl`` (a run whose report.json was lost: an ``interrupted`` report is rebuilt
    from the check results, the run id from the directory name);
@@ -24,7 +25,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,8 @@ from typing import Any
 from gpuaccept.argtypes import RUN_ID_PATTERN
 from gpuaccept.errors import GpuacceptError, InputError
 from gpuaccept.inputs import load_json_file, loads_json, one_line, read_text
-from gpuaccept.model import SCHEMA_VERSION, CheckResult, ClusterReport, NodeReport, Verdict
+from gpuaccept.model import SCHEMA_VERSION, CheckResult, ClusterReport, NodeEntry, NodeReport, Verdict
+from gpuaccept.results.clusterfile import is_line_layout, iter_cluster
 from gpuaccept.results.fastcheck import Problem, compile_schema
 
 CLUSTER_FILE = "cluster-report.json"
@@ -74,6 +76,7 @@ CLUSTER_SCHEMA: dict[str, Any] = {
     },
 }
 """The shape of ``cluster-report.json`` (each node's ``report`` is checked against the node schema)."""
+_ENTRY_SCHEMA: dict[str, Any] = CLUSTER_SCHEMA["properties"]["nodes"]["items"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -104,8 +107,8 @@ def _newer(data: dict[str, Any], where: str) -> None:
 @functools.cache
 def _fast(kind: str) -> Callable[[Any], Problem | None]:
     """The compiled validator of ``kind``: ``node``, ``check`` (one results.jsonl line) or ``cluster``."""
-    if kind == "cluster":
-        return compile_schema(CLUSTER_SCHEMA)
+    if kind in ("cluster", "entry"):
+        return compile_schema(CLUSTER_SCHEMA if kind == "cluster" else _ENTRY_SCHEMA)
     return compile_schema(_schema(), "#/$defs/check" if kind == "check" else None)
 
 
@@ -117,7 +120,7 @@ def _validate(data: Any, kind: str, where: str, what: str) -> None:
         return
     import jsonschema
 
-    schema = CLUSTER_SCHEMA if kind == "cluster" else _schema()
+    schema = {"cluster": CLUSTER_SCHEMA, "entry": _ENTRY_SCHEMA}.get(kind) or _schema()
     if kind == "check":
         schema = {"$ref": "#/$defs/check", "$defs": schema["$defs"]}
     error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(data))
@@ -157,8 +160,51 @@ def report_from_dict(data: Any, where: str) -> Report:
 
 
 def load_file(path: Path) -> Report:
-    """Read and validate a report file (bounded in size, strict JSON, finite numbers)."""
+    """Read and validate a report file (bounded in size, strict JSON, finite numbers); a cluster report in the
+    line layout (:mod:`gpuaccept.results.clusterfile`) is read a node at a time, each line bounded instead."""
+    if is_line_layout(path):
+        cluster, nodes = open_cluster(path)
+        cluster.nodes.extend(nodes)
+        return cluster
     return report_from_dict(load_json_file(path, "gpuaccept report"), str(path))
+
+
+def open_cluster(path: Path) -> tuple[ClusterReport, Iterator[NodeEntry]]:
+    """A cluster report read incrementally: its header as a ClusterReport with no nodes (``analysis`` included),
+    and an iterator of its validated node entries, read one line at a time. A file in the line layout is
+    streamed; any other cluster report file is read whole (bounded by
+    :data:`gpuaccept.inputs.MAX_INPUT_BYTES`). InputError names the file (and line) when malformed."""
+    where = str(path)
+    if not is_line_layout(path):
+        report = load_file(path)
+        if not isinstance(report, ClusterReport):
+            raise InputError(f"{where}: a node report, not a cluster report")
+        nodes, report.nodes = report.nodes, []
+        return report, iter(nodes)
+    header, entries = iter_cluster(path)
+    if header.get("kind") != "cluster":
+        raise InputError(f"{where}: line 1: not a cluster report (no \"kind\": \"cluster\")")
+    _newer(header, where)
+    _validate(header, "cluster", where, "cluster report")
+    try:
+        cluster = ClusterReport.from_dict(header)
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
+        raise InputError(f"{where}: not a valid cluster report: {type(exc).__name__}: "
+                         f"{one_line(str(exc))[:200]}") from None
+    return cluster, _node_entries(entries, where)
+
+
+def _node_entries(entries: Iterator[tuple[int, dict[str, Any]]], where: str) -> Iterator[NodeEntry]:
+    for i, data in entries:
+        at = f"{where}: nodes[{i}]"
+        _validate(data, "entry", at, "cluster report node")
+        if data.get("report") is not None:
+            _validate_node(data["report"], f"{at} ({one_line(data['host'])[:80]})")
+        try:
+            yield NodeEntry.from_dict(data)
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
+            raise InputError(f"{at}: not a valid node entry: {type(exc).__name__}: "
+                             f"{one_line(str(exc))[:200]}") from None
 
 
 def _started_from(run_id: str, results: Path) -> str:
