@@ -127,3 +127,14 @@ def test_consumers_read_the_line_layout_through_the_cli(tmp_path: Path) -> None:
     an = run_main("analyze", str(path), "--json")
     assert an.rc in (0, 1), an.err
     assert "outliers" in json.loads(an.out)
+
+
+def test_a_few_nodes_too_big_to_read_whole_are_written_a_line_each(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpuaccept.inputs as inputs
+
+    c = fleet(5, nodes=4, gpus=2)
+    monkeypatch.setattr(inputs, "MAX_INPUT_BYTES", 20_000)  # the indented text of 4 nodes is larger
+    path = _written(tmp_path, c)
+    assert is_line_layout(path) and len(path.read_text().splitlines()) == 6
+    assert len(load_file(path).nodes) == 4

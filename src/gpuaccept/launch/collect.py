@@ -102,7 +102,7 @@ def analysed(cluster: Any) -> Any:
 
 def write_cluster(cluster: Any, run_dir: Path, extra: str | None) -> Path:
     """Write ``<run_dir>/cluster-report.json`` (replaced atomically), and a copy at ``extra`` when given. A
-    cluster of more than 64 nodes is written a node at a time in the line layout
+    cluster of more than 64 nodes, or too big to read whole, is written a node at a time in the line layout
     (:mod:`gpuaccept.results.clusterfile`), never as one string."""
     from gpuaccept.results.clusterfile import write_cluster_file
 

@@ -1,6 +1,7 @@
 """``cluster-report.json`` written and read one node at a time (issue #27: fleet scale).
 
-A cluster of more than :data:`LINE_LAYOUT_MIN_NODES` nodes is written in the *line layout*:
+A cluster of more than :data:`LINE_LAYOUT_MIN_NODES` nodes, or one whose indented text would be too big
+to read whole (:data:`gpuaccept.inputs.MAX_INPUT_BYTES`), is written in the *line layout*:
 still one JSON document that any JSON reader reads as before, laid out as
 
     line 1     every key but ``nodes`` (``analysis`` included), then ``"nodes": [``
@@ -36,13 +37,18 @@ CLOSE = "]}"
 
 
 def write_cluster_file(cluster: Any, fh: TextIO, *, line_layout: bool | None = None) -> None:
-    """Write ``cluster`` (a :class:`~gpuaccept.model.ClusterReport`) to ``fh``: indented when it has at most
-    :data:`LINE_LAYOUT_MIN_NODES` nodes (unless ``line_layout``), else in the line layout, one node at a time."""
-    if line_layout is None:
-        line_layout = len(cluster.nodes) > LINE_LAYOUT_MIN_NODES
-    if not line_layout:
-        fh.write(json.dumps(cluster.to_dict(), indent=2, allow_nan=False) + "\n")
-        return
+    """Write ``cluster`` (a :class:`~gpuaccept.model.ClusterReport`) to ``fh``: indented, as always, when it has
+    at most :data:`LINE_LAYOUT_MIN_NODES` nodes and the text fits a whole-file read
+    (:data:`gpuaccept.inputs.MAX_INPUT_BYTES`); else (or with ``line_layout``) in the line layout, a node at
+    a time."""
+    from gpuaccept import inputs
+
+    if not line_layout and len(cluster.nodes) <= LINE_LAYOUT_MIN_NODES:
+        text = json.dumps(cluster.to_dict(), indent=2, allow_nan=False) + "\n"
+        if line_layout is False or len(text.encode()) <= inputs.MAX_INPUT_BYTES:
+            fh.write(text)
+            return
+        del text
     head = {**cluster.header_dict(), "analysis": cluster.analysis}
     text = json.dumps(head, allow_nan=False)
     fh.write(text[:-1] + (", " if len(head) else "") + NODES_OPEN + "\n")
