@@ -143,3 +143,21 @@ def test_a_rejected_report_is_one_line_naming_where() -> None:
         report_from_dict(bad, "r.json")
     assert str(exc.value).startswith("r.json: not a valid gpuaccept report at checks/0/metrics: ")
     assert "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("depth", [1, 63, 64, 65, 200])
+def test_the_level_walk_of_parsed_json_bounds_depth_like_the_shared_walk(depth: int) -> None:
+    from gpuaccept.inputs import MAX_DEPTH, check_depth
+
+    value: Any = 1
+    for i in range(depth):
+        value = [value, 2] if i % 2 else {"k": value, "x": "y"}
+    outcomes = []
+    for shared in (True, False):
+        try:
+            check_depth(value, "v", shared=shared)
+            outcomes.append("ok")
+        except InputError as exc:
+            outcomes.append(str(exc))
+    assert outcomes[0] == outcomes[1]
+    assert (outcomes[0] == "ok") == (depth <= MAX_DEPTH)

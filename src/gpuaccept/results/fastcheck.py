@@ -30,6 +30,11 @@ KEYWORDS = frozenset({"type", "const", "enum", "required", "properties", "additi
                       "anyOf", "$ref"})
 
 
+_PY_TYPES: dict[str, tuple[type, ...]] = {"object": (dict,), "array": (list,), "string": (str,),
+                                          "null": (type(None),), "boolean": (bool,), "number": (int, float),
+                                          "integer": (int,)}
+
+
 def _is_type(value: Any, name: str) -> bool:
     if name == "object":
         return isinstance(value, dict)
@@ -88,8 +93,12 @@ class _Compiler:
         if "type" in schema:
             types = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
             shown = repr(types[0]) if len(types) == 1 else repr(types)
+            exact = frozenset(t for name in types for t in _PY_TYPES[name])  # parsed JSON holds these exact types
+            integral = "integer" in types and "number" not in types
 
             def check_type(v: Any, p: Path) -> Problem | None:
+                if type(v) in exact or (integral and type(v) is float and v.is_integer()):
+                    return None
                 return None if any(_is_type(v, t) for t in types) else (p, f"{_show(v)} is not of type {shown}")
             steps.append(check_type)
         if "const" in schema:
