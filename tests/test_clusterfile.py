@@ -127,6 +127,11 @@ def test_consumers_read_the_line_layout_through_the_cli(tmp_path: Path) -> None:
     an = run_main("analyze", str(path), "--json")
     assert an.rc in (0, 1), an.err
     assert "outliers" in json.loads(an.out)
+    db = f"sqlite:///{tmp_path / 'h.db'}"
+    imp = run_main("history", "--import", str(path), "--db", db)
+    assert imp.rc == 0, imp.err
+    listed = run_main("history", "--db", db, "--json")
+    assert listed.rc == 0 and "cluster-3" in listed.out
 
 
 def test_a_few_nodes_too_big_to_read_whole_are_written_a_line_each(tmp_path: Path,
