@@ -143,3 +143,12 @@ def test_a_few_nodes_too_big_to_read_whole_are_written_a_line_each(tmp_path: Pat
     path = _written(tmp_path, c)
     assert is_line_layout(path) and len(path.read_text().splitlines()) == 6
     assert len(load_file(path).nodes) == 4
+
+
+def test_a_fifo_is_not_opened_to_look_for_the_line_layout(tmp_path: Path) -> None:
+    import os
+
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    assert is_line_layout(fifo) is False  # would block if it opened the FIFO
+    assert is_line_layout(tmp_path / "absent.json") is False

@@ -17,6 +17,8 @@ Validation of what is read is the caller's (:mod:`gpuaccept.results.load`).
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
@@ -69,8 +71,11 @@ def _line(fh: Any, limit: int, where: str, what: str) -> str:
 
 
 def is_line_layout(path: Path) -> bool:
-    """Whether ``path`` starts like a cluster report in the line layout (reads at most its first line)."""
+    """Whether ``path`` is a regular file that starts like a cluster report in the line layout (reads at most
+    its first line; a FIFO or device is never opened here)."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False
         with open(path, "rb") as fh:
             first = fh.readline(MAX_HEADER_BYTES + 1)
     except OSError:
