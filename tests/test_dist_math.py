@@ -133,19 +133,41 @@ def _row(op: str, size: int, t_us: float, wrong: int | None = 0, n: int = 2, inp
 def test_outcome_metrics_and_pass_without_expectation() -> None:
     rows = [_row("allreduce", 4096, 100.0), _row("allreduce", 65536, 400.0, inplace=True),
             _row("broadcast", 65536, 200.0, inplace=True)]
-    out = rows_to_outcome(rows, _rc(1))
+    out = rows_to_outcome(rows, _rc(0))
     assert out.status is Status.PASS and "not judged" in out.reason
     m = {(x.name, x.tags.get("size_bytes")): x for x in out.metrics}
     assert m[("allreduce_busbw_gbs", 65536)].value == pytest.approx(65536 / 400e-6 / 1e9 * 1.0)
     assert m[("allreduce_time_us", 4096)].value == 100.0 and m[("allreduce_time_us", 4096)].unit == "us"
     large = m[("allreduce_busbw_large_gbs", 65536)]
-    assert large.threshold is None and large.tags["rank"] == 1 and large.device == "cpu"
+    assert large.threshold is None and large.tags["rank"] == 0 and large.device == "cpu"
     assert m[("allreduce_wrong", None)].value == 0.0
     assert judge(out, CollectivesCheck.thresholds).status is Status.PASS
     assert out.details["rows"][0][:4] == ["allreduce", "float32", "out", 4096]
     # the summary busbw of a modelled op (broadcast too) is a performance figure, measured but not judged here;
     # the per-size rows are supporting figures
     assert [x.name for x in out.metrics if x.performance] == ["allreduce_busbw_large_gbs", "broadcast_busbw_large_gbs"]
+
+
+def test_only_rank_0_reports_the_job_rows() -> None:
+    """Issue #27: the per-size rows are the job's (nccl-tests prints one per size); another rank reports only its
+    own judged figures, unless it failed or saw wrong elements (then its rows are the evidence)."""
+    rows = [_row("allreduce", 4096, 100.0), _row("allreduce", 65536, 400.0), _row("broadcast", 65536, 200.0)]
+    other = rows_to_outcome(rows, _rc(1))
+    assert other.status is Status.PASS
+    assert sorted(x.name for x in other.metrics) == ["allreduce_busbw_large_gbs", "allreduce_wrong",
+                                                     "broadcast_busbw_large_gbs", "broadcast_wrong"]
+    assert all(x.tags["rank"] == 1 for x in other.metrics) and "rows" not in other.details
+    lead = rows_to_outcome(rows, _rc(0))
+    assert len([x for x in lead.metrics if x.name.endswith("_time_us")]) == 3 and len(lead.details["rows"]) == 3
+    assert judge(other, CollectivesCheck.thresholds).status is Status.PASS
+    # a planned row the sweep lacks is still an error on every rank, though only rank 0 keeps the rows
+    short = rows_to_outcome(rows[:1], _rc(1), planned=[("allreduce", "float32", False, 4096),
+                                                        ("allreduce", "float32", False, 65536)])
+    assert short.status is Status.ERROR and "missing metrics" in short.reason
+    bad = rows_to_outcome([_row("allreduce", 4096, 100.0, wrong=1)], _rc(1))
+    assert bad.status is Status.FAIL and any(x.name == "allreduce_time_us" for x in bad.metrics)
+    failed = rows_to_outcome(rows, _rc(1), failure="boom")
+    assert failed.status is Status.ERROR and len(failed.details["rows"]) == 3
 
 
 def test_a_wrong_element_fails_the_check_and_the_threshold() -> None:

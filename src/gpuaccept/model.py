@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import math
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,7 +105,7 @@ class Threshold:
                    source=d.get("source", "default"), clamped=bool(d.get("clamped", False)))
 
 
-@dataclass
+@dataclass(slots=True)
 class Metric:
     """One measured number.
 
@@ -148,15 +149,18 @@ class Metric:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Metric:
+        """The metric of ``d``; its names, unit, device and string tags interned (a fleet's reports repeat
+        them hundreds of thousands of times)."""
         thr = d.get("threshold")
+        device = d.get("device")
         return cls(
-            name=d["name"],
+            name=sys.intern(d["name"]),
             value=float(d["value"]) if d["value"] is not None else math.nan,
-            unit=d["unit"],
-            device=d.get("device"),
+            unit=sys.intern(d["unit"]),
+            device=sys.intern(device) if type(device) is str else device,
             expected=d.get("expected"),
             threshold=Threshold.from_dict(thr) if thr else None,
-            tags=dict(d.get("tags", {})),
+            tags={sys.intern(k): sys.intern(v) if type(v) is str else v for k, v in d.get("tags", {}).items()},
             expected_source=d.get("expected_source"),
             performance=d.get("performance") is True,
         )
@@ -497,20 +501,14 @@ class ClusterReport:
         """The nodes whose run used no GPU (their SUCCESS is a CPU pipeline's, not a GPU acceptance)."""
         return [n.host for n in self.nodes if n.report is not None and n.report.cpu_only]
 
+    def header_dict(self) -> dict[str, Any]:
+        """Every key of :meth:`to_dict` but ``nodes`` and ``analysis``."""
+        return {"schema_version": SCHEMA_VERSION, "kind": "cluster", "run_id": self.run_id, "backend": self.backend,
+                "job_id": self.job_id, "started": self.started, "finished": self.finished,
+                "expected_nodes": self.expected_nodes, "verdict": self.verdict.value}
+
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "kind": "cluster",
-            "run_id": self.run_id,
-            "backend": self.backend,
-            "job_id": self.job_id,
-            "started": self.started,
-            "finished": self.finished,
-            "expected_nodes": self.expected_nodes,
-            "verdict": self.verdict.value,
-            "nodes": [n.to_dict() for n in self.nodes],
-            "analysis": self.analysis,
-        }
+        return {**self.header_dict(), "nodes": [n.to_dict() for n in self.nodes], "analysis": self.analysis}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ClusterReport:

@@ -8,7 +8,9 @@ every rank runs ``warmup`` untimed and ``iters`` timed operations back to back,
 then refills its input and runs one more whose result is compared element by
 element with the exact expected value (nccl-tests ``-c 1``).
 
-Per rank and row: ``<op>_time_us`` (µs per operation, this rank's clock),
+Per row, from rank 0 only (the job's row, as nccl-tests prints one; every rank's time per row is in rank
+0's ``rank_time_us``, other ranks keep their rows only when they failed or found wrong elements):
+``<op>_time_us`` (µs per operation, rank 0's clock),
 ``<op>_algbw_gbs`` = size / time and ``<op>_busbw_gbs`` = algbw × factor in
 GB/s (10^9 B/s), with the nccl-tests factors 2(n-1)/n for allreduce, (n-1)/n for
 allgather, reducescatter and alltoall, 1 for broadcast and sendrecv. Sizes are
@@ -45,7 +47,6 @@ ops each rank's values are ``1 + (i + 7919 r) mod K``.
 from __future__ import annotations
 
 import os
-import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -54,6 +55,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from gpuaccept.checks import estimates
 from gpuaccept.checks.base import CheckContext, Outcome, Param, RequiredMetric, ThresholdRule, require
 from gpuaccept.checks.collectives_expect import free_bytes, injected_fault, local_max_bytes, rank_busbw_expectation
+from gpuaccept.checks.collectives_table import (  # re-exported: split from this module
+    alg_bandwidth_gbs,
+    bus_bandwidth_gbs,
+    rank_table,
+)
+from gpuaccept.checks.collectives_table import (
+    bus_factor as bus_factor,
+)
 from gpuaccept.checks.fabric_watch import DELTA_METRICS, DELTA_RULES, FABRIC_ROOT, FabricWatch
 from gpuaccept.distributed.group import (
     Abandon,
@@ -85,27 +94,6 @@ DTYPES: dict[str, tuple[int, int]] = {
 STRIDE = 7919
 COPY_MODULUS_CAP = 65521
 CHUNK_ELEMS = 1 << 24  # elements per slice when filling and verifying (bounded temporary memory)
-
-
-def bus_factor(op: str, n: int) -> float:
-    """nccl-tests' busbw factor for ``op`` with ``n`` ranks."""
-    if op == "allreduce":
-        return 2 * (n - 1) / n
-    if op in ("allgather", "reducescatter", "alltoall"):
-        return (n - 1) / n
-    if op in ("broadcast", "sendrecv"):
-        return 1.0
-    raise ValueError(f"unknown op {op!r}")
-
-
-def alg_bandwidth_gbs(size_bytes: int, time_s: float) -> float:
-    """Algorithm bandwidth in GB/s (10^9 B/s): bytes of the nccl-tests size per second."""
-    return size_bytes / time_s / 1e9 if time_s > 0 else float("inf")
-
-
-def bus_bandwidth_gbs(op: str, size_bytes: int, time_s: float, n: int) -> float:
-    """Bus bandwidth in GB/s: algbw times :func:`bus_factor`, comparable across ops and world sizes."""
-    return alg_bandwidth_gbs(size_bytes, time_s) * bus_factor(op, n)
 
 
 def sweep_sizes(min_bytes: int, max_bytes: int, step_factor: int) -> list[int]:
@@ -351,6 +339,9 @@ def rows_to_outcome(rows: list[Row], rc: RankContext, *, judge_min_bytes: int = 
                     planned: Sequence[tuple[str, str, bool, int]] = ()) -> Outcome:
     """Metrics, status and reason of one rank's sweep (pure).
 
+    Per-row figures and ``details["rows"]`` come from rank 0 only (the job's rows, as in nccl-tests); other
+    ranks keep theirs only as evidence of a failure (see the module doc).
+
     ``fabric`` maps an op to its fabric-derived busbw expectation
     (:func:`gpuaccept.checks.collectives_expect.busbw_expectation`); the bound of each
     ``<op>_busbw_large_gbs`` comes from :func:`gpuaccept.nccltests.busbw.busbw_reference`, as in
@@ -358,6 +349,8 @@ def rows_to_outcome(rows: list[Row], rc: RankContext, *, judge_min_bytes: int = 
     lacking the busbw of a ``planned`` row (:func:`planned_rows`) is an ERROR naming the row.
     """
     tags: dict[str, str | int | float] = {"rank": rc.rank}
+    bad = [r for r in rows if r.wrong]
+    job_rows = rc.rank == 0 or failure is not None or bool(bad)
     metrics: list[Metric] = []
     for r in rows:
         t = {**tags, "op": r.op, "size_bytes": r.size_bytes, "count": r.count, "dtype": r.dtype,
@@ -373,9 +366,10 @@ def rows_to_outcome(rows: list[Row], rc: RankContext, *, judge_min_bytes: int = 
     if rows:
         metrics += _summary_metrics(rows, rc, judge_min_bytes, tags, reference)
     info = dict(details or {})
-    info["rows"] = [r.compact() for r in rows]
-    info["row_columns"] = ["op", "dtype", "placement", "size_bytes", "time_us", "algbw_gbs", "busbw_gbs", "wrong"]
-    bad = [r for r in rows if r.wrong]
+    if job_rows:
+        info["rows"] = [r.compact() for r in rows]
+        info["row_columns"] = ["op", "dtype", "placement", "size_bytes", "time_us", "algbw_gbs", "busbw_gbs",
+                               "wrong"]
     where = f"rank {rc.rank} ({rc.host_of(rc.rank)}, {rc.device_label})"
     if failure is not None:
         return Outcome(Status.ERROR, f"{where}: {failure}" + (f" after {len(rows)} good rows" if rows else ""),
@@ -404,32 +398,10 @@ def rows_to_outcome(rows: list[Row], rc: RankContext, *, judge_min_bytes: int = 
     required = [RequiredMetric(f"{op}_busbw_gbs", rc.device_label,
                                (("dtype", dt), ("inplace", int(inp)), ("size_bytes", size)))
                 for op, dt, inp, size in planned]
-    return require(Outcome.passed(reason, metrics, **info), required)
-
-
-def rank_table(rows: list[Row], times: list[list[float]], wrongs: list[list[float]], n: int,
-               hosts: Sequence[str]) -> dict[str, Any]:
-    """Rank 0's view: every rank's time per row, nccl-tests' averaged row, and the slowest rank per op."""
-    per_rank = {r.key: [round(times[k][i], 3) for k in range(n)] for i, r in enumerate(rows)}
-    table = []
-    for i, r in enumerate(rows):
-        avg_us = statistics.fmean(times[k][i] for k in range(n))
-        wrong = None if r.wrong is None else int(sum(wrongs[k][i] for k in range(n)))
-        table.append([r.op, r.dtype, "in" if r.inplace else "out", r.size_bytes, round(avg_us, 3),
-                      round(alg_bandwidth_gbs(r.size_bytes, avg_us / 1e6), 4),
-                      round(bus_bandwidth_gbs(r.op, r.size_bytes, avg_us / 1e6, n), 4), wrong])
-    slowest: dict[str, Any] = {}
-    for op in dict.fromkeys(r.op for r in rows):
-        i = max((j for j, r in enumerate(rows) if r.op == op), key=lambda j: rows[j].size_bytes)
-        ts = [times[k][i] for k in range(n)]
-        k = max(range(n), key=lambda j: ts[j])
-        med = statistics.median(ts)
-        slowest[op] = {"rank": k, "host": hosts[k] if k < len(hosts) else "", "time_us": round(ts[k], 3),
-                       "vs_median": round(ts[k] / med, 3) if med > 0 else None, "size_bytes": rows[i].size_bytes}
-    return {"rank_time_us": per_rank, "table": table,
-            "table_columns": ["op", "dtype", "placement", "size_bytes", "avg_time_us", "algbw_gbs", "busbw_gbs",
-                              "wrong_total"],
-            "slowest_rank": slowest}
+    outcome = require(Outcome.passed(reason, metrics, **info), required)
+    if not job_rows:  # checked against every row above; the rows themselves are rank 0's to report
+        outcome.metrics[:] = [m for m in outcome.metrics if m.name.endswith(("_busbw_large_gbs", "_wrong"))]
+    return outcome
 
 
 class CollectivesCheck(DistributedCheck):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -100,16 +101,21 @@ def analysed(cluster: Any) -> Any:
 
 
 def write_cluster(cluster: Any, run_dir: Path, extra: str | None) -> Path:
-    text = json.dumps(cluster.to_dict(), indent=2, allow_nan=False) + "\n"
+    """Write ``<run_dir>/cluster-report.json`` (replaced atomically), and a copy at ``extra`` when given. A
+    cluster of more than 64 nodes, or too big to read whole, is written a node at a time in the line layout
+    (:mod:`gpuaccept.results.clusterfile`), never as one string."""
+    from gpuaccept.results.clusterfile import write_cluster_file
+
     path = run_dir / CLUSTER_REPORT
     run_dir.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(text)
+    with open(tmp, "w", encoding="utf-8") as fh:
+        write_cluster_file(cluster, fh)
     os.replace(tmp, path)
     if extra:
         try:
             Path(extra).parent.mkdir(parents=True, exist_ok=True)
-            Path(extra).write_text(text)
+            shutil.copyfile(path, extra)
         except OSError as exc:
             raise InputError(f"cannot write --cluster-report {extra}: {exc.strerror}; "
                              f"the cluster report is in {path}") from None

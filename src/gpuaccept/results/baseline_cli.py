@@ -52,6 +52,16 @@ def _read_json(path: Path) -> Any:
     return load_json_file(path, "JSON file")
 
 
+def _report_at(path: Path) -> NodeReport | ClusterReport | None:
+    """``_parse_report`` of a file; a cluster report in the line layout is read a node at a time."""
+    from gpuaccept.results.clusterfile import is_line_layout
+    from gpuaccept.results.load import load_file
+
+    if is_line_layout(path):
+        return load_file(path)
+    return _parse_report(_read_json(path), str(path))
+
+
 def read_report_files(paths: Sequence[str]) -> list[NodeReport | ClusterReport]:
     """Reports from files and directories (recursively: every ``*.json`` that is a report).
 
@@ -71,7 +81,7 @@ def read_report_files(paths: Sequence[str]) -> list[NodeReport | ClusterReport]:
             for f in files:
                 strict = f.name in ("report.json", "cluster-report.json")
                 try:
-                    rep = _parse_report(_read_json(f), str(f))
+                    rep = _report_at(f)
                 except InputError:
                     if strict:
                         raise
@@ -81,7 +91,7 @@ def read_report_files(paths: Sequence[str]) -> list[NodeReport | ClusterReport]:
                 if rep is not None:
                     found.append(rep)
         elif p.exists():
-            rep = _parse_report(_read_json(p), str(p))
+            rep = _report_at(p)
             if rep is None:
                 raise InputError(f"{p}: not a gpuaccept report (no run_id, host and checks)")
             found.append(rep)

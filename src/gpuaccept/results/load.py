@@ -2,7 +2,8 @@
 
 A reference is tried in this order:
 
-1. an existing file: a node ``report.json`` or a cluster report (JSON with ``"kind": "cluster"``);
+1. an existing file: a node ``report.json`` or a cluster report (JSON with ``"kind": "cluster"``; one in the
+   line layout of :mod:`gpuaccept.results.clusterfile` is read a node at a time, see :func:`open_cluster`);
 2. an existing directory: its ``cluster-report.json``, else its ``report.json``, else its
    ``results.jsonl`` (a run whose report.json was lost: an ``interrupted`` report is rebuilt
    from the check results, the run id from the directory name);
@@ -15,7 +16,8 @@ command that reads reports (``report``, ``compare``, ``baseline``, ``analyze``,
 ``history --import``) validates through :func:`report_from_dict`: a node report
 against the published JSON Schema (``data/report.schema.json``), a cluster
 report against :data:`CLUSTER_SCHEMA` and each of its node reports against the
-node schema; run ids must be safe as a file name (:data:`RUN_ID_PATTERN`).
+node schema (both compiled by :mod:`gpuaccept.results.fastcheck`); run ids must be safe as a file name
+(:data:`RUN_ID_PATTERN`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -30,7 +33,9 @@ from typing import Any
 from gpuaccept.argtypes import RUN_ID_PATTERN
 from gpuaccept.errors import GpuacceptError, InputError
 from gpuaccept.inputs import load_json_file, loads_json, one_line, read_text
-from gpuaccept.model import SCHEMA_VERSION, CheckResult, ClusterReport, NodeReport, Verdict
+from gpuaccept.model import SCHEMA_VERSION, CheckResult, ClusterReport, NodeEntry, NodeReport, Verdict
+from gpuaccept.results.clusterfile import is_line_layout, iter_cluster
+from gpuaccept.results.fastcheck import Problem, compile_schema
 
 CLUSTER_FILE = "cluster-report.json"
 NODE_FILE = "report.json"
@@ -71,6 +76,7 @@ CLUSTER_SCHEMA: dict[str, Any] = {
     },
 }
 """The shape of ``cluster-report.json`` (each node's ``report`` is checked against the node schema)."""
+_ENTRY_SCHEMA: dict[str, Any] = CLUSTER_SCHEMA["properties"]["nodes"]["items"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -98,15 +104,29 @@ def _newer(data: dict[str, Any], where: str) -> None:
                          "upgrade gpuaccept to read it")
 
 
-def _validate(data: Any, schema: dict[str, Any], where: str, what: str) -> None:
+@functools.cache
+def _fast(kind: str) -> Callable[[Any], Problem | None]:
+    """The compiled validator of ``kind``: ``node``, ``check`` (one results.jsonl line) or ``cluster``."""
+    if kind in ("cluster", "entry"):
+        return compile_schema(CLUSTER_SCHEMA if kind == "cluster" else _ENTRY_SCHEMA)
+    return compile_schema(_schema(), "#/$defs/check" if kind == "check" else None)
+
+
+def _validate(data: Any, kind: str, where: str, what: str) -> None:
+    """InputError naming the first problem when ``data`` breaks the ``kind`` schema. The compiled
+    validator decides; only a rejected input is run through jsonschema too, for its familiar message."""
+    problem = _fast(kind)(data)
+    if problem is None:
+        return
     import jsonschema
 
-    validator = jsonschema.Draft202012Validator(schema)
-    error = jsonschema.exceptions.best_match(validator.iter_errors(data))
-    if error is not None:
-        path = "/".join(str(p) for p in error.absolute_path) or "(top level)"
-        raise InputError(f"{where}: not a valid gpuaccept {what} at {one_line(path)[:120]}: "
-                         f"{one_line(error.message)[:200]}")
+    schema = {"cluster": CLUSTER_SCHEMA, "entry": _ENTRY_SCHEMA}.get(kind) or _schema()
+    if kind == "check":
+        schema = {"$ref": "#/$defs/check", "$defs": schema["$defs"]}
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(data))
+    at, message = problem if error is None else (tuple(error.absolute_path), error.message)
+    path = "/".join(str(p) for p in at) or "(top level)"
+    raise InputError(f"{where}: not a valid gpuaccept {what} at {one_line(path)[:120]}: {one_line(message)[:200]}")
 
 
 def _validate_node(data: Any, where: str) -> None:
@@ -114,7 +134,7 @@ def _validate_node(data: Any, where: str) -> None:
     if not isinstance(data, dict):
         raise InputError(f"{where}: not a gpuaccept report (expected a JSON object, got {type(data).__name__})")
     _newer(data, where)
-    _validate(data, _schema(), where, "report")
+    _validate(data, "node", where, "report")
     check_run_id(data["run_id"], where)
 
 
@@ -122,7 +142,7 @@ def report_from_dict(data: Any, where: str) -> Report:
     """A NodeReport or ClusterReport from parsed JSON; InputError naming ``where`` when malformed."""
     if isinstance(data, dict) and data.get("kind") == "cluster":
         _newer(data, where)
-        _validate(data, CLUSTER_SCHEMA, where, "cluster report")
+        _validate(data, "cluster", where, "cluster report")
         for i, entry in enumerate(data["nodes"]):
             if entry.get("report") is not None:
                 _validate_node(entry["report"], f"{where}: nodes[{i}] ({one_line(entry['host'])[:80]})")
@@ -140,8 +160,51 @@ def report_from_dict(data: Any, where: str) -> Report:
 
 
 def load_file(path: Path) -> Report:
-    """Read and validate a report file (bounded in size, strict JSON, finite numbers)."""
+    """Read and validate a report file (bounded in size, strict JSON, finite numbers); a cluster report in the
+    line layout (:mod:`gpuaccept.results.clusterfile`) is read a node at a time, each line bounded instead."""
+    if is_line_layout(path):
+        cluster, nodes = open_cluster(path)
+        cluster.nodes.extend(nodes)
+        return cluster
     return report_from_dict(load_json_file(path, "gpuaccept report"), str(path))
+
+
+def open_cluster(path: Path) -> tuple[ClusterReport, Iterator[NodeEntry]]:
+    """A cluster report read incrementally: its header as a ClusterReport with no nodes (``analysis`` included),
+    and an iterator of its validated node entries, read one line at a time. A file in the line layout is
+    streamed; any other cluster report file is read whole (bounded by
+    :data:`gpuaccept.inputs.MAX_INPUT_BYTES`). InputError names the file (and line) when malformed."""
+    where = str(path)
+    if not is_line_layout(path):
+        report = load_file(path)
+        if not isinstance(report, ClusterReport):
+            raise InputError(f"{where}: a node report, not a cluster report")
+        nodes, report.nodes = report.nodes, []
+        return report, iter(nodes)
+    header, entries = iter_cluster(path)
+    if header.get("kind") != "cluster":
+        raise InputError(f"{where}: line 1: not a cluster report (no \"kind\": \"cluster\")")
+    _newer(header, where)
+    _validate(header, "cluster", where, "cluster report")
+    try:
+        cluster = ClusterReport.from_dict(header)
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
+        raise InputError(f"{where}: not a valid cluster report: {type(exc).__name__}: "
+                         f"{one_line(str(exc))[:200]}") from None
+    return cluster, _node_entries(entries, where)
+
+
+def _node_entries(entries: Iterator[tuple[int, dict[str, Any]]], where: str) -> Iterator[NodeEntry]:
+    for i, data in entries:
+        at = f"{where}: nodes[{i}]"
+        _validate(data, "entry", at, "cluster report node")
+        if data.get("report") is not None:
+            _validate_node(data["report"], f"{at} ({one_line(data['host'])[:80]})")
+        try:
+            yield NodeEntry.from_dict(data)
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
+            raise InputError(f"{at}: not a valid node entry: {type(exc).__name__}: "
+                             f"{one_line(str(exc))[:200]}") from None
 
 
 def _started_from(run_id: str, results: Path) -> str:
@@ -166,7 +229,6 @@ def load_results_dir(path: Path) -> NodeReport:
     run_id = check_run_id(path.resolve().name, str(path))
     checks: list[CheckResult] = []
     lines = read_text(results, "results.jsonl").splitlines()
-    check_schema = {"$ref": "#/$defs/check", "$defs": _schema()["$defs"]}
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -176,7 +238,7 @@ def load_results_dir(path: Path) -> NodeReport:
             if n == len(lines):
                 break
             raise
-        _validate(data, check_schema, f"{where}: line {n}", "check result")
+        _validate(data, "check", f"{where}: line {n}", "check result")
         try:
             checks.append(CheckResult.from_dict(data))
         except (KeyError, TypeError, ValueError, OverflowError) as exc:
