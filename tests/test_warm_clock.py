@@ -18,6 +18,7 @@ from gpuaccept.checks.base import Check
 from gpuaccept.health.run import budget_end
 from gpuaccept.model import Status
 from gpuaccept.node.config import Config
+from gpuaccept.node.local_group import wait_ranks
 from gpuaccept.node.runner import DeadlineRunner, Runner
 from gpuaccept.node.suite import RunOptions, plan_suite
 from gpuaccept.node.warm import WarmProcess
@@ -112,3 +113,36 @@ def test_a_check_forked_late_and_stopped_by_the_deadline_says_so(tmp_path: Path)
     assert nap.status is Status.FAIL and nap.details["timeout"] and nap.details["deadline"], nap.details
     assert "cut by the run deadline" in nap.reason and nap.duration_s < 9
     assert budget_end(nap, cut=False).status is Status.SKIP
+
+
+def test_rank_processes_count_their_limit_from_their_fork(tmp_path: Path) -> None:
+    """A distributed check's rank processes (:func:`wait_ranks`): the limit (3 s) counts from when the last of them
+    could start, not while the warm process was still in its first imports (8 s more)."""
+    warm = _slow_warm(tmp_path, 8)
+    runner = Runner(_plan(["probe"], 3.0), tmp_path, host="testhost", warm=warm)
+    runner.prepare()
+    try:
+        outs = {r: tmp_path / f"rank{r}.outcome.json" for r in (0, 1)}
+        procs = {r: runner.spawn(runner.plan.checks[0], outs[r], tmp_path / f"rank{r}.log") for r in (0, 1)}
+        assert wait_ranks(procs, 3.0, 10.0, lambda r: outs[r].exists()) == {}
+        assert all(o.exists() for o in outs.values()) and warm.ready is not None
+    finally:
+        runner.close_warm()
+
+
+def test_rank_processes_the_warm_process_never_forks_are_killed_after_busy_s(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(warm_mod, "BUSY_S", 2.0)
+    warm = _slow_warm(tmp_path, 600)
+    runner = Runner(_plan(["probe"], 60.0), tmp_path, host="testhost", warm=warm)
+    runner.prepare()
+    try:
+        outs = {r: tmp_path / f"rank{r}.outcome.json" for r in (0, 1)}
+        procs = {r: runner.spawn(runner.plan.checks[0], outs[r], tmp_path / f"rank{r}.log") for r in (0, 1)}
+        started = time.monotonic()
+        killed = wait_ranks(procs, 60.0, 10.0, lambda r: outs[r].exists())
+        assert time.monotonic() - started < 10
+        assert sorted(killed) == [0, 1] and all(
+            why.startswith("not started: the warm process was still in imports of its own") for why in killed.values())
+    finally:
+        runner.close_warm()

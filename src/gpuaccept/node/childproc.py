@@ -179,6 +179,9 @@ class ProcessHost(Protocol):
     @property
     def log_dir(self) -> Path: ...
 
+    @property
+    def run_deadline(self) -> float | None: ...
+
     def spawn(self, check: PlannedCheck, out: Path, log: Path, *, env: dict[str, str] | None = None,
               module: str = ...) -> CheckProcess: ...
 
