@@ -143,6 +143,6 @@ def test_rank_processes_the_warm_process_never_forks_are_killed_after_busy_s(
         killed = wait_ranks(procs, 60.0, 10.0, lambda r: outs[r].exists())
         assert time.monotonic() - started < 10
         assert sorted(killed) == [0, 1] and all(
-            why.startswith("not started: the warm process was still in imports of its own") for why in killed.values())
+            why.startswith("not started: the warm process was still in its first imports") for why in killed.values())
     finally:
         runner.close_warm()

@@ -22,7 +22,7 @@ from gpuaccept.distributed.gather import merge_rank_outcomes
 from gpuaccept.distributed.group import RankContext
 from gpuaccept.distributed.local import partial_path, rank_env
 from gpuaccept.model import CheckResult, Status
-from gpuaccept.node import warm
+from gpuaccept.node import warm as warm_process
 from gpuaccept.node.childproc import CheckProcess, ProcessHost, kill_tree, read_outcome
 from gpuaccept.node.suite import PlannedCheck
 
@@ -51,7 +51,7 @@ def wait_ranks(procs: dict[int, CheckProcess], limit_s: float, grace_s: float,
         now = time.monotonic()
         starts = [p.clock_start() for p in procs.values()]
         begun = None if None in starts else max(t for t in starts if t is not None)
-        limit_at = min(end, started + warm.BUSY_S if begun is None else begun + limit_s)
+        limit_at = min(end, started + warm_process.BUSY_S if begun is None else begun + limit_s)
         if first_death is None:
             dead = [r for r, p in procs.items() if p.poll() is not None and not has_result(r)]
             if dead:
@@ -64,7 +64,7 @@ def wait_ranks(procs: dict[int, CheckProcess], limit_s: float, grace_s: float,
                 if now < limit_at:
                     killed[r] = f"killed {grace_s:g} s after rank {first_death} died (it did not give up on its own)"
                 elif started_r is None:
-                    killed[r] = (f"not started: the warm process was still in imports of its own after "
+                    killed[r] = (f"not started: the warm process was still in its first imports after "
                                  f"{now - started:.1f} s; killed")
                 else:
                     killed[r] = f"timed out after {now - (begun or started):.1f} s (limit {limit_s:g} s); killed"

@@ -46,8 +46,8 @@ REAP_S = 10.0
 FORK_ANSWER_S = 5.0
 #: more seconds for a request whose ``imports`` the warm process has not imported yet
 FORK_IMPORT_S = 30.0
-#: seconds a fork request may wait on the warm process's own imports (its first imports, a preload beside an
-#: earlier check) before it counts as hung; the check's clock does not run meanwhile (:meth:`ForkedChild.clock_start`)
+#: seconds a fork request may wait on the warm process's first imports (torch's) before it counts as hung; the
+#: check's clock does not run meanwhile (:meth:`ForkedChild.clock_start`)
 BUSY_S = 300.0
 _OFF = ("0", "off", "no", "false", "spawn")
 
@@ -106,8 +106,6 @@ class Preload:
     #: set when it answered: what failed to import ("module: error"), and seconds it took (all modules)
     failed: list[str] = field(default_factory=list)
     seconds: float | None = None
-    #: when it was done (``time.monotonic()``, the warm process's clock: the same on Linux)
-    done_at: float | None = None
 
     def note(self, wanted: Sequence[str]) -> dict[str, Any]:
         """What a report says of the modules in ``wanted`` that this preload asked for."""
@@ -134,8 +132,6 @@ class ForkedChild:
         #: when the request was sent, and the seconds the warm process has to answer it once idle
         self.asked_at = time.monotonic()
         self.answer_s = FORK_ANSWER_S
-        #: the preloads asked for before this request: the warm process does them first
-        self.preloads_before = len(warm.preloads)
         self.fresh_at: float | None = None
 
     def start_fresh(self, why: str) -> None:
@@ -146,20 +142,17 @@ class ForkedChild:
         self.pid = self.fresh.pid
 
     def clock_start(self) -> float | None:
-        """When the check's time limit started counting: when the warm process was free to fork it (its first
-        imports, torch's, and the preloads asked for before this request were done), or when it started in a
-        fresh interpreter; None while the warm process is still busy with those imports, which are not the
-        check's (a slow first import of torch does not time a check out). The check's own ``warm_imports``, done
-        just before its fork, count, as they would in a fresh interpreter."""
+        """When the check's time limit started counting: when it was asked for, or when the warm process finished
+        its first imports (torch's) if that was later, or when it started in a fresh interpreter; None while the
+        warm process is still in those imports, which are not the check's (a slow first import of torch does not
+        time a check out). The check's own ``warm_imports``, done just before its fork, count, as they would in a
+        fresh interpreter, and so does a wait behind an import beside an earlier check (bounded by the check's
+        limit: :meth:`unanswered`)."""
         if self.fresh_at is not None:
             return self.fresh_at
-        warm = self.warm
-        if warm.ready_at is None:
+        if self.warm.ready_at is None:
             return None if self.returncode is None else self.asked_at
-        earlier = [p.done_at for p in warm.preloads[:self.preloads_before]]
-        if None in earlier:
-            return None if self.returncode is None else self.asked_at
-        return max([self.asked_at, warm.ready_at, *(t for t in earlier if t is not None)])
+        return max(self.asked_at, self.warm.ready_at)
 
     def poll(self) -> int | None:
         if self.returncode is None and self.fresh is None:
@@ -198,8 +191,8 @@ class ForkedChild:
         if self.pid is not None:
             return None
         if self.clock_start() is None and time.monotonic() - self.asked_at > BUSY_S:
-            what = "its first imports (torch)" if self.warm.ready is None else "an import beside an earlier check"
-            return f"the warm process (pid {pid}) was still in {what} {BUSY_S:g} s after the check was asked for"
+            return (f"the warm process (pid {pid}) was still in its first imports (torch) {BUSY_S:g} s after the "
+                    "check was asked for")
         idle = self.warm.idle_since()
         if idle is not None and time.monotonic() - max(idle, self.asked_at) > self.answer_s:
             return f"the warm process (pid {pid}) did not answer a fork request in {self.answer_s:g} s"
@@ -207,15 +200,13 @@ class ForkedChild:
 
     def not_forked_why(self) -> str:
         """Why the warm process, not the check, is to blame for this process's timeout ("" when it is not): it
-        never forked the check, although it had finished its first imports, or it was still in imports of its own
+        never forked the check, although it had finished its first imports, or it was still in its first imports
         when the run's deadline came."""
         if self.pid is not None:
             return ""
         pid = self.warm.proc.pid
         if self.warm.ready is None:
             return f"the warm process (pid {pid}) was still in its first imports (torch)"
-        if self.clock_start() is None:
-            return f"the warm process (pid {pid}) was still in an import beside an earlier check"
         return self.unanswered() or f"the warm process (pid {pid}) did not fork the check"
 
     def kill_group(self) -> None:
@@ -381,7 +372,7 @@ class WarmProcess:
             if waiting is not None:
                 waiting.failed = [str(f) for f in msg.get("failed", [])]
                 waiting.seconds = float(msg.get("seconds", 0.0))
-                waiting.done_at = self.preloaded_at = _when(msg)
+                self.preloaded_at = _when(msg)
             return
         rid = int(msg["id"])
         if rid in self.cancelled:  # forked before the cancel arrived
