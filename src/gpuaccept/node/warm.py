@@ -180,8 +180,8 @@ class ForkedChild:
 
     def unanswered(self) -> str | None:
         """Why the warm process counts as hung on this request (None while it may still answer): it is stopped
-        (it can neither fork this process nor report its end), it was still busy with its own imports
-        :data:`BUSY_S` seconds after the request, or it was ready and idle (no import beside a check pending)
+        (it can neither fork this process nor report its end), it was still in its first imports :data:`BUSY_S`
+        seconds after the request, or it was ready and idle (no import beside a check pending)
         for ``answer_s`` seconds without forking."""
         if self.warm.gone is not None or self.fresh is not None:
             return None
