@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +78,24 @@ def alive(pid: int) -> bool:
         return "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
     except OSError:
         return False
+
+
+def wait_for_check_process(root: subprocess.Popen[Any], name: str, limit: float = 120) -> list[int]:
+    """Wait until a process below ``root`` (a ``gpuaccept run``) writes its output to ``logs/<name>.log``: check
+    ``name`` then runs in its own process (the event to send a signal after, not a fixed sleep). Returns the
+    processes below ``root`` then; fails when ``root`` ends or ``limit`` seconds pass first."""
+    deadline = time.monotonic() + limit
+    while True:
+        family = descendants(root.pid)
+        for pid in family:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/1").endswith(f"/logs/{name}.log"):
+                    return family
+            except OSError:
+                continue
+        assert root.poll() is None, f"the run ended (status {root.returncode}) before {name} started"
+        assert time.monotonic() < deadline, f"{name} did not start within {limit:g} s"
+        time.sleep(0.05)
 
 
 def ok(proc: subprocess.CompletedProcess[str], rc: int = 0) -> str:

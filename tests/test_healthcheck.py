@@ -254,11 +254,6 @@ def test_disk_check_reads_this_machine(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------ the command (CPU)
 
-COLD = {"GPUACCEPT_ZYGOTE": "0"}
-"""Each check in a fresh interpreter: on a loaded machine the warm process's torch import can outlast
-disk_space's 5 s, and these tests are not about it."""
-
-
 def _hc(tmp_path: Path, *args: str, timeout: float = 120, **env: str) -> tuple[int, list[str], str]:
     r = gpuaccept("healthcheck", "--device", "cpu", "--report-dir", str(tmp_path / "rep"), *args,
                   timeout=timeout, **env)
@@ -294,7 +289,7 @@ def test_the_budget_bounds_the_run_and_running_out_of_time_is_no_fault(tmp_path:
     for mode, want in (("check", 3), ("prolog", 0)):
         started = time.monotonic()
         code, lines, err = _hc(tmp_path, "--deadline", "15", "--skip", "env,health", "--config", str(cfg), "--mode",
-                               mode, timeout=60, **COLD)
+                               mode, timeout=60)
         took = time.monotonic() - started
         assert took < 15 + 5, took  # + the interpreter's start-up
         assert code == want, (lines, err)
@@ -310,13 +305,13 @@ def test_a_fault_found_is_still_a_fault_when_time_ran_out(tmp_path: Path) -> Non
     cfg = tmp_path / "slow.yaml"
     cfg.write_text("checks:\n  compute: {params: {cpu_size: 1024, warmup_s: 60, warmup_max_s: 60}}\n")
     code, lines, _ = _hc(tmp_path, "--deadline", "15", "--skip", "env,health", "--config", str(cfg), timeout=60,
-                         **{FAULT_ENV: "disk_space:full"}, **COLD)
+                         **{FAULT_ENV: "disk_space:full"})
     assert code == 1 and lines[0].startswith("[HEALTHCHECK] FAULT disk_space: injected fault"), lines
 
 
 def test_keep_prunes_old_runs(tmp_path: Path) -> None:
     for _ in range(3):
-        assert _hc(tmp_path, "--skip", "env,compute,health", "--keep", "2", **COLD)[0] == 0
+        assert _hc(tmp_path, "--skip", "env,compute,health", "--keep", "2")[0] == 0
     assert len([p for p in (tmp_path / "rep").iterdir() if p.name.startswith("hc-")]) == 2
 
 
@@ -328,7 +323,7 @@ def test_keep_never_removes_a_run_still_going(tmp_path: Path) -> None:
     rep = tmp_path / "rep"
     slow = subprocess.Popen([sys.executable, "-m", "gpuaccept", "healthcheck", "--device", "cpu", "--report-dir",
                              str(rep), "--skip", "env,health", "--config", str(cfg), "--deadline", "15", "--keep",
-                             "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(**COLD))
+                             "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env())
     try:
         deadline = time.monotonic() + 30
         while not (rep.is_dir() and any(p.name.startswith("hc-") for p in rep.iterdir())):
@@ -336,7 +331,7 @@ def test_keep_never_removes_a_run_still_going(tmp_path: Path) -> None:
             time.sleep(0.1)
         first = next(p for p in rep.iterdir() if p.name.startswith("hc-"))
         time.sleep(1.1)  # a later stamp
-        assert _hc(tmp_path, "--skip", "env,compute,health", "--keep", "1", **COLD)[0] == 0
+        assert _hc(tmp_path, "--skip", "env,compute,health", "--keep", "1")[0] == 0
         assert first.is_dir(), "the running healthcheck's directory was pruned"
         out, err = slow.communicate(timeout=60)
     finally:
@@ -345,7 +340,7 @@ def test_keep_never_removes_a_run_still_going(tmp_path: Path) -> None:
             slow.wait()
     assert slow.returncode == 3, (out, err)
     assert validate_report(first / "report.json")["verdict"] != "running"
-    assert _hc(tmp_path, "--skip", "env,compute,health", "--keep", "1", **COLD)[0] == 0
+    assert _hc(tmp_path, "--skip", "env,compute,health", "--keep", "1")[0] == 0
     assert not first.exists() and len([p for p in rep.iterdir() if p.name.startswith("hc-")]) == 1
 
 

@@ -38,8 +38,6 @@ def _wrapper(base: Path) -> str:
         "export PATH=/usr/sbin:/usr/bin:/bin",
         f"export SLURM_CONF={shlex.quote(str(conf))}",
         "export GPUACCEPT_PLUGINS=",
-        "export GPUACCEPT_ZYGOTE=0  # no torch import to wait for: on this loaded 2-core machine it can outlast "
-        "the checks",
         f'fault={shlex.quote(str(base))}/fault-"$SLURMD_NODENAME"',
         f'[ -f "$fault" ] && export {FAULT_ENV}="$(cat "$fault")"',
         f'exec {shlex.quote(sys.executable)} -m gpuaccept healthcheck {HC_ARGS} '
@@ -137,7 +135,7 @@ def _direct(c: LocalSlurm, tmp_path: Path, *args: str, path: str | None = None,
             **env: str) -> subprocess.CompletedProcess[str]:
     """Run the healthcheck by hand on this cluster (as an admin would, or a Prolog)."""
     full = c.env()
-    full.update({"GPUACCEPT_PLUGINS": "", "GPUACCEPT_ZYGOTE": "0", **env})
+    full.update({"GPUACCEPT_PLUGINS": "", **env})
     if path is not None:
         full["PATH"] = path
     return subprocess.run([sys.executable, "-m", "gpuaccept", "healthcheck", "--device", "cpu", "--skip",

@@ -131,15 +131,16 @@ def test_ctrl_c_or_sigterm_cancels_the_nodes_and_exits_130(tmp_path: Path, signu
          "--poll-interval", "0.2", "--nodes", "2", "--device", "cpu", "--checks", "steady,nap", "--config",
          str(_nap_config(tmp_path)), "--per-node-only"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env=launch_env())
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    deadline = time.monotonic() + 180
+    while True:  # the event: both nodes finished "steady" (and are in the long "nap")
         results = list((tmp_path / "run").glob("*/results.jsonl"))
         if len(results) == 2 and all(p.read_text().strip() for p in results):
             break
         assert proc.poll() is None, proc.communicate()[0]
+        assert time.monotonic() < deadline, "the nodes did not finish steady within 180 s"
         time.sleep(0.2)
     proc.send_signal(signum)
-    out, _ = proc.communicate(timeout=60)
+    out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 130, out
     assert "interrupted: cancelling local job" in out
     report = cluster_report(tmp_path / "run")

@@ -452,12 +452,13 @@ def test_ctrl_c_cancels_the_job_and_gathers_what_came_back(slurm: LocalSlurm, tm
          str(tmp_path), "--run-id", "run", "--poll-interval", "0.5", "--nodes", "2", "--device", "cpu",
          "--checks", "steady,nap", "--config", str(config), "--per-node-only"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(slurm))
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # both nodes finished "steady" and are in the long "nap"
+    deadline = time.monotonic() + 180
+    while True:  # the event: both nodes finished "steady" and are in the long "nap"
         results = list((tmp_path / "run").glob("*/results.jsonl"))
         if len(results) == 2 and all(p.read_text().strip() for p in results):
             break
         assert proc.poll() is None, proc.communicate()[0]
+        assert time.monotonic() < deadline, "the nodes did not finish steady within 180 s"
         time.sleep(0.3)
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=90)

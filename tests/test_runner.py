@@ -18,7 +18,7 @@ from gpuaccept.model import Status, Verdict
 from gpuaccept.node.config import Config
 from gpuaccept.node.runner import Runner
 from gpuaccept.node.suite import RunOptions, plan_suite
-from tests.helpers import ROOT, cli_env, descendants, only_run_dir, validate_report
+from tests.helpers import ROOT, cli_env, only_run_dir, validate_report, wait_for_check_process
 from tests.plugins import fake_checks
 
 REG: dict[str, type[Check]] = {c.name: c for c in fake_checks.CHECKS}
@@ -95,8 +95,7 @@ def _wait_for_result(run_dir_parent: Path, name: str, limit: float = 60) -> Path
 def test_sigkill_of_the_runner_keeps_finished_results_and_kills_the_check_in_flight(tmp_path: Path) -> None:
     proc = _start_cli(tmp_path, "--checks", "steady,nap")
     jsonl = _wait_for_result(tmp_path, "steady")
-    time.sleep(1.0)  # nap is now running in its child
-    children = descendants(proc.pid)  # the warm process and the nap check it forked
+    children = wait_for_check_process(proc, "nap")  # the warm process and the nap check it forked
     assert len(children) >= 2, "the nap check should be running in a process forked by the warm process"
     proc.kill()
     proc.wait()
@@ -116,7 +115,7 @@ def test_sigkill_of_the_runner_keeps_finished_results_and_kills_the_check_in_fli
 def test_interrupt_writes_what_was_measured_and_exits_130(tmp_path: Path, sig: signal.Signals) -> None:
     proc = _start_cli(tmp_path, "--checks", "steady,nap")
     _wait_for_result(tmp_path, "steady")
-    time.sleep(0.5)
+    wait_for_check_process(proc, "nap")
     os.kill(proc.pid, sig)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
@@ -139,7 +138,7 @@ def test_an_unfinished_run_shows_its_check_in_flight_as_an_error_in_every_format
 
     proc = _start_cli(tmp_path, "--checks", "steady,nap")
     _wait_for_result(tmp_path, "steady")
-    time.sleep(0.5)
+    wait_for_check_process(proc, "nap")
     if how == "sigkill":
         proc.kill()
         proc.wait()

@@ -386,6 +386,11 @@ def _slurm_log(results: Path) -> str:
     return logs[0].read_text(errors="replace") if logs else ""
 
 
+def _failure_lines(log: str) -> list[str]:
+    """The job's ``[LAUNCH] <node> failed: <why>`` lines (one per node that wrote its failed.<node> file)."""
+    return [line for line in log.splitlines() if line.startswith(("[LAUNCH] node1 failed:", "[LAUNCH] node2 failed:"))]
+
+
 def _job(results: Path) -> dict[str, object]:
     data: dict[str, object] = json.loads(next(results.rglob("job.json")).read_text())
     return data
@@ -498,7 +503,10 @@ def test_an_image_no_node_can_pull_fails_the_job_naming_the_node(site: Site,
     r = site.launch(work, results, "--run-id", "noimage", "--", "true", image="registry.invalid/gpuaccept/none:1")
     assert r.returncode == 1
     log = _slurm_log(results)
-    assert "image registry.invalid/gpuaccept/none:1 is not on this node and could not be pulled" in log, log
+    failed = _failure_lines(log)
+    assert failed, log
+    assert all("image registry.invalid/gpuaccept/none:1 is not on this node and could not be pulled" in line
+               for line in failed), log
     site.assert_clean(results)
 
 
@@ -512,10 +520,13 @@ def test_a_runtime_missing_on_the_nodes_fails_the_job_naming_the_node(site: Site
                     PATH="/usr/bin:/bin:/usr/sbin:/sbin")
     assert r.returncode == 1
     log = _slurm_log(results)
-    failed = [line for line in log.splitlines()
-              if line.startswith(("[LAUNCH] node1: docker", "[LAUNCH] node2: docker"))]
-    assert failed and ("docker is not installed on this node" in failed[0]
-                       or "docker does not answer on this node" in failed[0]), log
+    # each failed node's line comes from its own failed.<node> file, read by the job after srun (srun may drop a
+    # task's own last line when --kill-on-bad-exit ends the other task) and by the launcher
+    failed = _failure_lines(log)
+    assert failed, log
+    for line in failed:
+        assert ("docker is not installed on this node" in line or "docker does not answer on this node" in line), log
+        assert line in r.stderr, r.stderr
     assert not list(results.rglob("id_ed25519*"))
 
 

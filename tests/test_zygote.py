@@ -25,7 +25,17 @@ from gpuaccept.node.config import Config
 from gpuaccept.node.runner import RunEvents, Runner
 from gpuaccept.node.suite import PlannedCheck, RunOptions, plan_suite
 from gpuaccept.node.warm import REAP_S, WarmProcess
-from tests.helpers import ROOT, alive, cli_env, descendants, gpuaccept, only_run_dir, parent_of, validate_report
+from tests.helpers import (
+    ROOT,
+    alive,
+    cli_env,
+    descendants,
+    gpuaccept,
+    only_run_dir,
+    parent_of,
+    validate_report,
+    wait_for_check_process,
+)
 from tests.plugins import fake_checks, state_checks
 
 REG: dict[str, type[Check]] = {c.name: c for c in (*fake_checks.CHECKS, *state_checks.CHECKS)}
@@ -321,14 +331,7 @@ def test_the_cli_forks_and_a_sigkilled_runner_leaves_no_process(tmp_path: Path) 
     proc = subprocess.Popen([sys.executable, "-m", "gpuaccept", "run", "--device", "cpu", "--checks", "probe,nap",
                              "--report-dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env=env, cwd=ROOT)
-    deadline = time.monotonic() + 60
-    family: list[int] = []
-    while time.monotonic() < deadline:
-        family = descendants(proc.pid)
-        logs = {os.readlink(f"/proc/{p}/fd/1") for p in family if os.path.exists(f"/proc/{p}/fd/1")}
-        if any(log.endswith("/nap.log") for log in logs):
-            break
-        time.sleep(0.1)
+    family = wait_for_check_process(proc, "nap")
     assert len(family) >= 2, "a warm process and the nap check forked from it"
     proc.kill()
     proc.wait()
@@ -348,11 +351,7 @@ def test_an_interrupted_cli_run_keeps_its_finished_checks_and_leaves_no_process(
     proc = subprocess.Popen([sys.executable, "-m", "gpuaccept", "run", "--device", "cpu", "--checks", "probe,nap",
                              "--report-dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=cli_env(GPUACCEPT_PLUGINS=PLUGINS), cwd=ROOT)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not list(tmp_path.glob("*/logs/nap.log")):
-        time.sleep(0.1)
-    time.sleep(0.5)
-    family = descendants(proc.pid)
+    family = wait_for_check_process(proc, "nap")
     os.kill(proc.pid, sig)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, out + err
@@ -368,11 +367,7 @@ def test_sigterm_to_every_process_of_the_run_is_an_interrupted_run(tmp_path: Pat
     proc = subprocess.Popen([sys.executable, "-m", "gpuaccept", "run", "--device", "cpu", "--checks", "probe,nap",
                              "--report-dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=cli_env(GPUACCEPT_PLUGINS=PLUGINS), cwd=ROOT)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not list(tmp_path.glob("*/logs/nap.log")):
-        time.sleep(0.1)
-    time.sleep(0.5)
-    family = descendants(proc.pid)
+    family = wait_for_check_process(proc, "nap")
     assert len(family) == 2, family
     warm = next(p for p in family if parent_of(p) == proc.pid)
     os.kill(warm, signal.SIGTERM)  # whichever process the scheduler signals first

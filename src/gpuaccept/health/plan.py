@@ -38,7 +38,7 @@ EXTRAS = ("fabric", "memory", "memtest")
 """Checks a ``--budget`` with room adds, in this order, at their quick level."""
 OVERHEAD_S = 1.0
 """Seconds of a healthcheck outside its checks (planning, the report); the warm process's import of torch
-is waited for by the first check and counts in its time."""
+is waited for by the first check before its own limit starts counting (the deadline still bounds it)."""
 MIN_BUDGET_S = 5.0
 MAX_BUDGET_S = 3600.0
 DEFAULT_BUDGET_S = 45.0

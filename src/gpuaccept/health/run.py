@@ -44,12 +44,13 @@ def with_fault(result: CheckResult, host: str) -> CheckResult:
 def budget_end(result: CheckResult, cut: bool) -> CheckResult:
     """``result``, or a SKIP marked ``budget`` when the budget, not the node, ended it: not run for lack of time
     (the runner's "not run" FAIL), never started by the warm process before its limit (the runner's ERROR), or
-    timed out at a limit the deadline had ``cut`` below the check's own."""
+    timed out at a limit the deadline had ``cut`` below the check's own (or, its clock started late, at the
+    deadline itself: ``details.deadline``)."""
     if result.status is Status.FAIL and result.details.get("budget"):
         why = f"{result.reason}; not a fault of the node"
     elif result.status is Status.ERROR and result.details.get("not_started"):  # the warm process's fault
         why = result.reason
-    elif result.details.get("timeout") and cut:
+    elif result.details.get("timeout") and (cut or result.details.get("deadline")):
         why = (f"stopped at the end of the budget after {result.duration_s:.1f} s (below its own limit): not "
                "judged, not a fault of the node")
     else:

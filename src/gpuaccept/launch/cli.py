@@ -391,23 +391,26 @@ def _cmd_launch(args: argparse.Namespace) -> int:
         plan.write(workdir, secret_values(spec.env), launch=True)
     except OSError as exc:
         raise InputError(f"cannot write to the results directory {spec.results_dir}: {exc.strerror}") from None
+    from gpuaccept.launch.watch import cancel_early, sigterm_as_interrupt, watch
+
     started = utc_now()
-    submission = backend.submit(plan, spec, workdir)
-    job = {"backend": backend.name, "run_id": spec.run_id, "job_id": submission.job_id, "started": started,
-           "nodes": spec.nodes, "expected_hosts": list(submission.hosts or plan.expected_hosts),
-           "spec": {**dataclasses.asdict(spec), "env": redact_env(spec.env)}}
-    (workdir / JOB_FILE).write_text(json.dumps(job, indent=2, default=str) + "\n")
-    print(f"[LAUNCH] {backend.name} job {submission.job_id} submitted: {spec.nodes} node(s), run {spec.run_id}",
-          flush=True)
-    print(f"[LAUNCH] results: {run_dir}", flush=True)
-    if args.detach:
-        print(f"[LAUNCH] detached; when it ends: gpuaccept gather {run_dir}", flush=True)
-        return EXIT_OK
-
-    from gpuaccept.launch.watch import watch
-
-    outcome = watch(backend, submission, stream=sys.stdout, timeout_s=args.timeout,
-                    poll_s=args.poll_interval or 2.0, progress=progress(run_dir, spec.nodes))
+    with sigterm_as_interrupt():  # from the submission on, Ctrl-C or SIGTERM cancels the job
+        submission = backend.submit(plan, spec, workdir)
+        try:
+            job = {"backend": backend.name, "run_id": spec.run_id, "job_id": submission.job_id, "started": started,
+                   "nodes": spec.nodes, "expected_hosts": list(submission.hosts or plan.expected_hosts),
+                   "spec": {**dataclasses.asdict(spec), "env": redact_env(spec.env)}}
+            (workdir / JOB_FILE).write_text(json.dumps(job, indent=2, default=str) + "\n")
+            print(f"[LAUNCH] {backend.name} job {submission.job_id} submitted: {spec.nodes} node(s), run "
+                  f"{spec.run_id}", flush=True)
+            print(f"[LAUNCH] results: {run_dir}", flush=True)
+            if args.detach:
+                print(f"[LAUNCH] detached; when it ends: gpuaccept gather {run_dir}", flush=True)
+                return EXIT_OK
+            outcome = watch(backend, submission, stream=sys.stdout, timeout_s=args.timeout,
+                            poll_s=args.poll_interval or 2.0, progress=progress(run_dir, spec.nodes))
+        except KeyboardInterrupt:  # before watch took over
+            outcome = cancel_early(backend, submission, sys.stdout)
     return _finish(backend, submission, spec, plan, outcome, started, args, run_dir)
 
 

@@ -52,7 +52,9 @@ def describe(submission: Submission, state: JobState, elapsed_s: float, progress
 
 
 @contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt (as Ctrl-C's SIGINT does) while in this block (main thread only)."""
+
     def handler(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
@@ -118,6 +120,14 @@ class _Display:
             self._print(final)
 
 
+def cancel_early(backend: Backend, submission: Submission, stream: IO[str]) -> WatchOutcome:
+    """Ctrl-C or SIGTERM after the job was submitted but before :func:`watch` took over: cancel it as watch would."""
+    start = time.monotonic()
+    print(f"[LAUNCH] interrupted: cancelling {submission.backend} job {submission.job_id}", file=stream, flush=True)
+    backend.cancel(submission)
+    return WatchOutcome(settle(backend, submission), time.monotonic() - start, interrupted=True, cancelled=True)
+
+
 def watch(backend: Backend, submission: Submission, *, stream: IO[str], timeout_s: float | None = None,
           poll_s: float = 2.0, progress: Callable[[], str] | None = None, cancel_on_interrupt: bool = True,
           clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
@@ -127,7 +137,7 @@ def watch(backend: Backend, submission: Submission, *, stream: IO[str], timeout_
     start = clock()
     display = _Display(stream, clock, heartbeat_s)
     state = JobState("SUBMITTED", done=False)
-    with _sigterm_as_interrupt():
+    with sigterm_as_interrupt():
         try:
             while True:
                 state = backend.poll(submission)

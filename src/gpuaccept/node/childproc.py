@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -120,6 +122,10 @@ class CheckProcess(Protocol):
     def kill_group(self) -> None:
         """SIGKILL its whole session (the check and anything it started)."""
 
+    def clock_start(self) -> float | None:
+        """When its time limit started counting (``time.monotonic()``), None while it waits for the warm process's
+        own imports (:meth:`gpuaccept.node.warm.ForkedChild.clock_start`)."""
+
 
 class Spawned:
     """A check process started the old way (a fresh interpreter, ``start_new_session=True``)."""
@@ -127,6 +133,10 @@ class Spawned:
     def __init__(self, popen: subprocess.Popen[bytes]) -> None:
         self.popen = popen
         self.pid = popen.pid
+        self.started_at = time.monotonic()
+
+    def clock_start(self) -> float | None:
+        return self.started_at
 
     @property
     def returncode(self) -> int | None:
@@ -169,6 +179,9 @@ class ProcessHost(Protocol):
     @property
     def log_dir(self) -> Path: ...
 
+    @property
+    def run_deadline(self) -> float | None: ...
+
     def spawn(self, check: PlannedCheck, out: Path, log: Path, *, env: dict[str, str] | None = None,
               module: str = ...) -> CheckProcess: ...
 
@@ -196,6 +209,25 @@ def spawn_fresh(module: str, request: dict[str, Any], env: Mapping[str, str] | N
     popen.stdin.write(json.dumps(request).encode())
     popen.stdin.close()
     return Spawned(popen)
+
+
+def wait_check(child: CheckProcess, limit_s: float, deadline: float | None = None) -> int:
+    """``child``'s exit status, its ``limit_s`` seconds counted from its :meth:`~CheckProcess.clock_start` (not
+    while the warm process it waits on is still in its own imports), and never past ``deadline`` (a
+    ``time.monotonic()`` value). TimeoutExpired at either; WarmHung when the warm process does not fork it."""
+    while True:
+        start = child.clock_start()
+        end = math.inf if deadline is None else deadline
+        if start is not None:
+            end = min(end, start + limit_s)
+        left = end - time.monotonic()
+        if left <= 0:
+            raise subprocess.TimeoutExpired(f"check process {getattr(child, 'pid', None)}", limit_s)
+        try:  # while its clock has not started, look again every 0.25 s
+            return child.wait(timeout=left if start is not None else min(left, 0.25))
+        except subprocess.TimeoutExpired:
+            if start is not None:
+                raise
 
 
 def kill_tree(child: CheckProcess) -> None:

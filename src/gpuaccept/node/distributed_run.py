@@ -24,6 +24,7 @@ this rank's check process, then the remaining work skips the dead rank.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from pathlib import Path
@@ -38,6 +39,7 @@ from gpuaccept.distributed.group import RankContext
 from gpuaccept.distributed.local import partial_path, rank_env
 from gpuaccept.errors import UsageError
 from gpuaccept.model import CheckResult, NodeReport, Status, Verdict
+from gpuaccept.node import warm as warm_process
 from gpuaccept.node.childproc import kill_tree, read_outcome
 from gpuaccept.node.local_group import with_partial
 from gpuaccept.node.runner import RunEvents, Runner, is_distributed, new_run_id, utc_now
@@ -233,8 +235,12 @@ class DistributedRunner(Runner):
         step = 0.01
         while child.poll() is None:
             now = time.monotonic()
-            if now - started > check.timeout_s:
-                killed = f"timed out after {now - started:.1f} s (limit {check.timeout_s:g} s); killed"
+            clock = child.clock_start()  # not while the warm process is still in its first imports
+            if clock is None and now - started > warm_process.BUSY_S:
+                killed = f"not started: the warm process was still in its first imports after {now - started:.1f} s"
+                break
+            if clock is not None and (now - clock > check.timeout_s or now >= (self.run_deadline or math.inf)):
+                killed = f"timed out after {now - clock:.1f} s (limit {check.timeout_s:g} s); killed"
                 break
             if kill_at is None:
                 try:
@@ -253,7 +259,7 @@ class DistributedRunner(Runner):
         if killed is not None:
             kill_tree(child)
         self._children = []
-        elapsed = time.monotonic() - started
+        elapsed = time.monotonic() - (child.clock_start() or started)
         raw = read_outcome(out)
         if raw is not None:
             partial_path(out).unlink(missing_ok=True)

@@ -11,6 +11,7 @@ per-rank outcomes are merged into one result with every rank's metrics.
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from pathlib import Path
@@ -21,20 +22,25 @@ from gpuaccept.distributed.gather import merge_rank_outcomes
 from gpuaccept.distributed.group import RankContext
 from gpuaccept.distributed.local import partial_path, rank_env
 from gpuaccept.model import CheckResult, Status
+from gpuaccept.node import warm as warm_process
 from gpuaccept.node.childproc import CheckProcess, ProcessHost, kill_tree, read_outcome
 from gpuaccept.node.suite import PlannedCheck
 
 
 def wait_ranks(procs: dict[int, CheckProcess], limit_s: float, grace_s: float,
-               has_result: Any) -> dict[int, str]:
+               has_result: Any, deadline: float | None = None) -> dict[int, str]:
     """Wait for every rank process; returns ``{rank: why}`` for those that were killed.
 
-    ``limit_s`` bounds the whole check; once a rank has died without a result
-    (``has_result(rank)`` false after it exits), the rest get ``grace_s`` more.
+    ``limit_s`` bounds the whole check, counted from when the last rank's clock started
+    (:meth:`~gpuaccept.node.childproc.CheckProcess.clock_start`: not while the warm process is still in its
+    first imports, a wait bounded by :data:`~gpuaccept.node.warm.BUSY_S`); ``deadline`` (a ``time.monotonic()``
+    value) bounds it too. Once a rank has died without a result (``has_result(rank)`` false after it exits),
+    the rest get ``grace_s`` more.
     """
 
     started = time.monotonic()
-    kill_at = started + limit_s
+    end = math.inf if deadline is None else deadline
+    kill_at = math.inf
     killed: dict[int, str] = {}
     first_death: int | None = None
     step = 0.01
@@ -43,18 +49,25 @@ def wait_ranks(procs: dict[int, CheckProcess], limit_s: float, grace_s: float,
         if not running:
             return killed
         now = time.monotonic()
+        starts = [p.clock_start() for p in procs.values()]
+        begun = None if None in starts else max(t for t in starts if t is not None)
+        limit_at = min(end, started + warm_process.BUSY_S if begun is None else begun + limit_s)
         if first_death is None:
             dead = [r for r, p in procs.items() if p.poll() is not None and not has_result(r)]
             if dead:
                 first_death = dead[0]
-                kill_at = min(kill_at, now + grace_s)
-        if now >= kill_at:
+                kill_at = now + grace_s
+        if now >= min(kill_at, limit_at):
             for r in running:
+                started_r = procs[r].clock_start()
                 kill_tree(procs[r])
-                if first_death is not None and now < started + limit_s:
+                if now < limit_at:
                     killed[r] = f"killed {grace_s:g} s after rank {first_death} died (it did not give up on its own)"
+                elif started_r is None:
+                    killed[r] = (f"not started: the warm process was still in its first imports after "
+                                 f"{now - started:.1f} s; killed")
                 else:
-                    killed[r] = f"timed out after {now - started:.1f} s (limit {limit_s:g} s); killed"
+                    killed[r] = f"timed out after {now - (begun or started):.1f} s (limit {limit_s:g} s); killed"
             return killed
         time.sleep(step)
         step = min(0.2, step * 1.5)
@@ -109,7 +122,8 @@ def run_local_group(runner: ProcessHost, check: PlannedCheck) -> CheckResult:
             procs[r] = runner.spawn(check, outs[r], logs[r], env=rank_env(rc, n, partial_path(outs[r])),
                                      module="gpuaccept.node.rank_child")
         runner.preload_beside(check)  # after every rank is forked: never in front of a rank's fork
-        killed = wait_ranks(procs, check.timeout_s, runner.dist_timeout_s, lambda r: outs[r].exists())
+        killed = wait_ranks(procs, check.timeout_s, runner.dist_timeout_s, lambda r: outs[r].exists(),
+                            runner.run_deadline)
     finally:
         runner.kill_children()
         store_file.unlink(missing_ok=True)

@@ -57,6 +57,7 @@ from gpuaccept.node.childproc import (
     kill_tree,
     read_outcome,
     spawn_fresh,
+    wait_check,
     write_json_atomic,
 )
 from gpuaccept.node.judge import NO_EXPECTATION, WARNED_FOR, judge
@@ -186,6 +187,11 @@ class Runner:
         self.fresh_why: str | None = None
         #: the processes started for the check in flight
         self._spawned: list[CheckProcess] = []
+
+    @property
+    def run_deadline(self) -> float | None:
+        """No check runs past this ``time.monotonic()`` value (:class:`DeadlineRunner`'s deadline); None: no bound."""
+        return None
 
     @property
     def report_path(self) -> Path:
@@ -457,37 +463,44 @@ class Runner:
         return result
 
     def _run_process(self, check: PlannedCheck) -> CheckResult:
-        """``check`` in one process (forked from the warm process, or a fresh interpreter), judged."""
+        """``check`` in one process (forked from the warm process, or a fresh interpreter), judged. Its time limit
+        counts from its :meth:`~gpuaccept.node.childproc.CheckProcess.clock_start`: not while the warm process is
+        still in its first imports."""
         out = self.scratch_dir / f".{check.name}.outcome.json"
         log = self.log_dir / f"{check.name}.log"
         log.unlink(missing_ok=True)
-        started = time.monotonic()
+        asked = time.monotonic()
         child = self.spawn(check, out, log)
         self.preload_beside(check)
-        fallback = warm_why = ""
+        fallback = warm_why = when = ""
+        clock: float | None = None
         try:
             try:
-                returncode: int | None = child.wait(timeout=check.timeout_s)
+                returncode: int | None = wait_check(child, check.timeout_s, self.run_deadline)
             except WarmHung as exc:  # not the check's fault: start it afresh with the time it has left
+                clock = child.clock_start()
                 fallback = self._warm_hung(str(exc))
+                left = check.timeout_s if clock is None else max(check.timeout_s - (time.monotonic() - clock), 0.1)
                 child = self.spawn(check, out, log)
-                returncode = child.wait(timeout=max(check.timeout_s - (time.monotonic() - started), 0.1))
+                returncode = wait_check(child, left, self.run_deadline)
         except subprocess.TimeoutExpired:
             returncode = None
-            warm_why = self._warm_blame(child)
+            warm_why = child.not_forked_why() if isinstance(child, ForkedChild) else ""
+            when = f"before its {check.timeout_s:g} s limit" if child.clock_start() else "when the run's deadline came"
             self.kill_children()
-        elapsed = time.monotonic() - started
+        clock = next((t for t in (clock, child.clock_start()) if t is not None), asked)
+        elapsed = time.monotonic() - clock
         self._children = []
         if returncode is None and warm_why:
-            return CheckResult(check.name, Status.ERROR, f"not run: {warm_why} before its {check.timeout_s:g} s "
-                               "limit, and was killed (a fault of gpuaccept's warm process, not known to be the "
-                               "node's)", duration_s=elapsed,
+            return CheckResult(check.name, Status.ERROR, f"not run: {warm_why} {when}, and was killed (a fault of "
+                               "gpuaccept's warm process, not known to be the node's)", duration_s=elapsed,
                                details={"warm_process": warm_why, "not_started": True, "log": str(log)},
                                host=self.host)
-        if returncode is None:
-            result = CheckResult(check.name, Status.FAIL,
-                                 f"timed out after {elapsed:.1f} s (limit {check.timeout_s:g} s); killed",
-                                 duration_s=elapsed, details={"timeout": True, "log": str(log)})
+        if returncode is None:  # ``deadline``: the run's deadline came before the check's own limit
+            cut = self.run_deadline is not None and clock + check.timeout_s > self.run_deadline + 0.5
+            result = CheckResult(check.name, Status.FAIL, f"timed out after {elapsed:.1f} s (limit {check.timeout_s:g}"
+                                 f" s{', cut by the run deadline' if cut else ''}); killed", duration_s=elapsed,
+                                 details={"timeout": True, "log": str(log), **({"deadline": True} if cut else {})})
         else:
             result = self._finish_process(check, child, out, log, returncode, elapsed)
         if fallback:
@@ -503,13 +516,6 @@ class Runner:
         self._warm_lost(why)
         self.close_warm()
         return f"{why}; started afresh instead"
-
-    def _warm_blame(self, child: CheckProcess) -> str:
-        """Why the warm process, not the check, is to blame for ``child``'s timeout ("" when it is not): it never
-        forked the check although it had finished its first imports."""
-        if not isinstance(child, ForkedChild) or child.pid is not None or child.warm.ready is None:
-            return ""
-        return child.unanswered() or f"the warm process (pid {child.warm.proc.pid}) did not fork the check"
 
     def _finish_process(self, check: PlannedCheck, child: CheckProcess, out: Path, log: Path, returncode: int,
                         elapsed: float) -> CheckResult:
@@ -577,6 +583,10 @@ class DeadlineRunner(Runner):
     def __init__(self, plan: SuitePlan, report_dir: Path, *, deadline: float, **kwargs: Any) -> None:
         super().__init__(plan, report_dir, **kwargs)
         self.deadline = deadline
+
+    @property
+    def run_deadline(self) -> float | None:
+        return self.deadline
 
     def _run_one(self, check: PlannedCheck) -> CheckResult:
         left = self.deadline - time.monotonic()

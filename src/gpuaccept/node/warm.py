@@ -46,6 +46,9 @@ REAP_S = 10.0
 FORK_ANSWER_S = 5.0
 #: more seconds for a request whose ``imports`` the warm process has not imported yet
 FORK_IMPORT_S = 30.0
+#: seconds a fork request may wait on the warm process's first imports (torch's) before it counts as hung; the
+#: check's clock does not run meanwhile (:meth:`ForkedChild.clock_start`)
+BUSY_S = 300.0
 _OFF = ("0", "off", "no", "false", "spawn")
 
 
@@ -129,12 +132,27 @@ class ForkedChild:
         #: when the request was sent, and the seconds the warm process has to answer it once idle
         self.asked_at = time.monotonic()
         self.answer_s = FORK_ANSWER_S
+        self.fresh_at: float | None = None
 
     def start_fresh(self, why: str) -> None:
         """The warm process refused the fork (``why``): run this process in a fresh interpreter instead."""
         self.refused = why
         self.fresh = spawn_fresh(*self.start)
+        self.fresh_at = time.monotonic()
         self.pid = self.fresh.pid
+
+    def clock_start(self) -> float | None:
+        """When the check's time limit started counting: when it was asked for, or when the warm process finished
+        its first imports (torch's) if that was later, or when it started in a fresh interpreter; None while the
+        warm process is still in those imports, which are not the check's (a slow first import of torch does not
+        time a check out). The check's own ``warm_imports``, done just before its fork, count, as they would in a
+        fresh interpreter, and so does a wait behind an import beside an earlier check (bounded by the check's
+        limit: :meth:`unanswered`)."""
+        if self.fresh_at is not None:
+            return self.fresh_at
+        if self.warm.ready_at is None:
+            return None if self.returncode is None else self.asked_at
+        return max(self.asked_at, self.warm.ready_at)
 
     def poll(self) -> int | None:
         if self.returncode is None and self.fresh is None:
@@ -162,8 +180,9 @@ class ForkedChild:
 
     def unanswered(self) -> str | None:
         """Why the warm process counts as hung on this request (None while it may still answer): it is stopped
-        (it can neither fork this process nor report its end), or it was ready and idle (no import beside a check
-        pending) for ``answer_s`` seconds without forking."""
+        (it can neither fork this process nor report its end), it was still in its first imports :data:`BUSY_S`
+        seconds after the request, or it was ready and idle (no import beside a check pending)
+        for ``answer_s`` seconds without forking."""
         if self.warm.gone is not None or self.fresh is not None:
             return None
         pid = self.warm.proc.pid
@@ -171,10 +190,24 @@ class ForkedChild:
             return f"the warm process (pid {pid}) is stopped (SIGSTOP or a debugger) and cannot fork or report"
         if self.pid is not None:
             return None
+        if self.clock_start() is None and time.monotonic() - self.asked_at > BUSY_S:
+            return (f"the warm process (pid {pid}) was still in its first imports (torch) {BUSY_S:g} s after the "
+                    "check was asked for")
         idle = self.warm.idle_since()
         if idle is not None and time.monotonic() - max(idle, self.asked_at) > self.answer_s:
             return f"the warm process (pid {pid}) did not answer a fork request in {self.answer_s:g} s"
         return None
+
+    def not_forked_why(self) -> str:
+        """Why the warm process, not the check, is to blame for this process's timeout ("" when it is not): it
+        never forked the check, although it had finished its first imports, or it was still in its first imports
+        when the run's deadline came."""
+        if self.pid is not None:
+            return ""
+        pid = self.warm.proc.pid
+        if self.warm.ready is None:
+            return f"the warm process (pid {pid}) was still in its first imports (torch)"
+        return self.unanswered() or f"the warm process (pid {pid}) did not fork the check"
 
     def kill_group(self) -> None:
         """SIGKILL the process's session. Not forked yet: the request is cancelled while the warm process
@@ -199,6 +232,16 @@ class ForkedChild:
             self.warm.stop(f"it did not reap a killed check process within {REAP_S:g} s")
         except WarmHung as exc:
             self.warm.stop(str(exc))
+
+
+def _when(msg: dict[str, Any]) -> float:
+    """When the warm process sent ``msg`` (its ``at``: ``time.monotonic()`` there, the same clock on Linux), or
+    now when it did not say; never later than now."""
+    now = time.monotonic()
+    try:
+        return min(now, float(msg.get("at", now)))
+    except (TypeError, ValueError):
+        return now
 
 
 class WarmProcess:
@@ -322,14 +365,14 @@ class WarmProcess:
         if "ready" in msg:
             self.ready = msg
             self.poisoned = msg.get("poisoned") or None
-            self.ready_at = time.monotonic()
+            self.ready_at = _when(msg)
             return
         if "preloaded" in msg:
             waiting = next((p for p in self.preloads if p.seconds is None), None)
             if waiting is not None:
                 waiting.failed = [str(f) for f in msg.get("failed", [])]
                 waiting.seconds = float(msg.get("seconds", 0.0))
-                self.preloaded_at = time.monotonic()
+                self.preloaded_at = _when(msg)
             return
         rid = int(msg["id"])
         if rid in self.cancelled:  # forked before the cancel arrived

@@ -21,10 +21,11 @@ Protocol on the socket whose descriptor is in ``GPUACCEPT_ZYGOTE_FD``, one JSON 
   CPU core does not disturb (``imports_beside``), naming the later checks' ``warm_imports``, so that
   they are imported while that check runs; requests that come meanwhile wait in the socket, so an
   import never runs beside a check that measures;
-- warm to runner: ``{"ready": pid, "rss_kib", "threads", "failed"}`` once, when the imports are done;
+- warm to runner: ``{"ready": pid, "rss_kib", "threads", "failed", "at"}`` once, when the imports are done
+  (``at``: ``time.monotonic()`` here, the runner's clock too on Linux);
   ``{"id", "pid"}`` once the forked process has its own session; ``{"id", "exit"}`` when it ended
   (the status as :class:`subprocess.Popen` gives it: negative for a signal); ``{"preloaded": [module,
-  ...], "failed": ["module: error", ...], "seconds"}`` for each ``preload``, once it is done.
+  ...], "failed": ["module: error", ...], "seconds", "at"}`` for each ``preload``, once it is done.
 
 After its first imports, each ``preload`` and each fork request's imports that were new, the warm
 process checks that a fork could still use CUDA (:func:`gpuaccept.node.forksafe.fork_poison`: an
@@ -187,7 +188,8 @@ class Zygote:
         finally:
             signal.signal(signal.SIGCHLD, old)
         self.check_forks()
-        self.send({"preloaded": done, "failed": failed, "seconds": round(time.monotonic() - started, 3)})
+        self.send({"preloaded": done, "failed": failed, "seconds": round(time.monotonic() - started, 3),
+                   "at": time.monotonic()})
         self.reap()
 
     def fork(self, msg: dict[str, Any]) -> None:
@@ -300,7 +302,7 @@ def main() -> int:
     threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else -1
     zygote.check_forks()  # after the count: the probe's fork stops numpy's OpenBLAS thread
     zygote.send({"ready": zygote.pid, "rss_kib": _proc_status("VmRSS"), "threads": threads, "failed": failed,
-                 "poisoned": zygote.poisoned})
+                 "poisoned": zygote.poisoned, "at": time.monotonic()})
     try:
         zygote.serve()
     except (BrokenPipeError, ConnectionResetError):

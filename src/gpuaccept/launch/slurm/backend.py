@@ -57,7 +57,8 @@ from gpuaccept.launch.slurm.parse import (
     parse_squeue,
     sacct_unavailable,
 )
-from gpuaccept.launch.slurm.runtime_check import check_runtime_ready, runtime_files, runtime_notes
+from gpuaccept.launch.slurm.runtime_check import check_runtime_ready, node_failures, runtime_files, runtime_notes
+from gpuaccept.launch.slurm.runtime_script import STATE_DIR
 from gpuaccept.launch.slurm.script import render_script
 from gpuaccept.launch.spec import JobSpec, env_names
 
@@ -236,10 +237,14 @@ class SlurmBackend(Backend):
             _run(["scancel", submission.job_id])
 
     def logs(self, submission: Submission) -> str:
-        """The last lines of the job's ``slurm-<id>.out`` (the script writes it next to the plan)."""
+        """The last lines of the job's ``slurm-<id>.out`` (the script writes it next to the plan), then, with
+        ``--runtime``, why each failed node failed (its ``container/failed.<node>``) when those lines are not
+        among them."""
         watch: _Watch = submission.handle
         try:
             text = (Path(watch.log_dir) / f"slurm-{submission.job_id}.out").read_text(errors="replace")
         except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-40:])
+            text = ""
+        tail = text.splitlines()[-40:]
+        tail += [line for line in node_failures(Path(watch.log_dir) / STATE_DIR) if line not in tail]
+        return "\n".join(tail)

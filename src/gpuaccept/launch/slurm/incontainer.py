@@ -8,7 +8,8 @@ is the pattern for a script that calls ``mpirun``:
    removed when the job ends) and says so with a ``ready`` file; the others wait for it.
 2. Every node (master included) starts a user-mode sshd on its own port (base port + its index in the
    allocation), with ``SetEnv`` for PATH, the CUDA/NCCL/MPI variables and GPUACCEPT_HOSTNAME. A node
-   whose sshd does not start writes ``failed.<node>`` with sshd's last line.
+   whose sshd does not start writes ``failed.<node>`` with sshd's last line (a new file renamed into
+   place: the master reads the whole line or nothing).
 3. The master waits until every node's sshd answers (``ssh true`` through the job's ssh_config), for at
    most the handshake bound; its error names the nodes that never answered.
 4. The master runs the job with GPUACCEPT_HOSTLIST, GPUACCEPT_NP, GPUACCEPT_SLOTS_PER_NODE,
@@ -71,9 +72,13 @@ on_signal() {
 }
 trap on_signal TERM INT HUP
 
+# failed.<node>: written whole (a new file renamed into place), so the master never reads half a line; a node
+# name that is not a plain host name becomes task<index>.
+case $node in '' | .* | *[!A-Za-z0-9._-]*) node_file="task$index" ;; *) node_file=$node ;; esac
 failed() {
     say "$*"
-    printf '%s\n' "$*" >"$dir/failed.$node" 2>/dev/null
+    tmp="$dir/.failed.$node_file.$$"
+    (set -C && printf '%s\n' "$*" >"$tmp") 2>/dev/null && mv -f "$tmp" "$dir/failed.$node_file"
 }
 
 make_keys() {

@@ -4,20 +4,25 @@ Before anything is submitted (exit 2, one line): the calling user has a passwd e
 source exists here (the nodes share this filesystem), and where the runtime is installed on this host
 an image named ``localhost/...`` (one that only a local build makes) exists. A runtime missing on a
 node, an image a node cannot pull, a port in use or a mount missing on a node fail the job with a
-line naming the node, and the containers are removed.
+line naming the node, and the containers are removed: each failed node writes ``failed.<node>`` in the
+job's state directory, and :func:`node_failures` reads them for the launcher.
 """
 
 from __future__ import annotations
 
 import os
 import pwd
+import re
 import shutil
+import stat
 import subprocess
+from pathlib import Path
 
 from gpuaccept.errors import UsageError
 from gpuaccept.launch.slurm.incontainer import IN_CONTAINER, IN_CONTAINER_SCRIPT
 from gpuaccept.launch.slurm.options import SCRIPT, SlurmOptions
 from gpuaccept.launch.slurm.runtime_script import (
+    FAILED_PREFIX,
     NODE_SCRIPT,
     SSHD_CONFIG,
     render_node_script,
@@ -71,3 +76,39 @@ def check_runtime_ready(spec: JobSpec, opts: SlurmOptions) -> None:
         if not found:
             raise UsageError(f"--image {image}: no such image in {opts.runtime} here, and a localhost/ image "
                              "cannot be pulled")
+
+
+_NODE_FILE = re.compile(re.escape(FAILED_PREFIX) + r"([A-Za-z0-9_-][A-Za-z0-9._-]{0,254})")
+_MAX_LINE = 1000
+
+
+def node_failures(state: Path) -> list[str]:
+    """``[LAUNCH] <node> failed: <why>`` for each ``failed.<node>`` file in the job's state directory ``state``,
+    by node name; files whose name is not a plain host name, links and anything not a regular file are
+    ignored, and only a file's first line (at most 1000 bytes) is read. Empty when there are none."""
+    try:
+        if not stat.S_ISDIR(os.lstat(state).st_mode):
+            return []
+        names = sorted(os.listdir(state))
+    except OSError:
+        return []
+    lines = []
+    for name in names:
+        match = _NODE_FILE.fullmatch(name)
+        if match is None:
+            continue
+        try:
+            fd = os.open(state / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                continue
+            data = os.read(fd, _MAX_LINE)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        why = data.decode(errors="replace").splitlines()[0].strip() if data.strip() else "no reason written"
+        lines.append(f"[LAUNCH] {match.group(1)} failed: {why}")
+    return lines

@@ -190,6 +190,7 @@ def render_runtime_script(spec: JobSpec, opts: SlurmOptions) -> str:
     out.append(_continued(["srun", '"${srun_args[@]}"', "bash", f'"$launch/{NODE_SCRIPT}"', *job]) + " &")
     out.append("rc=0")
     out.append("wait $! || rc=$?")
+    out += failure_report_lines()
     if ssh:
         out += ["# The job's exit code is the command's (srun's is the highest of all tasks', and a failing",
                 "# command makes srun end the other nodes' tasks with SIGTERM).",
@@ -229,6 +230,42 @@ def _local_addr_lines() -> list[str]:
     ]
 
 
+FAILED_PREFIX = "failed."
+"""``<state>/failed.<node>``: one line, why the node's task failed (written by the node, read by the job and the
+launcher)."""
+
+
+def _fail_lines() -> list[str]:
+    """``fail``: say why on stderr, record it in ``failed.<node>`` (a new file renamed into place, so a reader
+    sees the whole line or none; a name that is not a plain host name becomes ``task<index>``), exit 2. srun
+    may drop a task's last output when ``--kill-on-bad-exit`` ends the others: the file is what the job and
+    the launcher read."""
+    return [
+        "case $node in '' | .* | *[!A-Za-z0-9._-]*) node_file=task$index ;; *) node_file=$node ;; esac",
+        "fail() {",
+        '  say "$*"',
+        f'  local tmp="$state/.{FAILED_PREFIX}$node_file.$$"',
+        "  (set -C; printf '%s\\n' \"$*\" >\"$tmp\") 2>/dev/null &&",
+        f'    mv -f "$tmp" "$state/{FAILED_PREFIX}$node_file"',
+        "  exit 2",
+        "}",
+    ]
+
+
+def failure_report_lines() -> list[str]:
+    """Bash lines of the sbatch script, after the nodes' step: one line per ``failed.<node>`` file, written by
+    the job itself (srun may have dropped the node's own line)."""
+    return [
+        "# Why each failed node failed, from its failed.<node> file (srun may drop a task's last output when",
+        "# --kill-on-bad-exit ends the other tasks).",
+        f'for f in "$state"/{FAILED_PREFIX}*; do',
+        '  if [ -f "$f" ] && [ ! -L "$f" ]; then',
+        f'    echo "[LAUNCH] ${{f##*/{FAILED_PREFIX}}} failed: $(head -c 1000 "$f" | head -n 1)"',
+        "  fi",
+        "done",
+    ]
+
+
 def render_node_script(spec: JobSpec, opts: SlurmOptions) -> str:
     """``container-node.sh``: one per node, run by srun (pure and deterministic)."""
     q = shlex.quote
@@ -265,7 +302,7 @@ def render_node_script(spec: JobSpec, opts: SlurmOptions) -> str:
         'node=${SLURMD_NODENAME:-$(hostname -s)}',
         f'name="{CONTAINER_PREFIX}-$SLURM_JOB_ID-$index"',
         'say() { echo "[LAUNCH] $node: $*" >&2; }',
-        'fail() { say "$*"; printf \'%s\\n\' "$*" >"$state/failed.$node" 2>/dev/null; exit 2; }',
+        *_fail_lines(),
         "",
         'if [ "${1:-}" = --sweep ]; then',
         f'  "$runtime" ps -aq --filter "name=^{CONTAINER_PREFIX}-$SLURM_JOB_ID-" 2>/dev/null | while read -r id; do',

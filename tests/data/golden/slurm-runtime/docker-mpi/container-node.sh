@@ -21,7 +21,14 @@ index=${SLURM_NODEID:?run this with srun}
 node=${SLURMD_NODENAME:-$(hostname -s)}
 name="gpuaccept-$SLURM_JOB_ID-$index"
 say() { echo "[LAUNCH] $node: $*" >&2; }
-fail() { say "$*"; printf '%s\n' "$*" >"$state/failed.$node" 2>/dev/null; exit 2; }
+case $node in '' | .* | *[!A-Za-z0-9._-]*) node_file=task$index ;; *) node_file=$node ;; esac
+fail() {
+  say "$*"
+  local tmp="$state/.failed.$node_file.$$"
+  (set -C; printf '%s\n' "$*" >"$tmp") 2>/dev/null &&
+    mv -f "$tmp" "$state/failed.$node_file"
+  exit 2
+}
 
 if [ "${1:-}" = --sweep ]; then
   "$runtime" ps -aq --filter "name=^gpuaccept-$SLURM_JOB_ID-" 2>/dev/null | while read -r id; do
