@@ -46,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_suite_options(run)
     run.add_argument("--json", default=None, metavar="PATH", help="also write the report here ('-' for stdout)")
     run.add_argument("--plan", action="store_true", help="print the suite plan as JSON and run nothing")
+    run.add_argument("--conformance", default=None, metavar="MANIFEST",
+                     help="judge this node's configuration against a conformance manifest (see 'gpuaccept "
+                          "conformance capture'); each difference fails the conformance check, naming the item")
     run.add_argument("--run-id", type=_run_id, default=None, help=argparse.SUPPRESS)
     run.add_argument("--verbose", "-v", action="store_true", help="more detail, tracebacks of internal errors")
     from gpuaccept.results.autosave import add_history_options
@@ -212,7 +215,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = ("gpuaccept.results.cli", "gpuaccept.launc
                                       "gpuaccept.results.baseline_cli", "gpuaccept.results.analysis_cli",
                                       "gpuaccept.report.cli", "gpuaccept.containers.sshd_cli",
                                       "gpuaccept.containers.image_cli", "gpuaccept.nccltests.cli",
-                                      "gpuaccept.isolate.cli",
+                                      "gpuaccept.isolate.cli", "gpuaccept.results.conformance_cli",
                                       "gpuaccept.containers.constraints_cli", "gpuaccept.health.cli",
                                       "gpuaccept.health.nodestatus_cli")
 
