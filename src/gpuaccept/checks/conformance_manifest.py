@@ -172,7 +172,8 @@ def parse_rule(pattern: str, spec: Any, where: str) -> Rule:
     for key in ("min", "max"):
         if key in spec:
             if kind not in ("int", "float"):
-                raise ConfigError(where, f"{at}.{key}", f"a range needs a numeric item; {pattern} is a {kind}")
+                raise ConfigError(where, f"{at}.{key}",
+                                  f"a range needs a numeric item; {pattern} is {KIND_WORDS[kind]}")
             bounds[key] = float(_typed(spec[key], "float", where, f"{at}.{key}"))
     if "min" in bounds and "max" in bounds and bounds["min"] > bounds["max"]:
         raise ConfigError(where, at, f"impossible range, min {_text(bounds['min'])} > max {_text(bounds['max'])}")
@@ -259,4 +260,4 @@ def dump_manifest(manifest: Manifest) -> str:
     """The manifest as YAML, in item order."""
     import yaml
 
-    return yaml.safe_dump(manifest.to_dict(), sort_keys=False, default_flow_style=None, width=120)
+    return yaml.safe_dump(manifest.to_dict(), sort_keys=False, default_flow_style=False, width=120)
