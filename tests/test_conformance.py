@@ -164,3 +164,17 @@ def test_bad_manifests_are_one_line_config_errors(data: Any, message: str) -> No
         parse_manifest(data, "m.yaml")
     text = str(err.value)
     assert message in text and text.startswith("m.yaml") and "\n" not in text
+
+
+@pytest.mark.gpu
+def test_a_real_gpu_node_is_collected_and_passes_its_own_capture() -> None:
+    import os
+
+    from gpuaccept.checks.conformance import read_config
+
+    cfg, error = read_config("/", os.environ)
+    assert error is None
+    count = cfg.items["gpu_count"]
+    assert isinstance(count, int) and count >= 1 and isinstance(cfg.items["gpu.0.name"], str)
+    assert isinstance(cfg.items["driver_version"], str) and cfg.ids["gpu.0.uuid"].startswith("GPU-")
+    assert judge(cfg.items, capture(cfg.items)) == []

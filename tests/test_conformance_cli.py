@@ -103,3 +103,14 @@ def test_small_groups_and_splits_are_not_blamed(tmp_path: Path) -> None:
     four = [_report(h, tmp_path / "four", c) for h, c in (("a", None), ("b", None), ("c", "bios"), ("d", "bios"))]
     drift = fleet_drift(configs_of_reports(four))
     assert drift["odd"] == [] and [s["item"] for s in drift["split"]] == ["bios_version"]
+
+
+def test_a_bad_manifest_named_in_the_config_is_exit_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("conformance: 1\nitems:\n  nic.*.fw_ver: {min: 28}\n")
+    config = tmp_path / "c.yaml"
+    config.write_text(f"checks:\n  conformance:\n    params: {{manifest: {bad}}}\n")
+    r = gpuaccept("run", "--device", "cpu", "--checks", "conformance", "--config", str(config), "--no-history",
+                  "--report-dir", str(tmp_path / "r"))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert "items.nic.*.fw_ver.min: a range needs a numeric item; nic.*.fw_ver is text" in r.stderr
