@@ -114,3 +114,22 @@ def test_a_bad_manifest_named_in_the_config_is_exit_2(tmp_path: Path) -> None:
                   "--report-dir", str(tmp_path / "r"))
     assert r.returncode == 2 and r.stderr.count("\n") == 1
     assert "items.nic.*.fw_ver.min: a range needs a numeric item; nic.*.fw_ver is text" in r.stderr
+
+
+def test_diff_names_the_items_and_parts_that_changed_since_the_last_pass(tmp_path: Path) -> None:
+    case = {**CASES["cases"]["nic_firmware"], "nvml": {"gpus.3.uuid": "GPU-00000000-0000-0000-0000-00000000beef"}}
+    paths = []
+    for name, edits in (("before", None), ("after", case)):
+        cfg = node(tmp_path / name, edits)
+        out = evaluate_conformance(cfg, None)
+        rep = NodeReport(name, "node07", "standard", f"2026-11-2{len(paths) + 7}T08:00:00Z", verdict=Verdict.SUCCESS,
+                         checks=[CheckResult("conformance", out.status, out.reason, details=out.details)])
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(rep.to_dict()))
+    r = gpuaccept("conformance", "diff", *map(str, paths))
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].endswith(": 1 item(s) changed, 1 part(s) replaced")
+    assert lines[1] == "  nic.mlx5_4.fw_ver: 28.39.1002 -> 28.41.1000"
+    assert lines[2].startswith("  part gpu.3.uuid: GPU-")
+    assert lines[2].endswith(" -> GPU-00000000-0000-0000-0000-00000000beef")

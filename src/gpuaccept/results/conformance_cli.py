@@ -3,7 +3,8 @@
 ``gpuaccept conformance capture [-o FILE]`` collects this node's configuration (NVML and sysfs, as the
 ``conformance`` check does) and writes the manifest it passes exactly; ``--from REPORT`` takes the
 configuration from the ``conformance`` check of an existing node report instead (no NVML needed).
-``gpuaccept conformance check MANIFEST`` validates a manifest (exit 2 and one line when it is bad).
+``gpuaccept conformance check MANIFEST`` validates a manifest (exit 2 and one line when it is bad);
+``gpuaccept conformance diff BEFORE AFTER`` lists what changed between two reports of a node.
 """
 
 from __future__ import annotations
@@ -53,6 +54,33 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _one_node(path: str) -> Any:
+    from gpuaccept.errors import InputError
+    from gpuaccept.results.baseline_cli import read_report_files
+    from gpuaccept.results.conformance_fleet import config_of_report
+
+    reports = [r for r in read_report_files([path]) if config_of_report(r) is not None]
+    if len(reports) != 1:
+        raise InputError(f"{path}: expected the report of one node with a conformance check, found {len(reports)}")
+    return reports[0]
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    """``conformance diff BEFORE AFTER``: each item and part identity that changed between two node reports."""
+    from gpuaccept.results.conformance_fleet import config_changes, config_of_report, ids_of_report
+
+    before, after = _one_node(args.before), _one_node(args.after)
+    changes = config_changes(config_of_report(before) or {}, config_of_report(after) or {})
+    parts = config_changes(ids_of_report(before), ids_of_report(after))
+    print(f"{before.host} {before.started} -> {after.host} {after.started}: {len(changes)} item(s) changed, "
+          f"{len(parts)} part(s) replaced")
+    for c in changes:
+        print(f"  {c['item']}: {c['before']} -> {c['after']}")
+    for c in parts:
+        print(f"  part {c['item']}: {c['before']} -> {c['after']}")
+    return 0
+
+
 def register(sub: Any) -> None:
     """Add ``conformance capture`` and ``conformance check`` to the top-level subparsers."""
     c = sub.add_parser("conformance", help="capture or validate a fleet conformance manifest",
@@ -71,3 +99,7 @@ def register(sub: Any) -> None:
     val = verbs.add_parser("check", help="validate a manifest (exit 2 with one line when it is bad)")
     val.add_argument("manifest", metavar="MANIFEST")
     val.set_defaults(handler=cmd_validate)
+    diff = verbs.add_parser("diff", help="what changed between two reports of a node (items and parts)")
+    diff.add_argument("before", metavar="BEFORE", help="the earlier node report (e.g. the run that last passed)")
+    diff.add_argument("after", metavar="AFTER", help="the later node report")
+    diff.set_defaults(handler=cmd_diff)

@@ -100,3 +100,24 @@ def drift_summary(drift: Mapping[str, Any]) -> str:
         return "conformance: not compared (fewer nodes of a model than needed for a majority)"
     total = sum(g["nodes"] for g in compared)
     return f"conformance: {len(drift['odd'])} of {total} node(s) differ from the majority of their model"
+
+
+def ids_of_report(report: Any) -> dict[str, Any]:
+    """The part identities (GPU UUIDs, NIC GUIDs) of a node report's conformance check (empty when none)."""
+    for c in getattr(report, "checks", []):
+        if c.name == "conformance" and isinstance(c.details, dict):
+            ids = (c.details.get("conformance") or {}).get("ids")
+            if isinstance(ids, dict):
+                return dict(ids)
+    return {}
+
+
+def config_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """What changed between two configurations of one node, item by item in name order (``before``/``after``
+    is :data:`ABSENT` where the item is new or gone). Pure."""
+    out = []
+    for item in sorted(set(before) | set(after)):
+        old, new = before.get(item, ABSENT), after.get(item, ABSENT)
+        if repr(old) != repr(new):
+            out.append({"item": item, "before": old, "after": new})
+    return out
