@@ -133,3 +133,16 @@ def test_diff_names_the_items_and_parts_that_changed_since_the_last_pass(tmp_pat
     assert lines[1] == "  nic.mlx5_4.fw_ver: 28.39.1002 -> 28.41.1000"
     assert lines[2].startswith("  part gpu.3.uuid: GPU-")
     assert lines[2].endswith(" -> GPU-00000000-0000-0000-0000-00000000beef")
+
+
+def test_the_html_report_of_a_cluster_shows_the_drift_before_the_outliers(tmp_path: Path) -> None:
+    from gpuaccept.model import ClusterReport, NodeEntry, NodeState
+    from gpuaccept.report.html import render_html
+
+    hosts = {"node00": None, "node01": "port_lower_rate", "node02": None}
+    cluster = ClusterReport("c1", "slurm", "2026-11-28T08:00:00Z", expected_nodes=3, nodes=[
+        NodeEntry(h, NodeState.REPORTED, _report(h, tmp_path, c)) for h, c in hosts.items()])
+    page = render_html(cluster, generated="2026-11-28T09:00:00Z")
+    assert page.index('id="conformance"') < page.index('id="outliers"')
+    assert "1 of 3 node(s) differ from the majority of their model" in page
+    assert "<td>node01</td><td>8x NVIDIA H100 80GB HBM3</td><td>nic.mlx5_2.port1.rate_gbps</td><td>200.0</td>" in page
