@@ -222,7 +222,7 @@ def test_burnin_profile_holds_the_long_checks_and_quick_standard_do_not() -> Non
     for name in LONG:
         assert reg[name].profiles == ("full", "burnin"), name
     burnin = [c.name for c in plan_suite(RunOptions(profile="burnin"), Config(), reg, "cpu").checks]
-    assert burnin == ["env", "health", *LONG]
+    assert burnin == ["env", "conformance", "health", *LONG]
     for profile in ("quick", "standard"):
         names = {c.name for c in plan_suite(RunOptions(profile=profile), Config(), reg, "cpu").checks}
         assert not names & set(LONG), profile

@@ -49,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="print the suite plan and run nothing: a table on a terminal, JSON when piped or with --json")
     run.add_argument("--no-html", action="store_true",
                      help="do not write report.html beside report.json (written by default)")
+    run.add_argument("--conformance", default=None, metavar="MANIFEST",
+                     help="judge this node's configuration against a conformance manifest (see 'gpuaccept "
+                          "conformance capture'); each difference fails the conformance check, naming the item")
     run.add_argument("--run-id", type=_run_id, default=None, help=argparse.SUPPRESS)
     run.add_argument("--verbose", "-v", action="store_true", help="more detail, tracebacks of internal errors")
     from gpuaccept.results.autosave import add_history_options
@@ -258,7 +261,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = ("gpuaccept.results.cli", "gpuaccept.launc
                                       "gpuaccept.results.baseline_cli", "gpuaccept.results.analysis_cli",
                                       "gpuaccept.report.cli", "gpuaccept.containers.sshd_cli",
                                       "gpuaccept.containers.image_cli", "gpuaccept.nccltests.cli",
-                                      "gpuaccept.isolate.cli",
+                                      "gpuaccept.isolate.cli", "gpuaccept.results.conformance_cli",
                                       "gpuaccept.containers.constraints_cli", "gpuaccept.health.cli",
                                       "gpuaccept.health.nodestatus_cli")
 

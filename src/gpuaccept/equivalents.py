@@ -28,11 +28,11 @@ class ProfileInfo:
 
 
 PROFILES: dict[str, ProfileInfo] = {
-    "quick": ProfileInfo("r1", "dcgmi diag -r 1 (seconds): deployment and software checks", 174),
-    "standard": ProfileInfo("r2", "dcgmi diag -r 2 (about 2 min): adds PCIe and memory", 790),
+    "quick": ProfileInfo("r1", "dcgmi diag -r 1 (seconds): deployment and software checks", 178),
+    "standard": ProfileInfo("r2", "dcgmi diag -r 2 (about 2 min): adds PCIe and memory", 794),
     "full": ProfileInfo("r3", "dcgmi diag -r 3 (about 15 min): adds targeted stress and power, memory "
-                              "bandwidth, diagnostic GEMM", 4700),
-    "burnin": ProfileInfo("r4", "dcgmi diag -r 4 (an hour or more): extended stress and memtest", 1517),
+                              "bandwidth, diagnostic GEMM", 4705),
+    "burnin": ProfileInfo("r4", "dcgmi diag -r 4 (an hour or more): extended stress and memtest", 1521),
 }
 
 
@@ -51,6 +51,8 @@ CHECKS: dict[str, Equivalent] = {
     "health": Equivalent("software (page retirement, inforom); dcgmi health -c",
                          "nvidia-smi -q -d ECC,ROW_REMAPPER,PCI,TEMPERATURE,POWER,PERFORMANCE; dmesg Xid",
                          "one NVML snapshot, no load"),
+    "conformance": Equivalent("", "nvidia-smi -q; ibv_devinfo; uname -r; a site's golden-configuration script",
+                              "driver, firmware, PCIe, NVLink, NIC and OS items against a manifest or the fleet"),
     "disk_space": Equivalent("", "df -h", "free space of scratch and temporary file systems"),
     "fabric": Equivalent("", "ibstat; ibv_devinfo; lsmod | grep nvidia_peermem",
                          "RDMA ports, counters, GPU/NIC NUMA; DCGM does not look at the NICs"),

@@ -19,6 +19,7 @@ from gpuaccept.errors import UsageError
 
 BUILTIN_MODULES = (
     "gpuaccept.checks.env",
+    "gpuaccept.checks.conformance",
     "gpuaccept.checks.health",
     "gpuaccept.checks.disk_space",
     "gpuaccept.checks.fabric",

@@ -89,9 +89,17 @@ def analysed(cluster: Any) -> Any:
     """The cluster report with outlier analysis across its GPUs and nodes added (``analysis`` keys
     ``outliers`` and ``stats``); an outlier is evidence for the operator, not a verdict."""
     from gpuaccept.results.analysis import analyze
+    from gpuaccept.results.conformance_fleet import configs_of_reports, drift_lines, drift_summary, fleet_drift
     from gpuaccept.results.coverage import coverage_line, coverage_of, outlier_line
 
     cluster.analysis.update(analyze(cluster))
+    drift = fleet_drift(configs_of_reports([cluster]))
+    if drift["groups"]:
+        cluster.analysis["conformance"] = drift
+        if drift["odd"] or drift["split"]:
+            print(f"[RESULT] {drift_summary(drift)}", flush=True)
+            for line in drift_lines(drift):
+                print(f"[RESULT]   {line}", flush=True)
     outliers = cluster.analysis.get("outliers") or []
     cov = coverage_of(cluster.analysis)
     if outliers or cov["fully"] < cov["groups"]:

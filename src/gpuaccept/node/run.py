@@ -40,6 +40,7 @@ class RunRequest:
     baseline_thresholds: str | None = None
     report_dir: str | None = None
     disk_path: str | None = None
+    conformance: str | None = None
     budget: float | None = None
     db: str | None = None
     no_history: bool = False
@@ -69,6 +70,7 @@ def merge_options(req: RunRequest) -> tuple[Any, Any, str]:
     cfg = load_config(req.config, reg) if req.config else Config()
     if req.disk_path is not None:
         _set_disk_path(req.disk_path, cfg, reg)
+    _set_conformance(req.conformance, cfg, reg)
 
     def pick(flag: Any, conf: Any, default: Any) -> Any:
         return flag if flag is not None else (conf if conf is not None else default)
@@ -107,6 +109,24 @@ def _set_disk_path(path: str, cfg: Any, reg: dict[str, Any]) -> None:
     except GpuacceptError as exc:
         raise UsageError(str(exc)) from None
     cfg.checks.setdefault("disk", CheckSettings()).params["path"] = value
+
+
+def _set_conformance(path: str | None, cfg: Any, reg: dict[str, Any]) -> None:
+    """``--conformance FILE`` (over the config's ``conformance.manifest``): the manifest is read and validated
+    here, so that a bad one is exit 2 before anything runs; the check gets its absolute path."""
+    from gpuaccept.checks.conformance_manifest import load_manifest
+    from gpuaccept.node.config import CheckSettings
+
+    settings = cfg.checks.get("conformance")
+    given = path if path is not None else (settings.params.get("manifest") if settings is not None else None)
+    if not given:
+        if path is not None:
+            raise UsageError("--conformance needs a manifest file")
+        return
+    if "conformance" not in reg:
+        raise UsageError("--conformance: this gpuaccept has no conformance check")
+    load_manifest(given)
+    cfg.checks.setdefault("conformance", CheckSettings()).params["manifest"] = os.path.abspath(given)
 
 
 def check_disk_path_selected(disk_path: str | None, plan: Any) -> None:
@@ -273,6 +293,9 @@ def prepare(req: RunRequest, warn: Callable[[str], None] = lambda line: None) ->
     if baseline is not None:
         check_rule_metrics(plan, reg, _baseline_rule_metrics(req, *baseline))
     _check_disk_path(req.disk_path, plan)
+    if req.conformance is not None and not any(c.name == "conformance" for c in plan.checks):
+        raise UsageError(f"--conformance {req.conformance}: the conformance check is not in this selection "
+                         f"(add conformance to --checks, or leave it out of --skip)")
     preflight(plan, cfg, reg)
     _check_expect_gpus(plan)
     check_host_fit(plan, cfg, reg, host_memory_mib())

@@ -70,6 +70,7 @@ from gpuaccept.report.views import (
     tags_key,
     value_text,
 )
+from gpuaccept.results.conformance_fleet import configs_of_reports, drift_lines, drift_summary, fleet_drift
 from gpuaccept.results.coverage import coverage_line, coverage_of, outlier_line
 
 DETAIL_ALL_NODES_UP_TO = 64
@@ -503,6 +504,19 @@ def _check_section(name: str, nodes: Sequence[NodeView], idx: OutlierIndex, swep
             f'<h2>{e(name)} {badges}</h2>{table}{"".join(parts)}{note}</section>')
 
 
+def _conformance_section(drift: dict[str, Any]) -> str:
+    """The nodes that differ from the majority configuration of their model
+    (:func:`gpuaccept.results.conformance_fleet.fleet_drift`), one row per differing item."""
+    rows = [f'<tr class="outlier"><td>{e(n["host"])}</td><td>{e(n["model"])}</td><td>{e(i["item"])}</td>'
+            f'<td>{e(str(i["value"]))}</td><td>{e(str(i["majority"]))} ({i["count"]} of {i["of"]})</td></tr>'
+            for n in drift["odd"] for i in n["items"]]
+    table = ('<table class="sortable"><thead><tr><th>host</th><th>model</th><th>item</th><th>value</th>'
+             f'<th>majority</th></tr></thead><tbody>{"".join(rows)}</tbody></table>' if rows else "")
+    split = "".join(f"<p>{e(line)}</p>" for line in drift_lines({"odd": [], "split": drift["split"]}))
+    return (f'<section id="conformance"><h2>Configuration drift</h2><p>{e(drift_summary(drift))}</p>'
+            f'{table}{split}</section>')
+
+
 def render_html(report: NodeReport | ClusterReport, *, analysis: dict[str, Any] | None = None,
                 generated: str | None = None) -> str:
     """The report as one self-contained HTML page (UTF-8 text).
@@ -527,6 +541,10 @@ def render_html(report: NodeReport | ClusterReport, *, analysis: dict[str, Any] 
         detail_hosts = set(listed)
     sections = [_header(report, nodes), _problems_section(nodes)]
     nav = ['<a href="#problems">needs attention</a>']
+    drift = fleet_drift(configs_of_reports([report])) if cluster else None
+    if drift and drift["groups"]:  # the configuration first: a drifted node explains the outliers it causes
+        sections.append(_conformance_section(drift))
+        nav.append('<a href="#conformance">configuration drift</a>')
     if cluster or outs:
         shown_outs = outs[:fleet.MAX_OUTLIERS] if large else outs
         sections.append(_outlier_section(shown_outs, analysis).removesuffix("</section>")

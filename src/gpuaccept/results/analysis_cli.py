@@ -47,6 +47,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from gpuaccept.errors import InputError
     from gpuaccept.results.analysis import OutlierPolicy, analyze
     from gpuaccept.results.baseline_cli import read_report_files, write_output
+    from gpuaccept.results.conformance_fleet import configs_of_reports, drift_lines, drift_summary, fleet_drift
     from gpuaccept.results.coverage import coverage_line, outlier_line
 
     items = read_report_files(args.paths)
@@ -54,6 +55,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         raise InputError(f"no gpuaccept reports found in {', '.join(args.paths)}")
     policy = OutlierPolicy(max_z=args.max_z, min_siblings=args.min_siblings, min_nodes=args.min_nodes)
     result = analyze(items, policy)
+    drift = fleet_drift(configs_of_reports(items))
+    if drift["groups"]:  # the configuration first: a drifted node explains the outliers it causes
+        result = {"conformance": drift, **result}
     text = json.dumps(result, indent=2) + "\n"
     if args.output:
         write_output(args.output, text)
@@ -61,6 +65,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         print(text, end="")
     else:
         outliers = result["outliers"]
+        if drift["groups"]:
+            print(drift_summary(drift))
+            for line in drift_lines(drift):
+                print("  " + line)
         print(f"{result['nodes']} node report(s), {result['samples']} value(s); {coverage_line(result)}")
         print(outlier_line(result, len(outliers), policy.max_z))
         for o in outliers[: args.limit or None]:
