@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuaccept import __version__
-from gpuaccept.argtypes import positive_float as _positive_float
+from gpuaccept.argtypes import duration as _duration
 from gpuaccept.argtypes import positive_int as _positive_int
 from gpuaccept.argtypes import run_id as _run_id
 from gpuaccept.cliargs import PROFILES, Parser, add_suite_options
@@ -56,9 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run as one rank of a multi-process job started by torchrun, srun, mpirun or the "
                         "Kubeflow/Run:ai operators (rank and world size from their environment); node checks "
                         "run once per node, collectives and ddp_train on every rank, rank 0 writes the report")
-    d.add_argument("--dist-timeout", type=_positive_float, default=120.0, metavar="S",
-                   help="seconds allowed for rendezvous, process-group init and each collective; a rank silent "
-                        "this long is declared dead (default: 120)")
+    d.add_argument("--dist-timeout", type=_duration, default=120.0, metavar="DURATION",
+                   help="time allowed (90s, 2m; bare number: seconds) for rendezvous, process-group init and each "
+                        "collective; a rank silent this long is declared dead (default: 2m)")
     d.add_argument("--nproc", type=_positive_int, default=None, metavar="N",
                    help="without --distributed: processes for the distributed checks on this node "
                         "(default: one per selected GPU; 2 gloo ranks on CPU)")
@@ -217,9 +217,13 @@ SUBCOMMAND_MODULES: tuple[str, ...] = ("gpuaccept.results.cli", "gpuaccept.launc
                                       "gpuaccept.health.nodestatus_cli")
 
 
-def _negative_values(argv: Sequence[str], options: tuple[str, ...] = ("--budget",)) -> list[str]:
-    """``--budget -5m`` as ``--budget=-5m``, so that argparse hands the value to its converter, which says what is
-    wrong with it, instead of taking it for an option."""
+DURATION_FLAGS = ("--budget", "--deadline", "--time", "--timeout", "--dist-timeout", "--test-timeout",
+                  "--poll-interval", "--interval", "--max-age")
+
+
+def _negative_values(argv: Sequence[str], options: tuple[str, ...] = DURATION_FLAGS) -> list[str]:
+    """``--budget -5m`` as ``--budget=-5m`` (any of the duration flags), so that argparse hands the value to its
+    converter, which says what is wrong with it, instead of taking it for an option."""
     out: list[str] = []
     for arg in argv:
         if out and out[-1] in options and arg[:1] == "-" and arg[1:2].isdigit():

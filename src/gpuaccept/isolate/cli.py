@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpuaccept.argtypes import check_host, int_at_least, nonneg_float, positive_float, positive_int
+from gpuaccept.argtypes import check_host, duration, int_at_least, nonneg_float, positive_float, positive_int
 from gpuaccept.errors import InputError, UsageError
 from gpuaccept.exitcodes import EXIT_FAILED, EXIT_OK
 
@@ -68,7 +68,7 @@ def register(subparsers: Any) -> None:
                    help="profile of the collectives check (default: quick)")
     r.add_argument("--results-dir", default="gpuaccept-reports", metavar="DIR",
                    help="where each test's run directory goes (default: ./gpuaccept-reports)")
-    r.add_argument("--test-timeout", type=positive_float, default=None, metavar="S",
+    r.add_argument("--test-timeout", type=duration, default=None, metavar="DURATION",
                    help="a test still running after S seconds is cancelled and fails")
     r.add_argument("--launch-arg", action="append", default=None, metavar="ARG",
                    help="a further 'gpuaccept launch' flag for every test, e.g. --launch-arg=--partition=gpu")

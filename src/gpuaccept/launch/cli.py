@@ -24,9 +24,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from gpuaccept.argtypes import check_run_id
+from gpuaccept.argtypes import check_run_id, duration, time_limit
 from gpuaccept.argtypes import csv as _csv
-from gpuaccept.argtypes import positive_float as _positive_float
 from gpuaccept.cliargs import Parser as _Parser
 from gpuaccept.cliargs import add_suite_options
 from gpuaccept.errors import GpuacceptError, InputError, UsageError
@@ -126,7 +125,9 @@ def _add_job_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--env", action="append", default=None, metavar="NAME=VALUE", help="job environment (repeatable)")
     g.add_argument("--mount", action="append", default=None, metavar="SRC:DST[:ro]",
                    help="bind mount into the container (repeatable)")
-    g.add_argument("--time", type=_count, default=None, metavar="MIN", help="scheduler time limit in minutes")
+    g.add_argument("--time", type=time_limit, default=None, metavar="TIME",
+                   help="scheduler time limit: minutes (30), Slurm's MM:SS, HH:MM:SS, D-HH:MM, or 90s, 1h30m, 2d; "
+                        "rounded up to whole minutes")
     g.add_argument("--name", default=None, help="job name (made a DNS label: My_Job -> my-job)")
     g.add_argument("--workdir", default=None, metavar="DIR",
                    help="working directory of the job (default for a command: this directory)")
@@ -153,10 +154,10 @@ def _add_job_options(p: argparse.ArgumentParser) -> None:
     o.add_argument("--show-env", action="store_true",
                    help="--dry-run prints secret --env values (default: <redacted>; see README, Failure modes)")
     o.add_argument("--detach", action="store_true", help="submit and return; gather later with 'gpuaccept gather'")
-    o.add_argument("--timeout", type=_positive_float, default=None, metavar="SECONDS",
+    o.add_argument("--timeout", type=duration, default=None, metavar="DURATION",
                    help="cancel the job if it has not ended after this long (default: wait)")
-    o.add_argument("--poll-interval", type=_positive_float, default=None, metavar="SECONDS",
-                   help="seconds between status queries (default: 2)")
+    o.add_argument("--poll-interval", type=duration, default=None, metavar="DURATION",
+                   help="time between status queries (default: 2s)")
     o.add_argument("--cluster-report", default=None, metavar="PATH", help="also write the cluster report here")
     add_history_options(o)
     o.add_argument("--verbose", "-v", action="store_true", help="tracebacks of internal errors")

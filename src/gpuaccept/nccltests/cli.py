@@ -23,7 +23,7 @@ import os
 import sys
 from typing import Any
 
-from gpuaccept.argtypes import nonneg_int, positive_float
+from gpuaccept.argtypes import duration, nonneg_int, positive_float
 from gpuaccept.errors import InputError, UsageError
 from gpuaccept.model import NOT_JUDGED, Status, not_judged_names, state_label
 
@@ -42,7 +42,8 @@ def _options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sysfs-root", default=None, metavar="DIR",
                    help="across nodes, derive the network expectation from the RDMA ports under DIR/sys "
                         "('/': this node; taken to stand for every node)")
-    p.add_argument("--timeout", type=positive_float, default=1800.0, metavar="S", help="per binary (default 1800)")
+    p.add_argument("--timeout", type=duration, default=1800.0, metavar="DURATION",
+                   help="per binary (90s, 30m; bare number: seconds; default 30m)")
     p.add_argument("--json", action="store_true", help="print the parsed run and verdict as JSON")
 
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Any
 
+from gpuaccept.argtypes import duration_up_to
 from gpuaccept.errors import GpuacceptError, UsageError
 
 FORMATS = {"html": "html", "md": "md", "markdown": "md", "json": "json", "junit": "xml", "prom": "prom",
@@ -40,16 +40,8 @@ def _port(text: str) -> int:
     return int(text)
 
 
-_SPAN = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$", re.IGNORECASE)
-_SPAN_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-def _duration(text: str) -> float:
-    """Seconds in a span such as ``90m``, ``12h``, ``7d``, ``2w``."""
-    m = _SPAN.match(text.strip())
-    if not m or float(m.group(1)) <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration such as 90m, 12h, 7d or 2w")
-    return float(m.group(1)) * _SPAN_S[m.group(2).lower()]
+MAX_AGE_S = 10 * 366 * 86400.0
+"""The longest ``serve-metrics --max-age`` (ten years)."""
 
 
 def register(subparsers: Any) -> None:
@@ -85,7 +77,7 @@ def register(subparsers: Any) -> None:
     src.add_argument("--from", dest="source_dir", default=None, metavar="DIR",
                      help="report directory with <run-id>/report.json and cluster-report.json files")
     src.add_argument("--db", default=None, metavar="URL", help="history store URL (sqlite:///... or postgresql://...)")
-    srv.add_argument("--max-age", type=_duration, default=None, metavar="SPAN",
+    srv.add_argument("--max-age", type=duration_up_to(MAX_AGE_S), default=None, metavar="DURATION",
                      help="ignore runs that started longer ago than this (e.g. 30d)")
     srv.set_defaults(handler=cmd_serve_metrics)
 

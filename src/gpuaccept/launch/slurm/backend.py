@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from gpuaccept.argtypes import whole_seconds
 from gpuaccept.errors import UsageError
 from gpuaccept.launch.base import Backend, JobState, Plan, Submission
 from gpuaccept.launch.slurm.options import (
@@ -131,8 +132,8 @@ class SlurmBackend(Backend):
                        metavar="PATH|SRC:DST[:ro],...", help="same as --mount, comma-separated")
         r.add_argument("--ssh-port", type=port_type, default=None, metavar="PORT",
                        help="a command's sshd listens on PORT + the node's index in the allocation (default 2222)")
-        r.add_argument("--handshake-timeout", dest="handshake_timeout_s", type=positive_type, default=None,
-                       metavar="S", help="seconds the first node waits for every node's sshd (default 120)")
+        r.add_argument("--handshake-timeout", dest="handshake_timeout_s", type=whole_seconds, default=None,
+                       metavar="DURATION", help="time the first node waits for every node's sshd (default 2m)")
         r.add_argument("--runtime-arg", dest="runtime_args", action="append", type=runtime_arg_type, default=None,
                        metavar="OPTION", help="an extra option of '<runtime> run', e.g. --ulimit=memlock=-1")
         r.add_argument("--privileged", action="store_true", default=None,

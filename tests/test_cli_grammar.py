@@ -1,0 +1,75 @@
+"""Issue 28, one command-line grammar: rules that hold for EVERY parser of ``gpuaccept``, walked from
+``cli.build_parser()`` (a new flag that breaks one fails here), and the user-visible cases of each rule."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from gpuaccept.argtypes import parse_duration, parse_time_limit
+from tests.cli_inproc import run_main
+from tests.parser_walk import options, subparsers
+
+DURATION_NAME = re.compile(r"(?:^|_)(?:timeout|budget|deadline|interval|max_age|time)$")
+
+
+def _is_duration(action: object) -> bool:
+    return getattr(getattr(action, "type", None), "grammar", None) == "duration"
+
+
+def test_every_flag_for_a_span_of_time_takes_the_one_duration_syntax() -> None:
+    """A flag named for a span of time (or with a time metavar) is duration-typed, and each accepts 90s, 10m, 1h30m
+    and a bare number (seconds; minutes for a scheduler's --time)."""
+    seen = 0
+    for where, p in subparsers():
+        for a in options(p):
+            if DURATION_NAME.search(a.dest) or a.metavar in ("S", "SECONDS", "SPAN", "MIN", "DURATION", "TIME"):
+                assert _is_duration(a), f"{where} {a.option_strings[0]}: not duration-typed"
+            if _is_duration(a):
+                seen += 1
+                for text in ("90s", "10m", "1h30m", "600"):
+                    assert a.type(text), (where, a.option_strings, text)  # type: ignore[misc]
+                assert a.metavar in ("DURATION", "TIME"), (where, a.option_strings, a.metavar)
+    assert seen >= 12  # run, launch x7, healthcheck x2, nccl-tests, isolate, serve-metrics, node-status ...
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("10m", 600), ("1h30m", 5400), ("2d", 172800),
+                                                ("1w", 604800), ("600", 600), ("1.5m", 90)])
+def test_duration_values(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize(("text", "minutes"), [
+    ("30", 30), ("00:30:00", 30), ("1:30", 2), ("1:00:01", 61), ("1-0", 1440), ("1-02:30", 1590),
+    ("1-02:30:30", 1591), ("1h", 60), ("90s", 2), ("1h30m", 90), ("2d", 2880)])
+def test_scheduler_time_limit_takes_slurms_forms_and_durations(text: str, minutes: int) -> None:
+    assert parse_time_limit(text) == minutes
+
+
+@pytest.mark.parametrize("text", ["0", "00:00:00", "1x", "1:2:3:4", "-5", "367d", "1-", "abc"])
+def test_scheduler_time_limit_refuses(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_time_limit(text)
+
+
+def test_healthcheck_budget_takes_the_run_syntax() -> None:
+    """``healthcheck --budget 1m`` said "'1m' is not a number" while ``run --budget 1m`` worked."""
+    r = run_main("healthcheck", "--budget", "1x")
+    assert "not a duration such as 90s" in r.one_line_error()
+    from gpuaccept.cli import build_parser
+
+    args = build_parser().parse_args(["healthcheck", "--budget", "1m", "--deadline", "30s"])
+    assert (args.budget, args.deadline) == (60.0, 30.0)
+    assert build_parser().parse_args(["run", "--budget", "1m"]).budget == 60.0
+
+
+def test_negative_duration_is_a_value_not_an_option() -> None:
+    assert "must be more than 0 seconds" in run_main("healthcheck", "--deadline", "-5").one_line_error()
+
+
+@pytest.mark.parametrize(("given", "sbatch"), [("00:30:00", "30"), ("1h", "60"), ("45", "45"), ("1-00:00", "1440")])
+def test_launch_slurm_time_reaches_sbatch(tmp_path: object, given: str, sbatch: str) -> None:
+    r = run_main("launch", "slurm", "--results-dir", str(tmp_path), "--run-id", "t", "--time", given, "--dry-run")
+    assert r.rc == 0, r.err
+    assert f"#SBATCH --time={sbatch}\n" in r.out
