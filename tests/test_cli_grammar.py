@@ -73,3 +73,50 @@ def test_launch_slurm_time_reaches_sbatch(tmp_path: object, given: str, sbatch: 
     r = run_main("launch", "slurm", "--results-dir", str(tmp_path), "--run-id", "t", "--time", given, "--dry-run")
     assert r.rc == 0, r.err
     assert f"#SBATCH --time={sbatch}\n" in r.out
+
+
+def _typo(flag: str) -> str:
+    """``--profile`` -> ``--prfoile``: two letters swapped (not a prefix, so argparse does not take it)."""
+    i = next(i for i in range(3, len(flag) - 1) if flag[i] != flag[i + 1] and "-" not in flag[i:i + 2])
+    return flag[:i] + flag[i + 1] + flag[i] + flag[i + 2:]
+
+
+def test_every_parse_error_points_to_its_own_help_and_names_the_near_flag() -> None:
+    """``run --profle quick`` said ``(see 'gpuaccept --help')``; now each sub-command's error names its own help,
+    and a mistyped flag gets "did you mean"."""
+    checked = 0
+    for where, p in subparsers():
+        if not where:
+            continue
+        visible = [f for a in options(p) if a.help != "==SUPPRESS==" for f in a.option_strings
+                   if f.startswith("--") and len(f) > 6]
+        if not visible:
+            continue
+        flag = visible[0]
+        positionals = ["x" for a in p._actions if not a.option_strings and a.nargs in (None, "+")]
+        needed = [a for a in options(p) if a.required] + [g._group_actions[0] for g in p._mutually_exclusive_groups
+                                                           if g.required]
+        required = [v for a in needed for v in (a.option_strings[0], next(iter(a.choices or ["1"])))]
+        r = run_main(*where.split(), *required, _typo(flag), *positionals)
+        line = r.one_line_error()
+        assert f"(see 'gpuaccept {where} --help')" in line, (where, line)
+        assert "did you mean" in line and flag in line.split("did you mean", 1)[1], (where, line)
+        checked += 1
+    assert checked >= 25
+
+
+@pytest.mark.parametrize(("argv", "hint"), [
+    (["rn"], "did you mean run?"), (["baseline", "shwo"], "did you mean show?"),
+    (["launch", "slrum"], "did you mean slurm?"), (["run", "--profile", "quik"], "did you mean quick?"),
+    (["run", "--checks", "computee", "--plan", "--device", "cpu"], "did you mean compute?")])
+def test_did_you_mean_for_subcommands_choices_and_checks(argv: list[str], hint: str) -> None:
+    assert hint in run_main(*argv).one_line_error()
+
+
+def test_a_cut_list_of_names_still_shows_the_near_one() -> None:
+    from gpuaccept.inputs import shown_names
+
+    names = [f"metric_{i:02d}" for i in range(30)] + ["gemm_bf16_tflops"]
+    text = shown_names("gemm_bf16_tflopz", names)
+    assert text.startswith("gemm_bf16_tflops, ") and text.endswith(", ...")
+    assert shown_names("x", []) == "none"

@@ -4,6 +4,10 @@
 from __future__ import annotations
 
 import argparse
+import difflib
+import re
+from collections.abc import Sequence
+from typing import Any
 
 from gpuaccept.argtypes import csv, duration, nonneg_int, positive_float
 from gpuaccept.exitcodes import EXIT_USAGE
@@ -11,11 +15,46 @@ from gpuaccept.exitcodes import EXIT_USAGE
 PROFILES = ("quick", "standard", "full", "burnin")
 
 
+_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)$")
+
+
+def close(name: str, candidates: Sequence[str]) -> str:
+    """`` (did you mean a or b?)`` for the candidates close to ``name``; empty when none is."""
+    near = difflib.get_close_matches(name, list(dict.fromkeys(candidates)), n=3, cutoff=0.7)
+    return f" (did you mean {' or '.join(near)}?)" if near else ""
+
+
+def flag_hints(parser: argparse.ArgumentParser, extras: Sequence[str]) -> str:
+    """"did you mean" for each unknown ``--flag`` in ``extras``, among the flags ``parser``'s help shows."""
+    flags = [f for a in parser._actions if a.help != argparse.SUPPRESS for f in a.option_strings if f[:2] == "--"]
+    return "".join(close(e.split("=", 1)[0], flags) for e in extras if e.startswith("--"))
+
+
 class Parser(argparse.ArgumentParser):
-    """argparse that reports errors in one line and exits 2 (argparse's own convention)."""
+    """argparse that reports errors in one line and exits 2 (argparse's own convention), pointing to the help
+    of the (sub)command the error is in, with "did you mean" for a mistyped flag or choice."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        m = _CHOICE.search(message)
+        if m:
+            message += close(m.group(1), re.findall(r"'([^']*)'", m.group(2)))
         self.exit(EXIT_USAGE, f"gpuaccept: error: {message} (see '{self.prog} --help')\n")
+
+    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                   namespace: Any = None) -> argparse.Namespace:
+        """As argparse, but an unknown argument is reported by the sub-command that was given, e.g.
+        ``(see 'gpuaccept run --help')``, with the flag it is close to."""
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            target = self
+            while True:
+                chosen = [a for a in target._actions if isinstance(a, argparse._SubParsersAction)
+                          and getattr(ns, a.dest, None) in a.choices]
+                if not chosen:
+                    break
+                target = chosen[0].choices[getattr(ns, chosen[0].dest)]
+            target.error(f"unrecognized arguments: {' '.join(extras)}{flag_hints(target, extras)}")
+        return ns
 
 
 def add_suite_options(p: argparse.ArgumentParser) -> None:

@@ -27,7 +27,7 @@ from typing import Any
 from gpuaccept.argtypes import check_run_id, duration, time_limit
 from gpuaccept.argtypes import csv as _csv
 from gpuaccept.cliargs import Parser as _Parser
-from gpuaccept.cliargs import add_suite_options
+from gpuaccept.cliargs import add_suite_options, flag_hints
 from gpuaccept.errors import GpuacceptError, InputError, UsageError
 from gpuaccept.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNNING
 from gpuaccept.launch.collect import (
@@ -104,7 +104,7 @@ class BackendParser(_Parser):
             argv, command = argv[:i], argv[i + 1:]
         ns, rest = super().parse_known_args(argv, namespace)
         if rest:
-            self.error(f"unrecognized arguments: {' '.join(rest)} (a command goes after --)")
+            self.error(f"unrecognized arguments: {' '.join(rest)}{flag_hints(self, rest)} (a command goes after --)")
         ns.command_argv = command
         return ns, []
 

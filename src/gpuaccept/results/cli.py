@@ -18,7 +18,7 @@ from gpuaccept.argtypes import nonneg_float as _nonneg_float
 from gpuaccept.argtypes import nonneg_int as _nonneg_int
 from gpuaccept.argtypes import positive_float as _positive_float
 from gpuaccept.argtypes import positive_int as _positive_int
-from gpuaccept.inputs import did_you_mean
+from gpuaccept.inputs import did_you_mean, shown_names
 
 
 def _gpu_uuid(text: str) -> str:
@@ -374,23 +374,20 @@ def _trend_series(store: Any, args: argparse.Namespace, since: float | None, rul
         if not series:
             names = store.metric_names(hw_id=hw)
             if args.metric not in names:
-                shown = ", ".join(names[:15]) + (", ..." if len(names) > 15 else "")
                 raise InputError(f"{kind.upper()} {hw} has no metric {args.metric!r} in {store}"
-                                 f"{did_you_mean(args.metric, names)} (metrics: {shown or 'none'})")
+                                 f"{did_you_mean(args.metric, names)} (metrics: {shown_names(args.metric, names)})")
             raise InputError(f"no values of {args.metric} of {hw} match --check/--since")
         return series, hw
     own = store.metric_series(args.host, args.metric, since=since, check=args.check, device=args.device)
     if not own:
         hosts = store.hosts()
         if args.host not in hosts:
-            shown = ", ".join(hosts[:10]) + (", ..." if len(hosts) > 10 else "")
             raise InputError(f"no runs of host {args.host!r} in {store}{did_you_mean(args.host, hosts)} "
-                             f"(hosts: {shown or 'none'})")
+                             f"(hosts: {shown_names(args.host, hosts, 10)})")
         names = store.metric_names(args.host)
         if args.metric not in names:
-            shown = ", ".join(names[:15]) + (", ..." if len(names) > 15 else "")
             raise InputError(f"host {args.host!r} has no metric {args.metric!r} in {store}"
-                             f"{did_you_mean(args.metric, names)} (metrics: {shown})")
+                             f"{did_you_mean(args.metric, names)} (metrics: {shown_names(args.metric, names)})")
         raise InputError(f"no values of {args.metric} on {args.host} match --check/--device/--since")
     ids = sorted({p.hw_id for p in own if p.hw_id is not None})
     hosts = sorted({s.host for s in store.sightings(ids)} | {args.host})
