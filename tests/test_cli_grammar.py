@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -120,3 +122,21 @@ def test_a_cut_list_of_names_still_shows_the_near_one() -> None:
     text = shown_names("gemm_bf16_tflopz", names)
     assert text.startswith("gemm_bf16_tflops, ") and text.endswith(", ...")
     assert shown_names("x", []) == "none"
+
+
+def test_every_help_exits_0() -> None:
+    """``gpuaccept nccl-tests parse --help`` was an error; every sub-command's ``--help`` prints and exits 0."""
+    for where, _p in subparsers():
+        r = run_main(*where.split(), "--help")
+        assert r.rc == 0 and r.out.startswith("usage: gpuaccept"), (where, r.err)
+
+
+def test_nccl_tests_parse_is_an_action_and_the_old_spellings_still_work() -> None:
+    log = str(Path(__file__).parent / "data" / "nccl-tests" / "all_reduce_J.json")
+    new = run_main("nccl-tests", "parse", log, "--json")
+    assert new.rc == 0, new.err
+    for old in (["nccl-tests", "--json", "parse", log], ["nccl-tests", "run", "parse", log, "--json"]):
+        r = run_main(*old)
+        assert (r.rc, json.loads(r.out)) == (0, json.loads(new.out)), old
+    assert "unknown nccl-tests binary 'bogus'" in run_main("nccl-tests", "bogus").one_line_error()
+    assert "required: LOG|JSON|-" in run_main("nccl-tests", "parse").one_line_error()

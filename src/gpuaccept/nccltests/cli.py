@@ -28,7 +28,7 @@ from gpuaccept.errors import InputError, UsageError
 from gpuaccept.model import NOT_JUDGED, Status, not_judged_names, state_label
 
 
-def _options(p: argparse.ArgumentParser) -> None:
+def _options(p: argparse.ArgumentParser, run: bool = True) -> None:
     p.add_argument("--test", default=None, metavar="NAME[,NAME...]", help="parse: the test the log is of, or one per "
                    "run of a log of several runs (default: from each run's 'Collective test starting' line, else "
                    "all_reduce)")
@@ -42,8 +42,9 @@ def _options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sysfs-root", default=None, metavar="DIR",
                    help="across nodes, derive the network expectation from the RDMA ports under DIR/sys "
                         "('/': this node; taken to stand for every node)")
-    p.add_argument("--timeout", type=duration, default=1800.0, metavar="DURATION",
-                   help="per binary (90s, 30m; bare number: seconds; default 30m)")
+    if run:
+        p.add_argument("--timeout", type=duration, default=1800.0, metavar="DURATION",
+                       help="per binary (90s, 30m; bare number: seconds; default 30m)")
     p.add_argument("--json", action="store_true", help="print the parsed run and verdict as JSON")
 
 
@@ -54,19 +55,49 @@ class _Options(argparse.ArgumentParser):
         raise UsageError(f"nccl-tests: {message}")
 
 
+JUDGED = ("Judged: #wrong = 0, the footer OK, exit code 7 a data or bandwidth failure, and busbw at the largest "
+          "size (or sizes >= --judge-min-bytes) against --min-busbw, else the expectation derived from the fabric "
+          "(NVLink/PCIe from NVML or the GPU model, RDMA ports from sysfs) x 0.8.")
+ACTIONS = ("run", "parse")
+
+
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
+    top = subparsers.add_parser(
         "nccl-tests", help="run nccl-tests (all_reduce_perf ...) here, or parse a saved nccl-tests log or -J file",
+        description="Run nccl-tests binaries on this node ('run', the default action), or judge a saved output "
+                    "('parse'). " + JUDGED)
+    actions = top.add_subparsers(dest="nccl_action", metavar="ACTION", parser_class=type(top))
+    p = actions.add_parser(
+        "run", help="run nccl-tests binaries here (the default: 'gpuaccept nccl-tests all_reduce' is this)",
         description="Run nccl-tests binaries on this node (TEST: all_reduce, all_gather, reduce_scatter, alltoall, "
-                    "broadcast, reduce, sendrecv, gather, scatter, hypercube; extra nccl-tests arguments after '--'), "
-                    "or 'parse LOG|JSON|-' a saved output. Judged: #wrong = 0, the footer OK, exit code 7 a data or "
-                    "bandwidth failure, and busbw at the largest size (or sizes >= --judge-min-bytes) against "
-                    "--min-busbw, else the expectation derived from the fabric (NVLink/PCIe from NVML or the GPU "
-                    "model, RDMA ports from sysfs) x 0.8.")
+                    "broadcast, reduce, sendrecv, gather, scatter, hypercube; extra nccl-tests arguments after '--'). "
+                    + JUDGED)
     _options(p)
-    p.add_argument("items", nargs=argparse.REMAINDER, metavar="TEST ... [-- ARGS] | parse FILE",
-                   help="tests to run (default all_reduce), then '-- <nccl-tests args>'; or 'parse FILE'")
+    p.add_argument("items", nargs=argparse.REMAINDER, metavar="TEST ... [-- ARGS]",
+                   help="tests to run (default all_reduce), then '-- <nccl-tests args>'")
     p.set_defaults(handler=cmd_nccl_tests)
+    q = actions.add_parser(
+        "parse", help="judge a saved nccl-tests log or -J JSON file ('-': stdin)",
+        description="Judge a saved nccl-tests output: a log (of one run or several, one after another) or a -J "
+                    "JSON file; '-' reads stdin. " + JUDGED)
+    _options(q, run=False)
+    q.set_defaults(timeout=1800.0)
+    q.add_argument("file", metavar="LOG|JSON|-", help="the saved output ('-': stdin)")
+    q.set_defaults(handler=cmd_nccl_parse)
+
+
+def default_action(argv: list[str]) -> list[str]:
+    """``nccl-tests [TEST ...]`` as ``nccl-tests run [TEST ...]`` (the action before ``run`` existed), unless
+    an action or ``--help`` follows."""
+    if argv[:1] == ["nccl-tests"] and not (set(argv[1:2]) & {*ACTIONS, "-h", "--help"}):
+        return ["nccl-tests", "run", *argv[1:]]
+    return argv
+
+
+def cmd_nccl_parse(args: argparse.Namespace) -> int:
+    """``nccl-tests parse FILE``."""
+    args.items = ["parse", args.file]
+    return cmd_nccl_tests(args)
 
 
 def _split(args: argparse.Namespace) -> tuple[list[str], list[str]]:
