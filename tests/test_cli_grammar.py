@@ -140,3 +140,43 @@ def test_nccl_tests_parse_is_an_action_and_the_old_spellings_still_work() -> Non
         assert (r.rc, json.loads(r.out)) == (0, json.loads(new.out)), old
     assert "unknown nccl-tests binary 'bogus'" in run_main("nccl-tests", "bogus").one_line_error()
     assert "required: LOG|JSON|-" in run_main("nccl-tests", "parse").one_line_error()
+
+
+def test_every_json_flag_has_one_meaning() -> None:
+    """``--json`` took a PATH in run and isolate and was a switch elsewhere; now it is ``--json [PATH|-]``
+    everywhere: no value or ``-`` is stdout."""
+    found = []
+    for where, p in subparsers():
+        for a in options(p):
+            if "--json" in a.option_strings:
+                found.append(where)
+                assert (a.nargs, a.const, a.default, a.metavar) == ("?", "-", None, "PATH|-"), where
+    assert {"run", "checks", "history", "compare", "trend", "analyze", "isolate", "nccl-tests run",
+            "nccl-tests parse", "baseline show"} <= set(found)
+
+
+def test_json_to_stdout_or_a_file(tmp_path: Path) -> None:
+    r = run_main("checks", "--json")
+    rows = json.loads(r.out)
+    assert r.rc == 0 and {"name", "params"} <= set(rows[0])
+    out = tmp_path / "checks.json"
+    r = run_main("checks", "--json", str(out))
+    assert r.rc == 0 and json.loads(out.read_text()) == rows
+    assert r.out.startswith(rows[0]["name"])  # the text is still printed
+    link = tmp_path / "link.json"
+    link.symlink_to(tmp_path / "elsewhere.json")
+    assert "--json" in run_main("checks", f"--json={link}").one_line_error()
+    assert not (tmp_path / "elsewhere.json").exists()
+
+
+def test_a_bare_json_before_positionals_does_not_take_one(tmp_path: Path) -> None:
+    """``analyze --json A B`` (the old switch spelling) reads A and B; a path there is ``--json=PATH``."""
+    reports = sorted((Path(__file__).parent / "data" / "reports").glob("*.json"))[:2]
+    assert len(reports) == 2
+    before = [f.read_bytes() for f in reports]
+    r = run_main("analyze", "--json", *map(str, reports))
+    assert r.rc in (0, 1) and json.loads(r.out)["nodes"] >= 1, r.err
+    assert [f.read_bytes() for f in reports] == before
+    out = tmp_path / "a.json"
+    r = run_main("analyze", f"--json={out}", *map(str, reports))
+    assert json.loads(out.read_text())["nodes"] >= 1 and "node report(s)" in r.out

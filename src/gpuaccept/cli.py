@@ -16,14 +16,13 @@ import json
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from gpuaccept import __version__
 from gpuaccept.argtypes import duration as _duration
 from gpuaccept.argtypes import positive_int as _positive_int
 from gpuaccept.argtypes import run_id as _run_id
-from gpuaccept.cliargs import PROFILES, Parser, add_suite_options
+from gpuaccept.cliargs import PROFILES, Parser, add_json_option, add_suite_options
 from gpuaccept.errors import GpuacceptError, ReportWriteError
 from gpuaccept.exitcodes import (
     EXIT_FAILED,
@@ -34,6 +33,7 @@ from gpuaccept.exitcodes import (
     EXIT_USAGE,
 )
 from gpuaccept.model import Verdict
+from gpuaccept.outputs import write_output
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run the acceptance suite on this node",
                          description="Run the acceptance suite on this node and write a JSON report.")
     add_suite_options(run)
-    run.add_argument("--json", default=None, metavar="PATH", help="also write the report here ('-' for stdout)")
+    add_json_option(run, "also write the report")
     run.add_argument("--plan", action="store_true", help="print the suite plan as JSON and run nothing")
     run.add_argument("--run-id", type=_run_id, default=None, help=argparse.SUPPRESS)
     run.add_argument("--verbose", "-v", action="store_true", help="more detail, tracebacks of internal errors")
@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     checks = sub.add_parser("checks", help="list every check with its parameters and default thresholds")
     checks.add_argument("--profile", choices=PROFILES, default="standard")
-    checks.add_argument("--json", action="store_true", help="machine-readable output")
+    add_json_option(checks, "the checks, their parameters and thresholds")
 
     for module_name in SUBCOMMAND_MODULES:
         importlib.import_module(module_name).register(sub)
@@ -101,8 +101,9 @@ def _cmd_checks(args: argparse.Namespace) -> int:
             "metrics": list(cls.metrics) if cls.metrics is not None else None,
         })
     if args.json:
-        print(json.dumps(rows, indent=2, default=str))
-        return EXIT_OK
+        write_output(args.json, json.dumps(rows, indent=2, default=str) + "\n", "--json")
+        if args.json == "-":
+            return EXIT_OK
     for row in rows:
         mark = "" if row["in_profile"] else f" (not in {args.profile})"
         print(f"{row['name']} [{row['tag']}]{mark}: {row['summary']}")
@@ -173,15 +174,11 @@ def _run(args: argparse.Namespace, warm: Any, started: float) -> int:
     console.summary(report, {})
     if args.json:
         text = json.dumps(report.to_dict(), indent=2)
-        if to_stdout:
-            print(text)
-        else:
-            try:
-                Path(args.json).write_text(text + "\n")
-            except OSError as exc:
-                print(f"gpuaccept: error: cannot write --json {args.json}: {exc.strerror}; "
-                      f"the report is in {out.report_path}", file=sys.stderr)
-                return EXIT_USAGE
+        try:
+            write_output(args.json, text + "\n", "--json")
+        except GpuacceptError as exc:
+            print(f"gpuaccept: error: {exc}; the report is in {out.report_path}", file=sys.stderr)
+            return EXIT_USAGE
     return _verdict_exit(report.verdict)
 
 

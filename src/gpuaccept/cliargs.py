@@ -24,6 +24,30 @@ def close(name: str, candidates: Sequence[str]) -> str:
     return f" (did you mean {' or '.join(near)}?)" if near else ""
 
 
+JSON_HELP = ("; '-' or no value: to stdout, in place of the text; a file: the text still printed (where "
+             "positional arguments follow, write --json=PATH)")
+
+
+def add_json_option(p: argparse.ArgumentParser, what: str) -> None:
+    """``--json [PATH|-]``, the one meaning of ``--json`` in every command: write ``what`` as JSON to PATH, or to
+    stdout with ``-`` or no value. ``args.json`` is None, ``"-"`` or the path."""
+    p.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH|-", help=f"{what} as JSON{JSON_HELP}")
+
+
+def bare_json(parser: argparse.ArgumentParser, argv: Sequence[str]) -> list[str]:
+    """A bare ``--json`` as ``--json=-`` in a parser with positional arguments, so that ``compare --json A B``
+    does not take A for the JSON path (a path is then written ``--json=PATH``)."""
+    positional = any(not a.option_strings and not isinstance(a, argparse._SubParsersAction) for a in parser._actions)
+    if not positional:
+        return list(argv)
+    out = []
+    for arg in argv:
+        if arg == "--":
+            break
+        out.append("--json=-" if arg == "--json" else arg)
+    return out + list(argv[len(out):])
+
+
 def flag_hints(parser: argparse.ArgumentParser, extras: Sequence[str]) -> str:
     """"did you mean" for each unknown ``--flag`` in ``extras``, among the flags ``parser``'s help shows."""
     flags = [f for a in parser._actions if a.help != argparse.SUPPRESS for f in a.option_strings if f[:2] == "--"]
@@ -39,6 +63,10 @@ class Parser(argparse.ArgumentParser):
         if m:
             message += close(m.group(1), re.findall(r"'([^']*)'", m.group(2)))
         self.exit(EXIT_USAGE, f"gpuaccept: error: {message} (see '{self.prog} --help')\n")
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: Any = None) -> tuple[argparse.Namespace, list[str]]:
+        return super().parse_known_args(None if args is None else bare_json(self, args), namespace)
 
     def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
                    namespace: Any = None) -> argparse.Namespace:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuaccept.argtypes import check_host, duration, int_at_least, nonneg_float, positive_float, positive_int
+from gpuaccept.cliargs import add_json_option
 from gpuaccept.errors import InputError, UsageError
 from gpuaccept.exitcodes import EXIT_FAILED, EXIT_OK
 
@@ -46,7 +47,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--seed", type=int_at_least(0), default=0, help="seed of the random pairing (default: 0)")
     p.add_argument("--racks", default=None, metavar="N1=R1,N2=R1",
                    help="rack or switch of each node: pairs within a rack first, re-tests across racks")
-    p.add_argument("--json", default=None, metavar="PATH", help="also write the verdicts as JSON ('-': stdout)")
+    add_json_option(p, "also write the verdicts")
     p.add_argument("--drain", action="store_true", help="print the scontrol commands that drain the bad nodes")
     p.add_argument("--apply", action="store_true", help="with --drain: run them")
     p.add_argument("--dry-run", action="store_true",
@@ -162,14 +163,10 @@ def _settings(args: argparse.Namespace) -> Any:
 
 
 def _emit_json(args: argparse.Namespace, data: dict[str, Any]) -> None:
-    text = json.dumps(data, indent=2)
-    if args.json == "-":
-        print(text)
-    elif args.json:
-        try:
-            Path(args.json).write_text(text + "\n")
-        except OSError as exc:
-            raise InputError(f"cannot write --json {args.json}: {exc.strerror}") from None
+    if args.json:
+        from gpuaccept.outputs import write_output
+
+        write_output(args.json, json.dumps(data, indent=2) + "\n", "--json")
 
 
 def _simulate(args: argparse.Namespace) -> int:

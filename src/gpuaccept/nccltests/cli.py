@@ -24,8 +24,10 @@ import sys
 from typing import Any
 
 from gpuaccept.argtypes import duration, nonneg_int, positive_float
+from gpuaccept.cliargs import add_json_option
 from gpuaccept.errors import InputError, UsageError
 from gpuaccept.model import NOT_JUDGED, Status, not_judged_names, state_label
+from gpuaccept.outputs import write_output
 
 
 def _options(p: argparse.ArgumentParser, run: bool = True) -> None:
@@ -45,7 +47,7 @@ def _options(p: argparse.ArgumentParser, run: bool = True) -> None:
     if run:
         p.add_argument("--timeout", type=duration, default=1800.0, metavar="DURATION",
                        help="per binary (90s, 30m; bare number: seconds; default 30m)")
-    p.add_argument("--json", action="store_true", help="print the parsed run and verdict as JSON")
+    add_json_option(p, "the parsed run and verdict")
 
 
 class _Options(argparse.ArgumentParser):
@@ -159,8 +161,8 @@ def _report(result: Any, judgement: Any, args: argparse.Namespace, run: Any = No
             doc["not_judged"] = unjudged
         if run is not None:
             doc["argv"], doc["returncode"] = run.argv, run.returncode
-        print(json.dumps(doc, indent=2))
-    else:
+        write_output(args.json, json.dumps(doc, indent=2) + "\n", "--json")
+    if args.json != "-":
         if result.devices:
             print(f"devices: {len(result.devices)} ranks on {', '.join(result.hosts)}")
         print("\n".join(_table(result)))
@@ -227,8 +229,9 @@ def _report_runs(judged: list[tuple[Any, str, str, Any]], args: argparse.Namespa
     if args.json:
         runs = [{"run": k, "test": t, "test_from": h, "status": j.status.value, "reason": j.reason, **r.to_dict(),
                  "metrics": [m.to_dict() for m in j.metrics]} for k, (r, t, h, j) in enumerate(judged, 1)]
-        print(json.dumps({"status": status.value, "reason": summary, "runs": runs}, indent=2))
-    else:
+        doc = {"status": status.value, "reason": summary, "runs": runs}
+        write_output(args.json, json.dumps(doc, indent=2) + "\n", "--json")
+    if args.json != "-":
         for k, (result, test, how, j) in enumerate(judged, 1):
             where = f", {len(result.devices)} ranks on {', '.join(result.hosts)}" if result.devices else ""
             print(f"run {k} of {len(judged)}: {test} ({how}){where}")
@@ -262,6 +265,10 @@ def cmd_nccl_tests(args: argparse.Namespace) -> int:
     if args.test is not None:
         raise UsageError("--test is for 'parse'; name the tests to run as arguments")
     to_run = [canonical_test(n) for n in items] or ["all_reduce"]
+    if len(to_run) > 1 and args.json not in (None, "-"):
+        raise UsageError(f"--json {args.json} with {len(to_run)} tests: run one test per file, or --json for stdout")
+    if len(to_run) > 1 and args.json not in (None, "-"):
+        raise UsageError(f"--json {args.json} with {len(to_run)} tests: run one test per file, or --json for stdout")
     from gpuaccept.checks.nccl_tests import gpu_args
 
     env = dict(os.environ)

@@ -20,6 +20,7 @@ from typing import Any
 from gpuaccept.argtypes import int_at_least
 from gpuaccept.argtypes import nonneg_int as _nonneg_int
 from gpuaccept.argtypes import positive_float as _positive_float
+from gpuaccept.cliargs import add_json_option
 
 _at_least_3 = int_at_least(3)
 
@@ -54,8 +55,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     if args.output:
         write_output(args.output, text)
     if args.json:
-        print(text, end="")
-    else:
+        write_output(args.json, text, "--json")
+    if args.json != "-":
         outliers = result["outliers"]
         print(f"{result['nodes']} node report(s), {result['samples']} value(s); {coverage_line(result)}")
         print(outlier_line(result, len(outliers), policy.max_z))
@@ -79,7 +80,7 @@ def register(sub: Any) -> None:
     a.add_argument("--min-nodes", type=_at_least_3, default=3, metavar="N",
                    help="nodes of a SKU needed for the cross-node comparison (default 3)")
     a.add_argument("--limit", type=_nonneg_int, default=50, metavar="N", help="outliers listed (0: all; default 50)")
-    a.add_argument("--json", action="store_true", help="print the analysis as JSON")
+    add_json_option(a, "the analysis")
     a.add_argument("--output", "-o", default=None, metavar="PATH", help="also write the analysis JSON here"
                    "; a device or FIFO is written as a stream, a file replaced atomically, a link refused")
     a.add_argument("--fail-on-outliers", action="store_true", help="exit 1 when any outlier is found")

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuaccept.argtypes import positive_float as _positive_float
 from gpuaccept.argtypes import positive_int as _positive_int
+from gpuaccept.cliargs import add_json_option
 
 if TYPE_CHECKING:
     from gpuaccept.model import ClusterReport, NodeReport
@@ -122,12 +123,12 @@ def _from_history(args: argparse.Namespace) -> list[NodeReport]:
         store.close()
 
 
-def write_output(path: str, text: str) -> None:
+def write_output(path: str, text: str, flag: str = "--output") -> None:
     """Write ``text`` to ``path`` (:func:`gpuaccept.outputs.write_output`: stdout for ``-``, a device or FIFO as a
     stream, a regular file atomically, a link refused)."""
     from gpuaccept.outputs import write_output as write
 
-    write(path, text)
+    write(path, text, flag)
 
 
 def check_rule_names(rules: Sequence[Any], source: str, checks: Sequence[str] | None = None) -> None:
@@ -210,8 +211,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         data = baseline.to_dict()
         if args.sku:
             data["skus"] = {args.sku: data["skus"][args.sku]}
-        print(json.dumps(data, indent=2))
-        return 0
+        write_output(args.json, json.dumps(data, indent=2) + "\n", "--json")
+        if args.json == "-":
+            return 0
     src = [f"{k} {v}" for k, v in (("created", baseline.created), ("nodes", baseline.nodes),
                                    ("runs", baseline.runs), ("by", baseline.tool)) if v is not None]
     print(one_line(f"{args.file}: {len(baseline)} metric(s), {len(baseline.skus)} SKU(s)"
@@ -307,7 +309,7 @@ def register(sub: Any) -> None:
     s = bsub.add_parser("show", help="validate a baseline file and list its entries")
     s.add_argument("file", metavar="FILE")
     s.add_argument("--sku", default=None, help="only this SKU")
-    s.add_argument("--json", action="store_true", help="machine-readable output")
+    add_json_option(s, "the baseline")
     s.set_defaults(handler=cmd_show)
 
     a = bsub.add_parser("apply", help="judge a finished report against a baseline",

@@ -18,6 +18,7 @@ from gpuaccept.argtypes import nonneg_float as _nonneg_float
 from gpuaccept.argtypes import nonneg_int as _nonneg_int
 from gpuaccept.argtypes import positive_float as _positive_float
 from gpuaccept.argtypes import positive_int as _positive_int
+from gpuaccept.cliargs import add_json_option
 from gpuaccept.inputs import did_you_mean, shown_names
 
 
@@ -73,7 +74,7 @@ def register(sub: Any) -> None:
     h.add_argument("--import", dest="import_paths", nargs="+", default=None, metavar="PATH",
                    help="store report.json files (or every report.json under a directory) and exit")
     h.add_argument("--db", default=None, metavar="URL", help=DB_HELP)
-    h.add_argument("--json", action="store_true", help="machine-readable output")
+    add_json_option(h, "the runs")
     h.set_defaults(handler=cmd_history)
 
     c = sub.add_parser("compare", help="per-metric deltas between two runs",
@@ -93,7 +94,7 @@ def register(sub: Any) -> None:
                         "run-to-run noise from the history, else its family's default; 0: any difference counts)")
     c.add_argument("--db", default=None, metavar="URL",
                    help=DB_HELP + "; with two report files, the history is read for the noise only when --db is given")
-    c.add_argument("--json", action="store_true", help="machine-readable output")
+    add_json_option(c, "the comparison")
     c.set_defaults(handler=cmd_compare)
 
     t = sub.add_parser("trend", help="a metric over time on one node or GPU, with regressions flagged",
@@ -130,7 +131,7 @@ def register(sub: Any) -> None:
     t.add_argument("--direction", choices=("auto", "higher", "lower"), default="auto",
                    help="which way is better (auto: from the threshold, unit and name)")
     t.add_argument("--db", default=None, metavar="URL", help=DB_HELP)
-    t.add_argument("--json", action="store_true", help="machine-readable output")
+    add_json_option(t, "the trend")
     t.set_defaults(handler=cmd_trend)
 
 
@@ -154,8 +155,11 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def _dump(data: Any) -> None:
-    print(json.dumps(data, indent=2, allow_nan=False))
+def _dump(dest: str, data: Any) -> None:
+    """``data`` as JSON to ``--json``'s PATH, or stdout for ``-``."""
+    from gpuaccept.outputs import write_output
+
+    write_output(dest, json.dumps(data, indent=2, allow_nan=False) + "\n", "--json")
 
 
 def _tags(tags: dict[str, Any]) -> str:
@@ -213,8 +217,8 @@ def cmd_history(args: argparse.Namespace) -> int:
                     store.add_node_report(rep)
                 stored.append({"file": str(f), "run_id": rep.run_id})
             if args.json:
-                _dump({"db": str(store), "stored": stored})
-            else:
+                _dump(args.json, {"db": str(store), "stored": stored})
+            if args.json != "-":
                 for s in stored:
                     print(f"stored {s['run_id']} from {s['file']}")
                 print(f"{len(stored)} report(s) stored in {store}")
@@ -229,11 +233,13 @@ def cmd_history(args: argparse.Namespace) -> int:
     if args.json:
         listed = [r.to_dict() for r in runs]
         if hw is not None:
-            _dump({"hardware": {"kind": kind, "id": hw, "serial": next((s.serial for s in seen if s.serial), None),
-                                "seen": [s.to_dict() for s in seen]}, "runs": listed})
+            serial = next((s.serial for s in seen if s.serial), None)
+            _dump(args.json, {"hardware": {"kind": kind, "id": hw, "serial": serial,
+                                           "seen": [s.to_dict() for s in seen]}, "runs": listed})
         else:
-            _dump(listed)
-        return 0
+            _dump(args.json, listed)
+        if args.json == "-":
+            return 0
     if hw is not None:
         if not seen:
             print(f"no run recorded {kind.upper()} {hw} in {where}")
@@ -307,8 +313,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
             a, b, noise = load(store)
     cmp = compare_reports(a, b, check=args.check, metric=args.metric, host=args.host, noise=noise)
     if args.json:
-        _dump(cmp.to_dict())
-        return 0
+        _dump(args.json, cmp.to_dict())
+        if args.json == "-":
+            return 0
     print(f"A: {cmp.run_a}\nB: {cmp.run_b}")
     if not cmp.deltas:
         print("no metric is in both runs" + (" (after the filters)" if args.check or args.metric or args.host else ""))
@@ -428,9 +435,10 @@ def cmd_trend(args: argparse.Namespace) -> int:
     if args.json:
         hw, kind = _hardware_arg(args)
         head = {"host": host, "metric": args.metric} if hw is None else {kind: hw, "metric": args.metric}
-        _dump({**head, "rule": rule.__dict__, "regressed": bool(regressed),
-               "series": [{**s.to_dict(), "gone": gone[id(s)]} for s in series]})
-        return 1 if regressed else 0
+        _dump(args.json, {**head, "rule": rule.__dict__, "regressed": bool(regressed),
+                          "series": [{**s.to_dict(), "gone": gone[id(s)]} for s in series]})
+        if args.json == "-":
+            return 1 if regressed else 0
     for s in series:
         better = "higher" if s.higher_is_better else "lower"
         note = f" ({gone[id(s)]}; not judged)" if gone[id(s)] else ""
