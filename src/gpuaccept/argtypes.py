@@ -49,6 +49,13 @@ def positive_int(text: str) -> int:
     return int(text)
 
 
+def integer(text: str) -> int:
+    """Any integer of at most 12 digits (its range is checked where its meaning is known, with a better reason)."""
+    if not re.fullmatch(r"-?\d{1,12}", text.strip()):
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not an integer of at most 12 digits")
+    return int(text)
+
+
 def int_at_least(minimum: int) -> Callable[[str], int]:
     """A converter accepting integers >= ``minimum``."""
 

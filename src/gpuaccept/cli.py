@@ -34,6 +34,7 @@ from gpuaccept.exitcodes import (
 )
 from gpuaccept.model import Verdict
 from gpuaccept.outputs import write_output
+from gpuaccept.suiteplan import add_plan_option
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Run the acceptance suite on this node and write a JSON report.")
     add_suite_options(run)
     add_json_option(run, "also write the report")
-    run.add_argument("--plan", action="store_true", help="print the suite plan as JSON and run nothing")
+    add_plan_option(run)
     run.add_argument("--run-id", type=_run_id, default=None, help=argparse.SUPPRESS)
     run.add_argument("--verbose", "-v", action="store_true", help="more detail, tracebacks of internal errors")
     from gpuaccept.results.autosave import add_history_options

@@ -31,6 +31,7 @@ from gpuaccept.argtypes import count, go_duration, whole_seconds
 from gpuaccept.cliargs import add_suite_options
 from gpuaccept.errors import GpuacceptError, UsageError
 from gpuaccept.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NOTHING_MEASURED, EXIT_OK, EXIT_USAGE
+from gpuaccept.suiteplan import add_plan_option, show_plan
 
 HELP = "label (and taint) this Kubernetes node with its health verdict"
 DEFAULT_NAME = "gpuaccept-health"
@@ -66,6 +67,8 @@ def register(sub: Any) -> None:
                    help="on a failure also add the taint gpuaccept.io/health=fail:NoSchedule (a pass always "
                         "removes it)")
     v.add_argument("--apply", action="store_true", help="send the change (default: print it and send nothing)")
+    v.add_argument("--dry-run", action="store_true", help="print the change and send nothing (the default)")
+    add_plan_option(v, " (with --profile; the verdict is not made)")
     v.add_argument("--server-dry-run", action="store_true",
                    help="with --apply: the API server checks the patch (RBAC included) and stores nothing")
     v.add_argument("--kubeconfig", default=None, metavar="FILE",
@@ -167,7 +170,14 @@ def _check_modes(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.dry_run and args.apply:
+        raise UsageError("--dry-run sends nothing, --apply sends the change: give one")
+    if args.plan and (args.report or args.daemonset or args.npd_config is not None):
+        raise UsageError("--plan shows the plan of the suite run with --profile; it goes without --report, "
+                         "--daemonset and --npd-config")
     _check_modes(args)
+    if args.plan:
+        return show_plan(_gpu_suite_args(args))
     if args.daemonset:
         return _daemonset(args)
     if args.npd_config is not None:

@@ -16,7 +16,6 @@ import argparse
 import dataclasses
 import json
 import os
-import re
 import sys
 import uuid
 from collections.abc import Sequence
@@ -26,6 +25,7 @@ from typing import Any
 
 from gpuaccept.argtypes import check_run_id, duration, time_limit
 from gpuaccept.argtypes import csv as _csv
+from gpuaccept.argtypes import integer as _count
 from gpuaccept.cliargs import Parser as _Parser
 from gpuaccept.cliargs import add_suite_options, flag_hints
 from gpuaccept.errors import GpuacceptError, InputError, UsageError
@@ -41,6 +41,7 @@ from gpuaccept.launch.collect import (
 )
 from gpuaccept.launch.registry import BACKENDS
 from gpuaccept.results.autosave import add_history_options, save
+from gpuaccept.suiteplan import add_plan_option, show_plan
 
 JOB_FILE = "job.json"
 
@@ -59,12 +60,6 @@ SHARED_FS_BACKENDS = ("local", "slurm", "mpi")
 #: Suite option dests (``gpuaccept run`` flags) other than --report-dir.
 SUITE_DESTS = ("profile", "checks", "skip", "device", "gpus", "expect_gpus", "require_gpu", "timeout_scale", "config",
                "baseline", "baseline_thresholds", "disk_path", "budget")
-
-
-def _count(text: str) -> int:
-    if not re.fullmatch(r"-?\d{1,12}", text.strip()):
-        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not an integer of at most 12 digits")
-    return int(text)
 
 
 class BackendParser(_Parser):
@@ -147,8 +142,8 @@ def _add_job_options(p: argparse.ArgumentParser) -> None:
                         "or ./gpuaccept-reports)")
     o.add_argument("--run-id", default=None, help="name of this run (default: UTC time, job name, random suffix)")
     o.add_argument("--spec", default=None, metavar="FILE.yaml", help="job spec file; flags override it")
-    o.add_argument("--dry-run", action="store_true",
-                   help="print the plan (scripts, manifests, commands); submit nothing")
+    o.add_argument("--dry-run", action="store_true", help="print the job (scripts, manifests), submit nothing")
+    add_plan_option(o, " (made here, as 'gpuaccept run --plan' makes it: each node makes its own from its GPUs)")
     o.add_argument("--output", default=None, metavar="DIR",
                    help="also write the plan's files to DIR (a file holding a secret --env value: mode 0600)")
     o.add_argument("--show-env", action="store_true",
@@ -352,6 +347,10 @@ def build_spec(args: argparse.Namespace, backend_cls: Any) -> Any:
     )
 
 
+def _no_plan() -> int:
+    raise UsageError("--plan shows the suite's plan; with a command after -- there is none (--dry-run shows the job)")
+
+
 def _cmd_launch(args: argparse.Namespace) -> int:
     from gpuaccept.launch import specfile
     from gpuaccept.launch.jobargv import launch_dir
@@ -364,6 +363,8 @@ def _cmd_launch(args: argparse.Namespace) -> int:
         specfile.apply(specfile.load(args.spec), args.spec, parser, args, parser.backend_name, list(BACKENDS),
                        parser.backend_dests)
     spec = build_spec(args, backend_cls)
+    if args.plan:
+        return show_plan(spec.suite_args) if spec.command is None else _no_plan()
     backend = backend_cls()
     plan = backend.plan(spec)
     for risk in risk_warnings(spec):
