@@ -214,3 +214,57 @@ def test_launch_and_node_status_print_the_suite_plan(tmp_path: Path) -> None:
     assert "give one" in run_main("node-status", "--profile", "quick", "--dry-run", "--apply").one_line_error()
     r = run_main("launch", "local", "--results-dir", str(tmp_path), "--plan", "--", "true")
     assert "with a command after -- there is none" in r.one_line_error()
+
+
+def test_old_spellings_are_hidden_aliases_of_the_new_names() -> None:
+    """One name per meaning: report directory --report-dir, threshold --max-z, exit 1 on a problem --exit-code,
+    -f only for --file, mounts --mount, k8s --training-runtime; the old names parse, map to the new dest and are
+    not in the help."""
+    from fnmatch import fnmatch
+
+    from gpuaccept.cliargs import RENAMED
+
+    matched: set[str] = set()
+    for where, p in subparsers():
+        for pattern, renames in RENAMED.items():
+            if not fnmatch(where, pattern):
+                continue
+            matched.add(pattern)
+            flags = {f: a for a in options(p) for f in a.option_strings}
+            text = p.format_help()
+            for old, new in renames.items():
+                assert flags[old].help == "==SUPPRESS==" and flags[new].help != "==SUPPRESS==", (where, old)
+                assert flags[old].dest == flags[new].dest, (where, old)
+                assert re.search(rf"(?<![\w-]){re.escape(old)}(?![\w-])", text) is None, (where, old)
+                assert re.search(rf"(?<![\w-]){re.escape(new)}(?![\w-])", text), (where, new)
+    assert matched == set(RENAMED)
+
+
+def test_old_and_new_spellings_parse_alike() -> None:
+    from gpuaccept.cli import build_parser
+
+    def parse(*argv: str) -> dict[str, object]:
+        return vars(build_parser().parse_args(list(argv)))
+
+    assert parse("trend", "--host", "h", "--metric", "m", "--max-drop-sigma", "4")["max_z"] == 4.0
+    assert parse("trend", "--host", "h", "--metric", "m")["max_z"] == 3.0  # the alias leaves the default alone
+    assert parse("baseline", "create", "--from", "d", "--trim-z", "2") == parse("baseline", "create", "--from", "d",
+                                                                               "--max-z", "2")
+    assert parse("analyze", "x", "--fail-on-outliers")["exit_code"] is True
+    assert parse("analyze", "x")["exit_code"] is False
+    assert parse("trend", "--host", "h", "--metric", "m", "--no-exit-code")["exit_code"] is False
+    assert parse("report", "r", "-f", "md")["format"] == "md"
+    assert parse("serve-metrics", "--from", "/d")["source_dir"] == "/d"
+    assert parse("isolate", "--results-dir", "/d")["report_dir"] == "/d"
+    assert "argument --db: not allowed with argument --from" in run_main(
+        "serve-metrics", "--from", "/d", "--db", "sqlite:///x").one_line_error()
+    assert "--file DOCKERFILE, -f DOCKERFILE" in run_main("image", "build", "--help").out
+
+
+def test_launch_old_spellings_reach_the_job(tmp_path: Path) -> None:
+    old = run_main("launch", "slurm", "--results-dir", str(tmp_path), "--run-id", "t", "--dry-run",
+                   "--container-mounts", "/a:/b,/c:/d", "--image", "img:1")
+    new = run_main("launch", "slurm", "--report-dir", str(tmp_path), "--run-id", "t", "--dry-run",
+                   "--mount", "/a:/b", "--mount", "/c:/d", "--image", "img:1")
+    assert old.rc == new.rc == 0, old.err + new.err
+    assert old.out == new.out and str(tmp_path) in new.out and "/a:/b,/c:/d" in new.out

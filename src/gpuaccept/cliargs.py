@@ -48,6 +48,33 @@ def bare_json(parser: argparse.ArgumentParser, argv: Sequence[str]) -> list[str]
     return out + list(argv[len(out):])
 
 
+RENAMED: dict[str, dict[str, str]] = {
+    "launch *": {"--results-dir": "--report-dir"},
+    "launch slurm": {"--mounts": "--mount", "--container-mounts": "--mount"},
+    "isolate": {"--results-dir": "--report-dir"},
+    "serve-metrics": {"--from": "--report-dir"},
+    "trend": {"--max-drop-sigma": "--max-z"},
+    "baseline create": {"--trim-z": "--max-z"},
+    "analyze": {"--fail-on-outliers": "--exit-code"},
+    "report": {"-f": "--format"},
+    "launch k8s": {"--runtime": "--training-runtime"},
+}
+"""Old spellings kept for one release as hidden aliases (not in the help), by command (``launch *``: every
+backend): old flag -> the flag it now is. Issue 28: one name per meaning across commands."""
+
+
+def hidden_alias(p: argparse.ArgumentParser | argparse._ArgumentGroup, old: str, new: argparse.Action) -> None:
+    """``old`` parses as ``new`` (same dest, value syntax and meaning) and is left out of the help."""
+    kw: dict[str, Any] = {"dest": new.dest, "help": argparse.SUPPRESS, "default": argparse.SUPPRESS}
+    if new.nargs == 0:
+        p.add_argument(old, action="store_const", const=new.const if new.const is not None else True, **kw)
+    else:
+        action = "append" if isinstance(new, argparse._AppendAction) else "store"
+        if new.type is not None:
+            kw["type"] = new.type
+        p.add_argument(old, action=action, nargs=new.nargs, choices=new.choices, metavar=new.metavar, **kw)
+
+
 def flag_hints(parser: argparse.ArgumentParser, extras: Sequence[str]) -> str:
     """"did you mean" for each unknown ``--flag`` in ``extras``, among the flags ``parser``'s help shows."""
     flags = [f for a in parser._actions if a.help != argparse.SUPPRESS for f in a.option_strings if f[:2] == "--"]
@@ -103,7 +130,8 @@ def add_suite_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--baseline-thresholds", default=None, metavar="YAML",
                    help="threshold rules for --baseline (default: the baseline file's own, else max_z 5)")
     g.add_argument("--report-dir", default=None, metavar="DIR",
-                   help="where <run-id>/report.json goes (default: $GPUACCEPT_REPORT_DIR or ./gpuaccept-reports)")
+                   help="where <run-id>/ goes (for launch: a directory every node shares; default: "
+                        "$GPUACCEPT_REPORT_DIR or ./gpuaccept-reports)")
     g.add_argument("--disk-path", default=None, metavar="DIR",
                    help="scratch directory of the disk check (its path parameter, over --config; default: the "
                         "system temp directory); must exist and be writable, and the disk check must be selected "

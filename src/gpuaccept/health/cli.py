@@ -50,7 +50,8 @@ def register(subparsers: Any) -> None:
                    help="exit codes for: check (HealthCheckProgram, by hand), prolog, epilog (non-zero only for "
                         "a node fault or bad input: Slurm drains on non-zero)")
     p.add_argument("--device", choices=("cuda", "cpu", "auto"), default="cuda",
-                   help="cuda (default: no usable GPU is a fault), cpu, or auto")
+                   help="cuda (the default here, unlike run's auto: a health check runs on a GPU node, where no "
+                        "usable GPU is a fault and never a pass on the CPU), cpu, or auto")
     p.add_argument("--gpus", default=None, metavar="0,1", help="torch CUDA ordinals to test (default: all)")
     p.add_argument("--expect-gpus", type=nonneg_int, default=None, metavar="N", help="a fault unless N GPUs are seen")
     p.add_argument("--skip", default=None, metavar="C,D",

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuaccept.argtypes import check_host, duration, int_at_least, nonneg_float, positive_float, positive_int
-from gpuaccept.cliargs import add_json_option
+from gpuaccept.cliargs import add_json_option, hidden_alias
 from gpuaccept.errors import InputError, UsageError
 from gpuaccept.exitcodes import EXIT_FAILED, EXIT_OK
 
@@ -67,10 +67,11 @@ def register(subparsers: Any) -> None:
     r.add_argument("--device", choices=("auto", "cuda", "cpu"), default=None, help="passed to each launch")
     r.add_argument("--profile", choices=("quick", "standard", "full"), default="quick",
                    help="profile of the collectives check (default: quick)")
-    r.add_argument("--results-dir", default="gpuaccept-reports", metavar="DIR",
+    r.add_argument("--report-dir", default="gpuaccept-reports", metavar="DIR",
                    help="where each test's run directory goes (default: ./gpuaccept-reports)")
+    hidden_alias(r, "--results-dir", p._option_string_actions["--report-dir"])
     r.add_argument("--test-timeout", type=duration, default=None, metavar="DURATION",
-                   help="a test still running after S seconds is cancelled and fails")
+                   help="a test still running after this long is cancelled and fails")
     r.add_argument("--launch-arg", action="append", default=None, metavar="ARG",
                    help="a further 'gpuaccept launch' flag for every test, e.g. --launch-arg=--partition=gpu")
     g = p.add_argument_group("per-rail tests (which GPU/NIC pair of a bad node)")
@@ -293,7 +294,7 @@ def _cmd_isolate(args: argparse.Namespace) -> int:
 
     tag = "dry-run" if args.dry_run else new_run_id("isolate")
     out = sys.stderr if args.json == "-" else sys.stdout
-    runner = PairRunner(args.backend, Path(args.results_dir).resolve(), extra, args.test_timeout, name="isolate",
+    runner = PairRunner(args.backend, Path(args.report_dir).resolve(), extra, args.test_timeout, name="isolate",
                         log=out, pair=pair)
     ports = _rail_options(args, runner)
     if args.dry_run:
@@ -384,7 +385,7 @@ def _rails_only(args: argparse.Namespace) -> int:
     extra = [*_collectives_flags(args, pair), *(args.launch_arg or [])]
     tag = "dry-run" if args.dry_run else new_run_id("rails")
     out = sys.stderr if args.json == "-" else sys.stdout
-    runner = PairRunner(args.backend, Path(args.results_dir).resolve(), extra, args.test_timeout, name="isolate",
+    runner = PairRunner(args.backend, Path(args.report_dir).resolve(), extra, args.test_timeout, name="isolate",
                         log=out, pair=pair)
     ports = _rail_options(args, runner)
     tests = ir.plan(runner, node, partner, _gpus(args), ports)

@@ -27,7 +27,7 @@ from gpuaccept.argtypes import check_run_id, duration, time_limit
 from gpuaccept.argtypes import csv as _csv
 from gpuaccept.argtypes import integer as _count
 from gpuaccept.cliargs import Parser as _Parser
-from gpuaccept.cliargs import add_suite_options, flag_hints
+from gpuaccept.cliargs import add_suite_options, flag_hints, hidden_alias
 from gpuaccept.errors import GpuacceptError, InputError, UsageError
 from gpuaccept.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNNING
 from gpuaccept.launch.collect import (
@@ -137,9 +137,7 @@ def _add_job_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-torchrun", action="store_true", default=None,
                    help="run the command once per node instead of under torchrun")
     o = p.add_argument_group("launch")
-    o.add_argument("--results-dir", default=None, metavar="DIR",
-                   help="shared directory for <run-id>/ (same as --report-dir; default: $GPUACCEPT_REPORT_DIR "
-                        "or ./gpuaccept-reports)")
+    hidden_alias(o, "--results-dir", p._option_string_actions["--report-dir"])
     o.add_argument("--run-id", default=None, help="name of this run (default: UTC time, job name, random suffix)")
     o.add_argument("--spec", default=None, metavar="FILE.yaml", help="job spec file; flags override it")
     o.add_argument("--dry-run", action="store_true", help="print the job (scripts, manifests), submit nothing")
@@ -185,7 +183,7 @@ def register(subparsers: Any) -> None:
                     "be reached, a warning says why and the reports already under <run-dir> are used. Other "
                     "backends (and --local) read <run-dir>/**/report.json. Nodes that never reported are "
                     "listed as missing.")
-    gather.add_argument("run_dir", metavar="RUN_DIR", help="<results-dir>/<run-id> of a launch")
+    gather.add_argument("run_dir", metavar="RUN_DIR", help="<report-dir>/<run-id> of a launch")
     gather.add_argument("--nodes", type=_count, default=None, help="nodes expected (default: from job.json)")
     gather.add_argument("--hosts", type=_csv, default=None, metavar="H1,H2",
                         help="hosts expected (default: from job.json, or the nodes the pods ran on)")
@@ -304,9 +302,7 @@ def build_spec(args: argparse.Namespace, backend_cls: Any) -> Any:
         raise UsageError("--distributed and --per-node-only contradict each other; give one")
 
     cfg = _validate_suite(args) if command is None else None
-    if args.results_dir and args.report_dir and os.path.abspath(args.results_dir) != os.path.abspath(args.report_dir):
-        raise UsageError("--results-dir and --report-dir name the same thing; give one")
-    results = (args.results_dir or args.report_dir or (cfg.report_dir if cfg is not None else None)
+    results = (args.report_dir or (cfg.report_dir if cfg is not None else None)
                or os.environ.get("GPUACCEPT_REPORT_DIR") or "gpuaccept-reports")
     options = backend_cls.options_from_args(args)
     hosts = options.get("hosts") if isinstance(options, dict) else None

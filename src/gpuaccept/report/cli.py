@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuaccept.argtypes import duration_up_to
+from gpuaccept.cliargs import hidden_alias
 from gpuaccept.errors import GpuacceptError, UsageError
 
 FORMATS = {"html": "html", "md": "md", "markdown": "md", "json": "json", "junit": "xml", "prom": "prom",
@@ -51,8 +52,9 @@ def register(subparsers: Any) -> None:
                     "or cluster report file, or a run directory. Output goes to stdout, except HTML, which goes to "
                     "./gpuaccept-<run-id>.html unless --output says otherwise ('-' for stdout).")
     rep.add_argument("ref", metavar="REF", help="run id, report file or run directory")
-    rep.add_argument("--format", "-f", choices=sorted(FORMATS), default="html",
-                     help="html (default), md, json, junit (JUnit XML), prom (node_exporter textfile)")
+    fmt = rep.add_argument("--format", choices=sorted(FORMATS), default="html",
+                           help="html (default), md, json, junit (JUnit XML), prom (node_exporter textfile)")
+    hidden_alias(rep, "-f", fmt)
     rep.add_argument("--output", "-o", default=None, metavar="PATH",
                      help="file or directory to write ('-' for stdout); a regular file is replaced atomically, "
                           "a device or FIFO written as a stream, a symbolic link to a file refused")
@@ -63,7 +65,8 @@ def register(subparsers: Any) -> None:
                      help=f"where run directories are looked up by run id (default: ${REPORT_DIR_ENV} "
                           "or ./gpuaccept-reports)")
     rep.add_argument("--exit-code", action="store_true",
-                     help="exit 1 when the run did not succeed (like 'git diff --exit-code')")
+                     help="exit 1 when the run did not succeed (like 'git diff --exit-code'; default: exit 0 "
+                          "once the report is written)")
     rep.set_defaults(handler=cmd_report)
 
     srv = subparsers.add_parser(
@@ -74,8 +77,9 @@ def register(subparsers: Any) -> None:
     srv.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"TCP port (default {DEFAULT_PORT}; 0: any free)")
     srv.add_argument("--bind", default="0.0.0.0", metavar="ADDR", help="address to listen on (default 0.0.0.0)")
     src = srv.add_mutually_exclusive_group()
-    src.add_argument("--from", dest="source_dir", default=None, metavar="DIR",
+    src.add_argument("--report-dir", dest="source_dir", default=None, metavar="DIR",
                      help="report directory with <run-id>/report.json and cluster-report.json files")
+    hidden_alias(src, "--from", src._group_actions[-1])
     src.add_argument("--db", default=None, metavar="URL", help="history store URL (sqlite:///... or postgresql://...)")
     srv.add_argument("--max-age", type=duration_up_to(MAX_AGE_S), default=None, metavar="DURATION",
                      help="ignore runs that started longer ago than this (e.g. 30d)")
@@ -173,6 +177,6 @@ def cmd_serve_metrics(args: argparse.Namespace) -> int:
     else:
         root = Path(args.source_dir or _default_report_dir()).expanduser()
         if not root.is_dir():
-            raise UsageError(f"--from {root}: no such directory")
+            raise UsageError(f"--report-dir {root}: no such directory")
         source = serve.DirSource(root, args.max_age)
     return serve.serve(source, args.port, args.bind)

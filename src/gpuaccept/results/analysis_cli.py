@@ -8,7 +8,7 @@ prints what was compared (SKU/metric groups left out, and why: fewer than
 outliers, worst first. ``--json`` prints the analysis dict (the
 shape of ``ClusterReport.analysis``); ``--output`` writes it to a file.
 
-Exit codes: 0 done, 1 outliers found and ``--fail-on-outliers`` given, 2 bad input.
+Exit codes: 0 done, 1 outliers found and ``--exit-code`` given, 2 bad input.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 from gpuaccept.argtypes import int_at_least
 from gpuaccept.argtypes import nonneg_int as _nonneg_int
 from gpuaccept.argtypes import positive_float as _positive_float
-from gpuaccept.cliargs import add_json_option
+from gpuaccept.cliargs import add_json_option, hidden_alias
 
 _at_least_3 = int_at_least(3)
 
@@ -64,7 +64,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             print("  " + format_outlier(o))
         if args.limit and len(outliers) > args.limit:
             print(f"  ... and {len(outliers) - args.limit} more (--limit 0 for all, --json for everything)")
-    return 1 if args.fail_on_outliers and result["outliers"] else 0
+    return 1 if args.exit_code and result["outliers"] else 0
 
 
 def register(sub: Any) -> None:
@@ -83,5 +83,6 @@ def register(sub: Any) -> None:
     add_json_option(a, "the analysis")
     a.add_argument("--output", "-o", default=None, metavar="PATH", help="also write the analysis JSON here"
                    "; a device or FIFO is written as a stream, a file replaced atomically, a link refused")
-    a.add_argument("--fail-on-outliers", action="store_true", help="exit 1 when any outlier is found")
+    code = a.add_argument("--exit-code", action="store_true", help="exit 1 when any outlier is found (default: 0)")
+    hidden_alias(a, "--fail-on-outliers", code)
     a.set_defaults(handler=cmd_analyze)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuaccept.argtypes import positive_float as _positive_float
 from gpuaccept.argtypes import positive_int as _positive_int
-from gpuaccept.cliargs import add_json_option
+from gpuaccept.cliargs import add_json_option, hidden_alias
 
 if TYPE_CHECKING:
     from gpuaccept.model import ClusterReport, NodeReport
@@ -172,7 +172,7 @@ def cmd_create(args: argparse.Namespace) -> int:
         origin = [str(p) for p in args.paths]
         if not items:
             raise InputError(f"no gpuaccept reports found in {', '.join(args.paths)}")
-    baseline = learn_baseline(items, trim_z=args.trim_z, min_samples=args.min_samples, origin=origin)
+    baseline = learn_baseline(items, trim_z=args.max_z, min_samples=args.min_samples, origin=origin)
     if not len(baseline):
         raise InputError(f"no metric had {args.min_samples} or more usable values in {baseline.runs} report(s) "
                          f"(lower --min-samples, or check the reports ran any measurement)")
@@ -288,7 +288,7 @@ def register(sub: Any) -> None:
 
     c = bsub.add_parser("create", help="learn a baseline from reports or the history",
                         description="Learn a baseline: per SKU and metric, the median after dropping values more "
-                                    "than --trim-z robust deviations out (repeated until stable).")
+                                    "than --max-z robust deviations out (repeated until stable).")
     c.add_argument("--from", dest="paths", nargs="+", default=None, metavar="PATH",
                    help="report.json / cluster report files, or directories searched for them")
     c.add_argument("--history", action="store_true", help="learn from the node runs in the history store")
@@ -298,8 +298,9 @@ def register(sub: Any) -> None:
                    help="only runs since WHEN: 2026-11-01, 7d (with --history)")
     c.add_argument("--output", "-o", default="-", metavar="FILE", help="where the YAML goes (default: stdout)"
                    "; a device or FIFO is written as a stream, a file replaced atomically, a link refused")
-    c.add_argument("--trim-z", type=_positive_float, default=3.5, metavar="Z",
-                   help="drop values beyond Z robust deviations before taking the median (default 3.5)")
+    z = c.add_argument("--max-z", type=_positive_float, default=3.5, metavar="Z",
+                       help="drop values beyond Z robust deviations before taking the median (default 3.5)")
+    hidden_alias(c, "--trim-z", z)
     c.add_argument("--min-samples", type=_positive_int, default=3, metavar="N",
                    help="omit metrics with fewer than N values left (default 3)")
     c.add_argument("--thresholds", default=None, metavar="YAML", help="embed these threshold rules in the baseline")

@@ -18,7 +18,7 @@ from gpuaccept.argtypes import nonneg_float as _nonneg_float
 from gpuaccept.argtypes import nonneg_int as _nonneg_int
 from gpuaccept.argtypes import positive_float as _positive_float
 from gpuaccept.argtypes import positive_int as _positive_int
-from gpuaccept.cliargs import add_json_option
+from gpuaccept.cliargs import add_json_option, hidden_alias
 from gpuaccept.inputs import did_you_mean, shown_names
 
 
@@ -104,10 +104,10 @@ def register(sub: Any) -> None:
                                    "one. One noisy run is never a regression: a run is judged by the median of "
                                    "the last --recent runs (it and the ones just before it), which must be worse "
                                    "than the median of the runs before those (at least --min-history, at most "
-                                   "--window of them) by more than --max-drop-sigma robust deviations (1.4826 x "
+                                   "--window of them) by more than --max-z robust deviations (1.4826 x "
                                    "their MAD) and by more than --min-drop-pct. With the defaults a drop is "
                                    "flagged once it holds for 2 of the last 3 runs, after 6 runs in all. "
-                                   "Exit 1 when the newest run regressed.")
+                                   "Exit 1 when the newest run regressed (--no-exit-code: 0).")
     who = t.add_mutually_exclusive_group(required=True)
     who.add_argument("--host", default=None, help="the node (its GPUs' histories follow them from other hosts)")
     who.add_argument("--gpu", type=_gpu_uuid, default=None, metavar="UUID",
@@ -118,8 +118,9 @@ def register(sub: Any) -> None:
     t.add_argument("--check", default=None, metavar="NAME", help="only this check's values of the metric")
     t.add_argument("--device", default=None, metavar="DEV", help="only this device of HOST, e.g. cuda:0")
     t.add_argument("--since", default=None, metavar="WHEN", help="only runs since WHEN (as for history)")
-    t.add_argument("--max-drop-sigma", type=_positive_float, default=3.0, metavar="N",
-                   help="robust deviations a value must be worse by (default 3)")
+    z = t.add_argument("--max-z", type=_positive_float, default=3.0, metavar="Z",
+                       help="a regression is worse by more than Z robust deviations (default 3)")
+    hidden_alias(t, "--max-drop-sigma", z)
     t.add_argument("--min-drop-pct", type=_nonneg_float, default=5.0, metavar="PCT",
                    help="and worse by more than this %% of the earlier median (default 5)")
     t.add_argument("--window", type=_positive_int, default=20, metavar="N",
@@ -132,6 +133,8 @@ def register(sub: Any) -> None:
                    help="which way is better (auto: from the threshold, unit and name)")
     t.add_argument("--db", default=None, metavar="URL", help=DB_HELP)
     add_json_option(t, "the trend")
+    t.add_argument("--exit-code", action=argparse.BooleanOptionalAction, default=True,
+                   help="exit 1 when a regression is found (the default; --no-exit-code: exit 0)")
     t.set_defaults(handler=cmd_trend)
 
 
@@ -424,7 +427,7 @@ def cmd_trend(args: argparse.Namespace) -> int:
     from gpuaccept.results.trend import TrendRule
 
     since = parse_since(args.since) if args.since else None
-    rule = TrendRule(max_drop_sigma=args.max_drop_sigma, min_drop_frac=args.min_drop_pct / 100.0,
+    rule = TrendRule(max_drop_sigma=args.max_z, min_drop_frac=args.min_drop_pct / 100.0,
                      window=args.window, min_history=args.min_history, recent=args.recent)
     with open_store(args.db, read_only=True) as store:
         series, who = _trend_series(store, args, since, rule)
@@ -438,7 +441,7 @@ def cmd_trend(args: argparse.Namespace) -> int:
         _dump(args.json, {**head, "rule": rule.__dict__, "regressed": bool(regressed),
                           "series": [{**s.to_dict(), "gone": gone[id(s)]} for s in series]})
         if args.json == "-":
-            return 1 if regressed else 0
+            return 1 if regressed and args.exit_code else 0
     for s in series:
         better = "higher" if s.higher_is_better else "lower"
         note = f" ({gone[id(s)]}; not judged)" if gone[id(s)] else ""
@@ -467,4 +470,4 @@ def cmd_trend(args: argparse.Namespace) -> int:
         else:
             print(f"not enough history to judge: fewer than {rule.recent} recent and {rule.min_history} earlier "
                   "runs")
-    return 1 if regressed else 0
+    return 1 if regressed and args.exit_code else 0
