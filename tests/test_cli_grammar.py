@@ -268,3 +268,42 @@ def test_launch_old_spellings_reach_the_job(tmp_path: Path) -> None:
                    "--mount", "/a:/b", "--mount", "/c:/d", "--image", "img:1")
     assert old.rc == new.rc == 0, old.err + new.err
     assert old.out == new.out and str(tmp_path) in new.out and "/a:/b,/c:/d" in new.out
+
+
+def test_every_help_has_a_description_and_examples() -> None:
+    for where, p in subparsers():
+        assert p.description, f"gpuaccept {where} --help has no description"
+        text = p.format_help()
+        examples = text.split("\nexamples:\n", 1)[1].splitlines() if "\nexamples:\n" in text else []
+        lines = [line for line in examples if line.startswith("  ")]
+        assert len(lines) >= (3 if where == "" else 2), f"gpuaccept {where} --help: fewer than 2 examples"
+        if where:
+            assert all(f"gpuaccept {where.split()[0]}" in line for line in lines), (where, lines)
+
+
+def test_every_example_parses() -> None:
+    """The examples are real command lines: each parses (nothing is run)."""
+    import shlex
+
+    from gpuaccept.cli import build_parser
+    from gpuaccept.cliexamples import EXAMPLES
+    from gpuaccept.nccltests.cli import default_action
+
+    for where, lines in EXAMPLES.items():
+        for line in lines:
+            argv = shlex.split(line.split("|")[-1].split(">")[0])
+            assert argv[0] == "gpuaccept", line
+            if where != "completion" or "completion" in {w for w, _p in subparsers()}:
+                args = build_parser().parse_args(default_action(argv[1:]))
+                assert args.command == argv[1], line
+
+
+def test_top_help_groups_the_commands() -> None:
+    from gpuaccept.cliexamples import GROUPS
+
+    text = run_main("--help").out
+    heads = [text.index(f"\n{group}:\n") for group, _names in GROUPS if f"\n{group}:\n" in text]
+    assert len(heads) >= 5 and heads == sorted(heads)
+    listed = {n for _g, names in GROUPS for n in names}
+    assert {w for w, _p in subparsers() if w and " " not in w} <= listed  # no command left out of a group
+    assert text.count("\n  run ") == 1  # once, in its group (not also argparse's flat list)

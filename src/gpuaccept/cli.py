@@ -40,7 +40,8 @@ from gpuaccept.suiteplan import add_plan_option
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="gpuaccept", description="Acceptance tests for GPU nodes and clusters.")
     parser.add_argument("--version", action="version", version=f"gpuaccept {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser,
+                                help="one of the commands below; 'gpuaccept COMMAND --help' for its options")
 
     run = sub.add_parser("run", help="run the acceptance suite on this node",
                          description="Run the acceptance suite on this node and write a JSON report.")
@@ -64,13 +65,35 @@ def build_parser() -> argparse.ArgumentParser:
                    help="without --distributed: processes for the distributed checks on this node "
                         "(default: one per selected GPU; 2 gloo ranks on CPU)")
 
-    checks = sub.add_parser("checks", help="list every check with its parameters and default thresholds")
+    checks = sub.add_parser("checks", help="list every check with its parameters and default thresholds",
+                            description="List every check: its tag, profiles, timeout, parameters (kind, bounds, "
+                                        "value in --profile), threshold rules and the metrics it produces.")
     checks.add_argument("--profile", choices=PROFILES, default="standard")
     add_json_option(checks, "the checks, their parameters and thresholds")
 
     for module_name in SUBCOMMAND_MODULES:
         importlib.import_module(module_name).register(sub)
+    _group_commands(parser, sub)
     return parser
+
+
+def _group_commands(parser: argparse.ArgumentParser, sub: Any) -> None:
+    """``gpuaccept --help``: the commands under group headings, then examples (not argparse's flat list); each
+    parser's epilog its examples."""
+    from gpuaccept.cliexamples import attach, command_list, epilog
+
+    commands = {a.dest: a.help or "" for a in sub._choices_actions}
+    sub._choices_actions.clear()  # listed by group in the epilog instead
+    parser.epilog = command_list(commands) + "\n\n" + epilog("")
+    walk: list[tuple[str, argparse.ArgumentParser]] = []
+    todo: list[tuple[str, argparse.ArgumentParser]] = [(name, p) for name, p in sub.choices.items()]
+    while todo:
+        where, p = todo.pop()
+        walk.append((where, p))
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                todo += [(f"{where} {name}", child) for name, child in a.choices.items()]
+    attach(walk)
 
 
 def _bounds(minimum: float | None, maximum: float | None) -> str:

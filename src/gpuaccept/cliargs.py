@@ -85,6 +85,15 @@ class Parser(argparse.ArgumentParser):
     """argparse that reports errors in one line and exits 2 (argparse's own convention), pointing to the help
     of the (sub)command the error is in, with "did you mean" for a mistyped flag or choice."""
 
+    def format_help(self) -> str:
+        """argparse's help, the epilog (examples, the grouped commands) kept as written, not re-wrapped."""
+        epilog, self.epilog = self.epilog, None
+        try:
+            text = super().format_help()
+        finally:
+            self.epilog = epilog
+        return text + (f"\n{epilog}\n" if epilog else "")
+
     def error(self, message: str) -> None:  # type: ignore[override]
         m = _CHOICE.search(message)
         if m:

@@ -307,7 +307,9 @@ def register(sub: Any) -> None:
     c.add_argument("--note", default=None, help="a note stored in the baseline's source")
     c.set_defaults(handler=cmd_create)
 
-    s = bsub.add_parser("show", help="validate a baseline file and list its entries")
+    s = bsub.add_parser("show", help="validate a baseline file and list its entries",
+                        description="Validate a baseline file and list its entries: per SKU and metric the median, "
+                                    "spread, sample count and the threshold rules it carries.")
     s.add_argument("file", metavar="FILE")
     s.add_argument("--sku", default=None, help="only this SKU")
     add_json_option(s, "the baseline")
