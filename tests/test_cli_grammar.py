@@ -307,3 +307,25 @@ def test_top_help_groups_the_commands() -> None:
     listed = {n for _g, names in GROUPS for n in names}
     assert {w for w, _p in subparsers() if w and " " not in w} <= listed  # no command left out of a group
     assert text.count("\n  run ") == 1  # once, in its group (not also argparse's flat list)
+
+
+def test_shell_completion_knows_every_command_and_only_the_visible_flags(tmp_path: Path) -> None:
+    """``gpuaccept completion bash`` (shtab, from the parser): bash completes a command and a backend's flag."""
+    import importlib.util
+    import shutil
+    import subprocess
+
+    assert importlib.util.find_spec("shtab"), "shtab is a dev dependency (pip install -e '.[dev]')"
+    r = run_main("completion", "bash")
+    assert r.rc == 0, r.err
+    script = tmp_path / "gpuaccept.bash"
+    script.write_text(r.out)
+    assert "--training-runtime" in r.out and "--max-z" in r.out and "--results-dir" not in r.out
+    assert run_main("completion", "zsh").out.startswith("#compdef gpuaccept")
+    bash = shutil.which("bash")
+    assert bash is not None
+    probe = (f"source {script}; COMP_WORDS=(gpuaccept healthch); COMP_CWORD=1; _shtab_gpuaccept; "
+             "echo \"${COMPREPLY[@]}\"; COMP_WORDS=(gpuaccept launch k8s --training-r); COMP_CWORD=3; "
+             "_shtab_gpuaccept; echo \"${COMPREPLY[@]}\"")
+    out = subprocess.run([bash, "-c", probe], capture_output=True, text=True, timeout=30, check=True).stdout
+    assert out.split("\n")[:2] == ["healthcheck", "--training-runtime"], out

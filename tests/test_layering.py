@@ -36,6 +36,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "cliargs": frozenset({"errors", "argtypes", "exitcodes"}),
     "suiteplan": frozenset(),
     "cliexamples": frozenset(),
+    "completion": frozenset({"errors"}),
     "hw": frozenset({"errors", "model"}),
     "checks": frozenset({"errors", "model", "argtypes", "inputs", "hw", "distributed", "nccltests"}),
     "distributed": frozenset({"errors", "model", "hw", "checks"}),

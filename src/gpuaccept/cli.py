@@ -77,13 +77,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _GroupedFormatter(argparse.HelpFormatter):
+    """The top help: argparse's flat list of commands left out (the epilog lists them by group)."""
+
+    def _iter_indented_subactions(self, action: argparse.Action) -> Any:
+        return iter(())
+
+
 def _group_commands(parser: argparse.ArgumentParser, sub: Any) -> None:
     """``gpuaccept --help``: the commands under group headings, then examples (not argparse's flat list); each
     parser's epilog its examples."""
     from gpuaccept.cliexamples import attach, command_list, epilog
 
     commands = {a.dest: a.help or "" for a in sub._choices_actions}
-    sub._choices_actions.clear()  # listed by group in the epilog instead
+    parser.formatter_class = _GroupedFormatter
     parser.epilog = command_list(commands) + "\n\n" + epilog("")
     walk: list[tuple[str, argparse.ArgumentParser]] = []
     todo: list[tuple[str, argparse.ArgumentParser]] = [(name, p) for name, p in sub.choices.items()]
@@ -235,7 +242,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = ("gpuaccept.results.cli", "gpuaccept.launc
                                       "gpuaccept.containers.image_cli", "gpuaccept.nccltests.cli",
                                       "gpuaccept.isolate.cli",
                                       "gpuaccept.containers.constraints_cli", "gpuaccept.health.cli",
-                                      "gpuaccept.health.nodestatus_cli")
+                                      "gpuaccept.health.nodestatus_cli", "gpuaccept.completion")
 
 
 DURATION_FLAGS = ("--budget", "--deadline", "--time", "--timeout", "--dist-timeout", "--test-timeout",
