@@ -150,16 +150,16 @@ def test_fail_on_outliers_is_not_a_silent_pass_when_nothing_was_compared(tmp_pat
     nothing, partly = tmp_path / "nothing.json", tmp_path / "partly.json"
     nothing.write_text(json.dumps(fleet(5, nodes=2, gpus=1).to_dict()))
     partly.write_text(json.dumps(fleet(18, nodes=2).to_dict()))
-    r = gpuaccept("analyze", str(nothing), "--fail-on-outliers")
+    r = gpuaccept("analyze", str(nothing), "--exit-code")
     ok(r, 1)
     (line,) = r.stderr.strip().splitlines()
-    assert line == (f"gpuaccept analyze: --fail-on-outliers: nothing was compared, no outlier can be found "
+    assert line == (f"gpuaccept analyze: --exit-code: nothing was compared, no outlier can be found "
                     f"({len(METRICS) + 1} SKU/metric group(s): {len(METRICS)} not compared (fewer than 3 nodes and "
                     "fewer than 3 GPUs in any node), 1 not compared (fewer than 3 nodes))")
     assert "Traceback" not in r.stderr
     ok(gpuaccept("analyze", str(nothing)))  # without the flag nothing is asked: the output says it, exit 0
-    assert json.loads(ok(gpuaccept("analyze", str(nothing), "--json", "--fail-on-outliers"), 1))["outliers"] == []
-    ok(gpuaccept("analyze", str(partly), "--fail-on-outliers"))  # compared within nodes, no outlier: 0
+    assert json.loads(ok(gpuaccept("analyze", str(nothing), "--json", "--exit-code"), 1))["outliers"] == []
+    ok(gpuaccept("analyze", str(partly), "--exit-code"))  # compared within nodes, no outlier: 0
 
 
 def test_junit_and_prometheus_carry_the_coverage_of_the_analysis() -> None:

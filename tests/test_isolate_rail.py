@@ -80,7 +80,7 @@ def test_the_nccl_tests_rail_plan_is_one_launch_mpi_per_rail_pinned_to_its_gpu_a
                          "--rail-ports", "mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1", "--nccl-tests-bin", "/opt/nt/arp",
                          "--min-busbw", "150")
     assert len(plan) == 4
-    assert plan[2] == ["gpuaccept", "launch", "mpi", "--nodes", "2", "--hosts", "gpu07,gpu03", "--results-dir", "/r",
+    assert plan[2] == ["gpuaccept", "launch", "mpi", "--nodes", "2", "--hosts", "gpu07,gpu03", "--report-dir", "/r",
                        "--run-id", "dry-run-rail-gpu07-gpu2-0", "--name", "isolate", "--env",
                        "CUDA_VISIBLE_DEVICES=2", "--env", "NCCL_IB_HCA==mlx5_2:1", "--gpus-per-node", "1",
                        "--procs-per-node", "1", "--", "/opt/nt/arp", "-b", "8M", "-e", "1G", "-f", "2", "-g", "1"]

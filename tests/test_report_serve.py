@@ -176,9 +176,10 @@ def test_collector_exports_what_the_textfile_holds(tmp_path: Path) -> None:
 
 
 def test_bad_usage_exits_2(tmp_path: Path) -> None:
-    proc = gpuaccept("serve-metrics", "--port", "0", "--from", str(tmp_path / "nope"))
-    assert proc.returncode == 2 and proc.stderr.startswith("gpuaccept: error: --from") and "Traceback" not in \
-        proc.stderr
+    for flag in ("--report-dir", "--from"):  # --from: the old spelling, an error names the new one
+        proc = gpuaccept("serve-metrics", "--port", "0", flag, str(tmp_path / "nope"))
+        assert proc.returncode == 2 and proc.stderr.startswith("gpuaccept: error: --report-dir") and \
+            "Traceback" not in proc.stderr
     proc = gpuaccept("serve-metrics", "--port", "70000")
     assert proc.returncode == 2 and "not a port number" in proc.stderr
     with socket.socket() as busy:

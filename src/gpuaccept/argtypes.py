@@ -49,6 +49,13 @@ def positive_int(text: str) -> int:
     return int(text)
 
 
+def integer(text: str) -> int:
+    """Any integer of at most 12 digits (its range is checked where its meaning is known, with a better reason)."""
+    if not re.fullmatch(r"-?\d{1,12}", text.strip()):
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not an integer of at most 12 digits")
+    return int(text)
+
+
 def int_at_least(minimum: int) -> Callable[[str], int]:
     """A converter accepting integers >= ``minimum``."""
 
@@ -62,13 +69,13 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
 
 MAX_DURATION_S = 7 * 24 * 3600.0
 """The longest ``duration`` accepted (a week)."""
-_SPAN_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_SPAN_PART = re.compile(r"(\d{1,9}(?:\.\d{1,6})?)([smhd])")
+_SPAN_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
+_SPAN_PART = re.compile(r"(\d{1,9}(?:\.\d{1,6})?)([smhdw])")
 
 
-def parse_duration(text: str) -> float:
-    """Seconds in ``90s``, ``10m``, ``1h30m``, ``2d`` or a bare number of seconds (``600``); ValueError with a
-    one-line reason when the text is not one, is not more than 0 or exceeds :data:`MAX_DURATION_S`."""
+def parse_duration(text: str, maximum: float = MAX_DURATION_S) -> float:
+    """Seconds in ``90s``, ``10m``, ``1h30m``, ``2d``, ``2w`` or a bare number of seconds (``600``); ValueError
+    with a one-line reason when the text is not one, is not more than 0 or exceeds ``maximum`` seconds."""
     t = text.strip().lower()
     if re.fullmatch(r"-(?:\d|\.\d).*", t):
         raise ValueError(f"{text!r} must be more than 0 seconds")
@@ -80,8 +87,8 @@ def parse_duration(text: str) -> float:
         raise ValueError(f"{text!r} is not a duration such as 90s, 10m, 1h30m or 2d")
     if not seconds > 0:
         raise ValueError(f"{text!r} must be more than 0 seconds")
-    if seconds > MAX_DURATION_S:
-        raise ValueError(f"{text!r} is longer than the maximum, 7d ({MAX_DURATION_S:g} s)")
+    if seconds > maximum:
+        raise ValueError(f"{text!r} is longer than the maximum, {fmt_s(maximum)} ({maximum:g} s)")
     return seconds
 
 
@@ -97,11 +104,89 @@ def fmt_s(seconds: float, up: bool = True) -> str:
 
 
 def duration(text: str) -> float:
-    """argparse converter for :func:`parse_duration`."""
+    """argparse converter for :func:`parse_duration`: seconds, at most 7 days. Every flag that takes a span of
+    time uses it (or :func:`duration_up_to`, :func:`time_limit`, :func:`go_duration`): one syntax everywhere."""
     try:
         return parse_duration(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+duration.grammar = "duration"  # type: ignore[attr-defined]
+
+
+def duration_up_to(maximum: float) -> Callable[[str], float]:
+    """:func:`duration` with another maximum (seconds), e.g. a year for a history window."""
+
+    def convert(text: str) -> float:
+        try:
+            return parse_duration(text, maximum)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = "duration"
+    convert.grammar = "duration"  # type: ignore[attr-defined]
+    return convert
+
+
+def whole_seconds(text: str) -> int:
+    """:func:`duration` rounded up to whole seconds (for a setting that is an integer number of seconds)."""
+    return math.ceil(duration(text) - 1e-9)
+
+
+whole_seconds.grammar = "duration"  # type: ignore[attr-defined]
+
+
+def go_duration(text: str) -> str:
+    """A :func:`duration` written for a Go program (``time.ParseDuration``): ``90s``, ``10m`` and ``1h30m`` are kept
+    as written; ``2d``, ``1w`` and bare seconds (``600``) become seconds with a unit (``172800s``, ``600s``)."""
+    seconds = duration(text)
+    t = text.strip().lower()
+    return t if re.fullmatch(r"(?:\d{1,9}(?:\.\d{1,6})?[smh])+", t) else f"{seconds:g}s"
+
+
+go_duration.grammar = "duration"  # type: ignore[attr-defined]
+
+MAX_TIME_LIMIT_MIN = 366 * 24 * 60
+"""The longest scheduler time limit accepted, in minutes (a year)."""
+_SLURM_TIME = re.compile(r"(?:(?P<d>\d{1,3})-(?P<dh>\d{1,4})(?::(?P<dm>\d{1,4})(?::(?P<ds>\d{1,4}))?)?"
+                         r"|(?P<a>\d{1,7})(?::(?P<b>\d{1,4})(?::(?P<c>\d{1,4}))?)?)")
+
+
+def parse_time_limit(text: str) -> int:
+    """Whole minutes (rounded up, as Slurm does) in a scheduler time limit: Slurm's own forms ``MM``, ``MM:SS``,
+    ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS`` (a bare number is minutes, as for ``sbatch --time``) or a
+    duration with units (``90s``, ``1h30m``, ``2d``). ValueError with a one-line reason otherwise."""
+    t = text.strip().lower()
+    m = _SLURM_TIME.fullmatch(t)
+    if m is None:
+        try:
+            seconds = parse_duration(t, MAX_TIME_LIMIT_MIN * 60.0)
+        except ValueError:
+            raise ValueError(f"{text[:40]!r} is not a time limit: minutes (30), MM:SS, HH:MM:SS, D-HH, D-HH:MM, "
+                             "D-HH:MM:SS (Slurm's forms) or a duration such as 90s, 1h30m, 2d") from None
+    elif m.group("d") is not None:
+        seconds = (int(m.group("d")) * 86400 + int(m.group("dh")) * 3600 + int(m.group("dm") or 0) * 60
+                   + int(m.group("ds") or 0))
+    elif m.group("c") is not None:
+        seconds = int(m.group("a")) * 3600 + int(m.group("b")) * 60 + int(m.group("c"))
+    else:
+        seconds = int(m.group("a")) * 60 + int(m.group("b") or 0)
+    minutes = math.ceil(seconds / 60 - 1e-9)
+    if not 1 <= minutes <= MAX_TIME_LIMIT_MIN:
+        raise ValueError(f"{text[:40]!r} must be from 1 minute to 366 days")
+    return minutes
+
+
+def time_limit(text: str) -> int:
+    """argparse converter for :func:`parse_time_limit` (whole minutes)."""
+    try:
+        return parse_time_limit(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+time_limit.grammar = "duration"  # type: ignore[attr-defined]
 
 
 # ---------------------------------------------------------------------------------- values that name things

@@ -16,14 +16,13 @@ import json
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from gpuaccept import __version__
-from gpuaccept.argtypes import positive_float as _positive_float
+from gpuaccept.argtypes import duration as _duration
 from gpuaccept.argtypes import positive_int as _positive_int
 from gpuaccept.argtypes import run_id as _run_id
-from gpuaccept.cliargs import PROFILES, Parser, add_suite_options
+from gpuaccept.cliargs import PROFILES, Parser, add_json_option, add_suite_options
 from gpuaccept.errors import GpuacceptError, ReportWriteError
 from gpuaccept.exitcodes import (
     EXIT_FAILED,
@@ -34,19 +33,21 @@ from gpuaccept.exitcodes import (
     EXIT_USAGE,
 )
 from gpuaccept.model import Verdict
+from gpuaccept.outputs import write_output
+from gpuaccept.suiteplan import add_plan_option
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="gpuaccept", description="Acceptance tests for GPU nodes and clusters.")
     parser.add_argument("--version", action="version", version=f"gpuaccept {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser,
+                                help="one of the commands below; 'gpuaccept COMMAND --help' for its options")
 
     run = sub.add_parser("run", help="run the acceptance suite on this node",
                          description="Run the acceptance suite on this node and write a JSON report.")
     add_suite_options(run)
-    run.add_argument("--json", default=None, metavar="PATH", help="also write the report here ('-' for stdout)")
-    run.add_argument("--plan", action="store_true",
-                     help="print the suite plan and run nothing: a table on a terminal, JSON when piped or with --json")
+    add_json_option(run, "also write the report")
+    add_plan_option(run)
     run.add_argument("--no-html", action="store_true",
                      help="do not write report.html beside report.json (written by default)")
     run.add_argument("--conformance", default=None, metavar="MANIFEST",
@@ -62,20 +63,49 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run as one rank of a multi-process job started by torchrun, srun, mpirun or the "
                         "Kubeflow/Run:ai operators (rank and world size from their environment); node checks "
                         "run once per node, collectives and ddp_train on every rank, rank 0 writes the report")
-    d.add_argument("--dist-timeout", type=_positive_float, default=120.0, metavar="S",
-                   help="seconds allowed for rendezvous, process-group init and each collective; a rank silent "
-                        "this long is declared dead (default: 120)")
+    d.add_argument("--dist-timeout", type=_duration, default=120.0, metavar="DURATION",
+                   help="time allowed (90s, 2m; bare number: seconds) for rendezvous, process-group init and each "
+                        "collective; a rank silent this long is declared dead (default: 2m)")
     d.add_argument("--nproc", type=_positive_int, default=None, metavar="N",
                    help="without --distributed: processes for the distributed checks on this node "
                         "(default: one per selected GPU; 2 gloo ranks on CPU)")
 
-    checks = sub.add_parser("checks", help="list every check with its parameters and default thresholds")
+    checks = sub.add_parser("checks", help="list every check with its parameters and default thresholds",
+                            description="List every check: its tag, profiles, timeout, parameters (kind, bounds, "
+                                        "value in --profile), threshold rules and the metrics it produces.")
     checks.add_argument("--profile", choices=PROFILES, default="standard")
-    checks.add_argument("--json", action="store_true", help="machine-readable output")
+    add_json_option(checks, "the checks, their parameters and thresholds")
 
     for module_name in SUBCOMMAND_MODULES:
         importlib.import_module(module_name).register(sub)
+    _group_commands(parser, sub)
     return parser
+
+
+class _GroupedFormatter(argparse.HelpFormatter):
+    """The top help: argparse's flat list of commands left out (the epilog lists them by group)."""
+
+    def _iter_indented_subactions(self, action: argparse.Action) -> Any:
+        return iter(())
+
+
+def _group_commands(parser: argparse.ArgumentParser, sub: Any) -> None:
+    """``gpuaccept --help``: the commands under group headings, then examples (not argparse's flat list); each
+    parser's epilog its examples."""
+    from gpuaccept.cliexamples import attach, command_list, epilog
+
+    commands = {a.dest: a.help or "" for a in sub._choices_actions}
+    parser.formatter_class = _GroupedFormatter
+    parser.epilog = command_list(commands) + "\n\n" + epilog("")
+    walk: list[tuple[str, argparse.ArgumentParser]] = []
+    todo: list[tuple[str, argparse.ArgumentParser]] = [(name, p) for name, p in sub.choices.items()]
+    while todo:
+        where, p = todo.pop()
+        walk.append((where, p))
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                todo += [(f"{where} {name}", child) for name, child in a.choices.items()]
+    attach(walk)
 
 
 def _bounds(minimum: float | None, maximum: float | None) -> str:
@@ -112,8 +142,9 @@ def _cmd_checks(args: argparse.Namespace) -> int:
             "replaces": asdict(counterpart) if counterpart is not None else None,
         })
     if args.json:
-        print(json.dumps(rows, indent=2, default=str))
-        return EXIT_OK
+        write_output(args.json, json.dumps(rows, indent=2, default=str) + "\n", "--json")
+        if args.json == "-":
+            return EXIT_OK
     for row in rows:
         mark = "" if row["in_profile"] else f" (not in {args.profile})"
         print(f"{row['name']} [{row['tag']}]{mark}: {row['summary']}")
@@ -186,15 +217,11 @@ def _run(args: argparse.Namespace, warm: Any, started: float) -> int:
     console.summary(report, {}, _leave_html(args, out, stream))
     if args.json:
         text = json.dumps(report.to_dict(), indent=2)
-        if to_stdout:
-            print(text)
-        else:
-            try:
-                Path(args.json).write_text(text + "\n")
-            except OSError as exc:
-                print(f"gpuaccept: error: cannot write --json {args.json}: {exc.strerror}; "
-                      f"the report is in {out.report_path}", file=sys.stderr)
-                return EXIT_USAGE
+        try:
+            write_output(args.json, text + "\n", "--json")
+        except GpuacceptError as exc:
+            print(f"gpuaccept: error: {exc}; the report is in {out.report_path}", file=sys.stderr)
+            return EXIT_USAGE
     return _verdict_exit(report.verdict)
 
 
@@ -263,12 +290,16 @@ SUBCOMMAND_MODULES: tuple[str, ...] = ("gpuaccept.results.cli", "gpuaccept.launc
                                       "gpuaccept.containers.image_cli", "gpuaccept.nccltests.cli",
                                       "gpuaccept.isolate.cli", "gpuaccept.results.conformance_cli",
                                       "gpuaccept.containers.constraints_cli", "gpuaccept.health.cli",
-                                      "gpuaccept.health.nodestatus_cli")
+                                      "gpuaccept.health.nodestatus_cli", "gpuaccept.completion")
 
 
-def _negative_values(argv: Sequence[str], options: tuple[str, ...] = ("--budget",)) -> list[str]:
-    """``--budget -5m`` as ``--budget=-5m``, so that argparse hands the value to its converter, which says what is
-    wrong with it, instead of taking it for an option."""
+DURATION_FLAGS = ("--budget", "--deadline", "--time", "--timeout", "--dist-timeout", "--test-timeout",
+                  "--poll-interval", "--interval", "--max-age")
+
+
+def _negative_values(argv: Sequence[str], options: tuple[str, ...] = DURATION_FLAGS) -> list[str]:
+    """``--budget -5m`` as ``--budget=-5m`` (any of the duration flags), so that argparse hands the value to its
+    converter, which says what is wrong with it, instead of taking it for an option."""
     out: list[str] = []
     for arg in argv:
         if out and out[-1] in options and arg[:1] == "-" and arg[1:2].isdigit():
@@ -280,7 +311,9 @@ def _negative_values(argv: Sequence[str], options: tuple[str, ...] = ("--budget"
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(_negative_values(sys.argv[1:] if argv is None else argv))
+    from gpuaccept.nccltests.cli import default_action
+
+    args = parser.parse_args(default_action(_negative_values(sys.argv[1:] if argv is None else argv)))
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE

@@ -13,7 +13,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,14 @@ def did_you_mean(name: str, candidates: Iterable[str], n: int = 3) -> str:
     """`` (did you mean a or b?)`` naming the candidates close to ``name`` (difflib); empty when none is close."""
     close = difflib.get_close_matches(name, sorted(set(candidates)), n=n, cutoff=0.6)
     return f" (did you mean {' or '.join(close)}?)" if close else ""
+
+
+def shown_names(name: str, names: Sequence[str], limit: int = 15) -> str:
+    """``a, b, c, ...``: at most ``limit`` of ``names``, those close to ``name`` first (a cut list still shows the
+    near match); ``none`` when empty."""
+    near = difflib.get_close_matches(name, sorted(set(names)), n=3, cutoff=0.6)
+    ordered = near + [n for n in names if n not in near]
+    return (", ".join(ordered[:limit]) + (", ..." if len(ordered) > limit else "")) or "none"
 
 
 def read_bytes(path: str | Path, what: str = "file", limit: int = MAX_INPUT_BYTES) -> bytes:

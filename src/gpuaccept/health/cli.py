@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpuaccept.argtypes import nonneg_int, positive_float
+from gpuaccept.argtypes import duration, nonneg_int
 from gpuaccept.errors import InputError, ReportWriteError, UsageError
 
 TAG = "[HEALTHCHECK]"
@@ -33,12 +33,12 @@ def register(subparsers: Any) -> None:
         description="env and GPU count, NVML health, a short verified GEMM and free disk space within a budget; "
                     "one summary line. With --slurm drain: drain this node on a fault, resume it when healthy "
                     "if the drain was gpuaccept's (never an admin's).")
-    p.add_argument("--budget", type=positive_float, default=None, metavar="SECONDS",
+    p.add_argument("--budget", type=duration, default=None, metavar="DURATION",
                    help=f"plan this window (at least {MIN_BUDGET_S:g}): the four checks always, then the extras "
                         f"({', '.join(EXTRAS)}) and deeper levels that fit, estimated from this host's past runs in "
                         f"--db, with a fifth kept to re-run suspect results deeper. Without it: the four checks at "
                         "their fastest (see --deadline). Slurm kills HealthCheckProgram after 60 s")
-    p.add_argument("--deadline", type=positive_float, default=None, metavar="SECONDS",
+    p.add_argument("--deadline", type=duration, default=None, metavar="DURATION",
                    help=f"without --budget: the four checks at their fastest, ended within this (at least "
                         f"{MIN_BUDGET_S:g}; default {DEFAULT_BUDGET_S:g}); for HealthCheckProgram and Prolog")
     p.add_argument("--slurm", choices=("drain", "print"), default=None,
@@ -50,7 +50,8 @@ def register(subparsers: Any) -> None:
                    help="exit codes for: check (HealthCheckProgram, by hand), prolog, epilog (non-zero only for "
                         "a node fault or bad input: Slurm drains on non-zero)")
     p.add_argument("--device", choices=("cuda", "cpu", "auto"), default="cuda",
-                   help="cuda (default: no usable GPU is a fault), cpu, or auto")
+                   help="cuda (the default here, unlike run's auto: a health check runs on a GPU node, where no "
+                        "usable GPU is a fault and never a pass on the CPU), cpu, or auto")
     p.add_argument("--gpus", default=None, metavar="0,1", help="torch CUDA ordinals to test (default: all)")
     p.add_argument("--expect-gpus", type=nonneg_int, default=None, metavar="N", help="a fault unless N GPUs are seen")
     p.add_argument("--skip", default=None, metavar="C,D",

@@ -27,10 +27,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpuaccept.argtypes import count
+from gpuaccept.argtypes import count, go_duration, whole_seconds
 from gpuaccept.cliargs import add_suite_options
 from gpuaccept.errors import GpuacceptError, UsageError
 from gpuaccept.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NOTHING_MEASURED, EXIT_OK, EXIT_USAGE
+from gpuaccept.suiteplan import add_plan_option, show_plan
 
 HELP = "label (and taint) this Kubernetes node with its health verdict"
 DEFAULT_NAME = "gpuaccept-health"
@@ -66,6 +67,8 @@ def register(sub: Any) -> None:
                    help="on a failure also add the taint gpuaccept.io/health=fail:NoSchedule (a pass always "
                         "removes it)")
     v.add_argument("--apply", action="store_true", help="send the change (default: print it and send nothing)")
+    v.add_argument("--dry-run", action="store_true", help="print the change and send nothing (the default)")
+    add_plan_option(v, " (with --profile; the verdict is not made)")
     v.add_argument("--server-dry-run", action="store_true",
                    help="with --apply: the API server checks the patch (RBAC included) and stores nothing")
     v.add_argument("--kubeconfig", default=None, metavar="FILE",
@@ -82,7 +85,8 @@ def register(sub: Any) -> None:
     d.add_argument("--image", default=None, help="image with gpuaccept[k8s] (required with --daemonset)")
     d.add_argument("--namespace", default=None, help=f"default: {DEFAULT_NAME}")
     d.add_argument("--name", default=None, help=f"name of the objects (default: {DEFAULT_NAME})")
-    d.add_argument("--interval", type=int, default=None, metavar="S", help="seconds between runs (default: 600)")
+    d.add_argument("--interval", type=whole_seconds, default=None, metavar="DURATION",
+                   help="time between runs (90s, 10m, 1h; bare number: seconds; default: 10m)")
     d.add_argument("--node-selector", action="append", default=None, metavar="KEY=VALUE",
                    help="run only on nodes with this label (repeatable)")
     d.add_argument("--toleration", action="append", default=None, metavar="KEY[=VALUE][:EFFECT]",
@@ -109,9 +113,10 @@ def register(sub: Any) -> None:
                         "node-status --summary with --report or these suite options")
     n.add_argument("--npd-plugin-path", default=None, metavar="PATH",
                    help=f"where the plugin script is in NPD's container (default: {NPD_PLUGIN_PATH})")
-    n.add_argument("--npd-interval", default=None, metavar="DURATION",
+    n.add_argument("--npd-interval", type=go_duration, default=None, metavar="DURATION",
                    help=f"invoke_interval (default: {NPD_INTERVAL})")
-    n.add_argument("--npd-timeout", default=None, metavar="DURATION", help=f"plugin timeout (default: {NPD_TIMEOUT})")
+    n.add_argument("--npd-timeout", type=go_duration, default=None, metavar="DURATION",
+                   help=f"plugin timeout (default: {NPD_TIMEOUT})")
     p.set_defaults(handler=run)
 
 
@@ -165,7 +170,14 @@ def _check_modes(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.dry_run and args.apply:
+        raise UsageError("--dry-run sends nothing, --apply sends the change: give one")
+    if args.plan and (args.report or args.daemonset or args.npd_config is not None):
+        raise UsageError("--plan shows the plan of the suite run with --profile; it goes without --report, "
+                         "--daemonset and --npd-config")
     _check_modes(args)
+    if args.plan:
+        return show_plan(_gpu_suite_args(args))
     if args.daemonset:
         return _daemonset(args)
     if args.npd_config is not None:

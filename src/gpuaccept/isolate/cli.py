@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpuaccept.argtypes import check_host, int_at_least, nonneg_float, positive_float, positive_int
+from gpuaccept.argtypes import check_host, duration, int_at_least, nonneg_float, positive_float, positive_int
+from gpuaccept.cliargs import add_json_option, hidden_alias
 from gpuaccept.errors import InputError, UsageError
 from gpuaccept.exitcodes import EXIT_FAILED, EXIT_OK
 
@@ -46,7 +47,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--seed", type=int_at_least(0), default=0, help="seed of the random pairing (default: 0)")
     p.add_argument("--racks", default=None, metavar="N1=R1,N2=R1",
                    help="rack or switch of each node: pairs within a rack first, re-tests across racks")
-    p.add_argument("--json", default=None, metavar="PATH", help="also write the verdicts as JSON ('-': stdout)")
+    add_json_option(p, "also write the verdicts")
     p.add_argument("--drain", action="store_true", help="print the scontrol commands that drain the bad nodes")
     p.add_argument("--apply", action="store_true", help="with --drain: run them")
     p.add_argument("--dry-run", action="store_true",
@@ -66,10 +67,11 @@ def register(subparsers: Any) -> None:
     r.add_argument("--device", choices=("auto", "cuda", "cpu"), default=None, help="passed to each launch")
     r.add_argument("--profile", choices=("quick", "standard", "full"), default="quick",
                    help="profile of the collectives check (default: quick)")
-    r.add_argument("--results-dir", default="gpuaccept-reports", metavar="DIR",
+    r.add_argument("--report-dir", default="gpuaccept-reports", metavar="DIR",
                    help="where each test's run directory goes (default: ./gpuaccept-reports)")
-    r.add_argument("--test-timeout", type=positive_float, default=None, metavar="S",
-                   help="a test still running after S seconds is cancelled and fails")
+    hidden_alias(r, "--results-dir", p._option_string_actions["--report-dir"])
+    r.add_argument("--test-timeout", type=duration, default=None, metavar="DURATION",
+                   help="a test still running after this long is cancelled and fails")
     r.add_argument("--launch-arg", action="append", default=None, metavar="ARG",
                    help="a further 'gpuaccept launch' flag for every test, e.g. --launch-arg=--partition=gpu")
     g = p.add_argument_group("per-rail tests (which GPU/NIC pair of a bad node)")
@@ -162,14 +164,10 @@ def _settings(args: argparse.Namespace) -> Any:
 
 
 def _emit_json(args: argparse.Namespace, data: dict[str, Any]) -> None:
-    text = json.dumps(data, indent=2)
-    if args.json == "-":
-        print(text)
-    elif args.json:
-        try:
-            Path(args.json).write_text(text + "\n")
-        except OSError as exc:
-            raise InputError(f"cannot write --json {args.json}: {exc.strerror}") from None
+    if args.json:
+        from gpuaccept.outputs import write_output
+
+        write_output(args.json, json.dumps(data, indent=2) + "\n", "--json")
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -296,7 +294,7 @@ def _cmd_isolate(args: argparse.Namespace) -> int:
 
     tag = "dry-run" if args.dry_run else new_run_id("isolate")
     out = sys.stderr if args.json == "-" else sys.stdout
-    runner = PairRunner(args.backend, Path(args.results_dir).resolve(), extra, args.test_timeout, name="isolate",
+    runner = PairRunner(args.backend, Path(args.report_dir).resolve(), extra, args.test_timeout, name="isolate",
                         log=out, pair=pair)
     ports = _rail_options(args, runner)
     if args.dry_run:
@@ -387,7 +385,7 @@ def _rails_only(args: argparse.Namespace) -> int:
     extra = [*_collectives_flags(args, pair), *(args.launch_arg or [])]
     tag = "dry-run" if args.dry_run else new_run_id("rails")
     out = sys.stderr if args.json == "-" else sys.stdout
-    runner = PairRunner(args.backend, Path(args.results_dir).resolve(), extra, args.test_timeout, name="isolate",
+    runner = PairRunner(args.backend, Path(args.report_dir).resolve(), extra, args.test_timeout, name="isolate",
                         log=out, pair=pair)
     ports = _rail_options(args, runner)
     tests = ir.plan(runner, node, partner, _gpus(args), ports)

@@ -96,7 +96,7 @@ class PairTest:
 def launch_argv(backend: str, nodes: Sequence[str], run_id: str, results_dir: str, name: str,
                 pair: PairTest, launch_args: Sequence[str] = (), port: int | None = None) -> list[str]:
     """The ``gpuaccept launch`` argv (without ``gpuaccept``) of one test on ``nodes`` (pure)."""
-    head = ["launch", backend, *node_flags(backend, nodes), "--results-dir", results_dir, "--run-id", run_id,
+    head = ["launch", backend, *node_flags(backend, nodes), "--report-dir", results_dir, "--run-id", run_id,
             "--name", name, *(["--master-port", str(port)] if port else []), *launch_args]
     if pair.kind == "collectives":
         return [*head, "--checks", "collectives"]

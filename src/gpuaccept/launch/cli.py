@@ -16,7 +16,6 @@ import argparse
 import dataclasses
 import json
 import os
-import re
 import sys
 import uuid
 from collections.abc import Sequence
@@ -24,11 +23,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from gpuaccept.argtypes import check_run_id
+from gpuaccept.argtypes import check_run_id, duration, time_limit
 from gpuaccept.argtypes import csv as _csv
-from gpuaccept.argtypes import positive_float as _positive_float
+from gpuaccept.argtypes import integer as _count
 from gpuaccept.cliargs import Parser as _Parser
-from gpuaccept.cliargs import add_suite_options
+from gpuaccept.cliargs import add_suite_options, flag_hints, hidden_alias
 from gpuaccept.errors import GpuacceptError, InputError, UsageError
 from gpuaccept.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNNING
 from gpuaccept.launch.collect import (
@@ -42,6 +41,7 @@ from gpuaccept.launch.collect import (
 )
 from gpuaccept.launch.registry import BACKENDS
 from gpuaccept.results.autosave import add_history_options, save
+from gpuaccept.suiteplan import add_plan_option, show_plan
 
 JOB_FILE = "job.json"
 
@@ -60,12 +60,6 @@ SHARED_FS_BACKENDS = ("local", "slurm", "mpi")
 #: Suite option dests (``gpuaccept run`` flags) other than --report-dir.
 SUITE_DESTS = ("profile", "checks", "skip", "device", "gpus", "expect_gpus", "require_gpu", "timeout_scale", "config",
                "baseline", "baseline_thresholds", "disk_path", "budget")
-
-
-def _count(text: str) -> int:
-    if not re.fullmatch(r"-?\d{1,12}", text.strip()):
-        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not an integer of at most 12 digits")
-    return int(text)
 
 
 class BackendParser(_Parser):
@@ -105,7 +99,7 @@ class BackendParser(_Parser):
             argv, command = argv[:i], argv[i + 1:]
         ns, rest = super().parse_known_args(argv, namespace)
         if rest:
-            self.error(f"unrecognized arguments: {' '.join(rest)} (a command goes after --)")
+            self.error(f"unrecognized arguments: {' '.join(rest)}{flag_hints(self, rest)} (a command goes after --)")
         ns.command_argv = command
         return ns, []
 
@@ -126,7 +120,9 @@ def _add_job_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--env", action="append", default=None, metavar="NAME=VALUE", help="job environment (repeatable)")
     g.add_argument("--mount", action="append", default=None, metavar="SRC:DST[:ro]",
                    help="bind mount into the container (repeatable)")
-    g.add_argument("--time", type=_count, default=None, metavar="MIN", help="scheduler time limit in minutes")
+    g.add_argument("--time", type=time_limit, default=None, metavar="TIME",
+                   help="scheduler time limit: minutes (30), Slurm's MM:SS, HH:MM:SS, D-HH:MM, or 90s, 1h30m, 2d; "
+                        "rounded up to whole minutes")
     g.add_argument("--name", default=None, help="job name (made a DNS label: My_Job -> my-job)")
     g.add_argument("--workdir", default=None, metavar="DIR",
                    help="working directory of the job (default for a command: this directory)")
@@ -141,22 +137,20 @@ def _add_job_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-torchrun", action="store_true", default=None,
                    help="run the command once per node instead of under torchrun")
     o = p.add_argument_group("launch")
-    o.add_argument("--results-dir", default=None, metavar="DIR",
-                   help="shared directory for <run-id>/ (same as --report-dir; default: $GPUACCEPT_REPORT_DIR "
-                        "or ./gpuaccept-reports)")
+    hidden_alias(o, "--results-dir", p._option_string_actions["--report-dir"])
     o.add_argument("--run-id", default=None, help="name of this run (default: UTC time, job name, random suffix)")
     o.add_argument("--spec", default=None, metavar="FILE.yaml", help="job spec file; flags override it")
-    o.add_argument("--dry-run", action="store_true",
-                   help="print the plan (scripts, manifests, commands); submit nothing")
+    o.add_argument("--dry-run", action="store_true", help="print the job (scripts, manifests), submit nothing")
+    add_plan_option(o, " (made here, as 'gpuaccept run --plan' makes it: each node makes its own from its GPUs)")
     o.add_argument("--output", default=None, metavar="DIR",
                    help="also write the plan's files to DIR (a file holding a secret --env value: mode 0600)")
     o.add_argument("--show-env", action="store_true",
                    help="--dry-run prints secret --env values (default: <redacted>; see docs/reference/security.md)")
     o.add_argument("--detach", action="store_true", help="submit and return; gather later with 'gpuaccept gather'")
-    o.add_argument("--timeout", type=_positive_float, default=None, metavar="SECONDS",
+    o.add_argument("--timeout", type=duration, default=None, metavar="DURATION",
                    help="cancel the job if it has not ended after this long (default: wait)")
-    o.add_argument("--poll-interval", type=_positive_float, default=None, metavar="SECONDS",
-                   help="seconds between status queries (default: 2)")
+    o.add_argument("--poll-interval", type=duration, default=None, metavar="DURATION",
+                   help="time between status queries (default: 2s)")
     o.add_argument("--cluster-report", default=None, metavar="PATH", help="also write the cluster report here")
     add_history_options(o)
     o.add_argument("--verbose", "-v", action="store_true", help="tracebacks of internal errors")
@@ -189,7 +183,7 @@ def register(subparsers: Any) -> None:
                     "be reached, a warning says why and the reports already under <run-dir> are used. Other "
                     "backends (and --local) read <run-dir>/**/report.json. Nodes that never reported are "
                     "listed as missing.")
-    gather.add_argument("run_dir", metavar="RUN_DIR", help="<results-dir>/<run-id> of a launch")
+    gather.add_argument("run_dir", metavar="RUN_DIR", help="<report-dir>/<run-id> of a launch")
     gather.add_argument("--nodes", type=_count, default=None, help="nodes expected (default: from job.json)")
     gather.add_argument("--hosts", type=_csv, default=None, metavar="H1,H2",
                         help="hosts expected (default: from job.json, or the nodes the pods ran on)")
@@ -308,9 +302,7 @@ def build_spec(args: argparse.Namespace, backend_cls: Any) -> Any:
         raise UsageError("--distributed and --per-node-only contradict each other; give one")
 
     cfg = _validate_suite(args) if command is None else None
-    if args.results_dir and args.report_dir and os.path.abspath(args.results_dir) != os.path.abspath(args.report_dir):
-        raise UsageError("--results-dir and --report-dir name the same thing; give one")
-    results = (args.results_dir or args.report_dir or (cfg.report_dir if cfg is not None else None)
+    results = (args.report_dir or (cfg.report_dir if cfg is not None else None)
                or os.environ.get("GPUACCEPT_REPORT_DIR") or "gpuaccept-reports")
     options = backend_cls.options_from_args(args)
     hosts = options.get("hosts") if isinstance(options, dict) else None
@@ -351,6 +343,10 @@ def build_spec(args: argparse.Namespace, backend_cls: Any) -> Any:
     )
 
 
+def _no_plan() -> int:
+    raise UsageError("--plan shows the suite's plan; with a command after -- there is none (--dry-run shows the job)")
+
+
 def _cmd_launch(args: argparse.Namespace) -> int:
     from gpuaccept.launch import specfile
     from gpuaccept.launch.jobargv import launch_dir
@@ -363,6 +359,8 @@ def _cmd_launch(args: argparse.Namespace) -> int:
         specfile.apply(specfile.load(args.spec), args.spec, parser, args, parser.backend_name, list(BACKENDS),
                        parser.backend_dests)
     spec = build_spec(args, backend_cls)
+    if args.plan:
+        return show_plan(spec.suite_args) if spec.command is None else _no_plan()
     backend = backend_cls()
     plan = backend.plan(spec)
     for risk in risk_warnings(spec):

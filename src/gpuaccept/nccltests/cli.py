@@ -23,12 +23,14 @@ import os
 import sys
 from typing import Any
 
-from gpuaccept.argtypes import nonneg_int, positive_float
+from gpuaccept.argtypes import duration, nonneg_int, positive_float
+from gpuaccept.cliargs import add_json_option
 from gpuaccept.errors import InputError, UsageError
 from gpuaccept.model import NOT_JUDGED, Status, not_judged_names, state_label
+from gpuaccept.outputs import write_output
 
 
-def _options(p: argparse.ArgumentParser) -> None:
+def _options(p: argparse.ArgumentParser, run: bool = True) -> None:
     p.add_argument("--test", default=None, metavar="NAME[,NAME...]", help="parse: the test the log is of, or one per "
                    "run of a log of several runs (default: from each run's 'Collective test starting' line, else "
                    "all_reduce)")
@@ -42,8 +44,10 @@ def _options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sysfs-root", default=None, metavar="DIR",
                    help="across nodes, derive the network expectation from the RDMA ports under DIR/sys "
                         "('/': this node; taken to stand for every node)")
-    p.add_argument("--timeout", type=positive_float, default=1800.0, metavar="S", help="per binary (default 1800)")
-    p.add_argument("--json", action="store_true", help="print the parsed run and verdict as JSON")
+    if run:
+        p.add_argument("--timeout", type=duration, default=1800.0, metavar="DURATION",
+                       help="per binary (90s, 30m; bare number: seconds; default 30m)")
+    add_json_option(p, "the parsed run and verdict")
 
 
 class _Options(argparse.ArgumentParser):
@@ -53,19 +57,49 @@ class _Options(argparse.ArgumentParser):
         raise UsageError(f"nccl-tests: {message}")
 
 
+JUDGED = ("Judged: #wrong = 0, the footer OK, exit code 7 a data or bandwidth failure, and busbw at the largest "
+          "size (or sizes >= --judge-min-bytes) against --min-busbw, else the expectation derived from the fabric "
+          "(NVLink/PCIe from NVML or the GPU model, RDMA ports from sysfs) x 0.8.")
+ACTIONS = ("run", "parse")
+
+
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
+    top = subparsers.add_parser(
         "nccl-tests", help="run nccl-tests (all_reduce_perf ...) here, or parse a saved nccl-tests log or -J file",
+        description="Run nccl-tests binaries on this node ('run', the default action), or judge a saved output "
+                    "('parse'). " + JUDGED)
+    actions = top.add_subparsers(dest="nccl_action", metavar="ACTION", parser_class=type(top))
+    p = actions.add_parser(
+        "run", help="run nccl-tests binaries here (the default: 'gpuaccept nccl-tests all_reduce' is this)",
         description="Run nccl-tests binaries on this node (TEST: all_reduce, all_gather, reduce_scatter, alltoall, "
-                    "broadcast, reduce, sendrecv, gather, scatter, hypercube; extra nccl-tests arguments after '--'), "
-                    "or 'parse LOG|JSON|-' a saved output. Judged: #wrong = 0, the footer OK, exit code 7 a data or "
-                    "bandwidth failure, and busbw at the largest size (or sizes >= --judge-min-bytes) against "
-                    "--min-busbw, else the expectation derived from the fabric (NVLink/PCIe from NVML or the GPU "
-                    "model, RDMA ports from sysfs) x 0.8.")
+                    "broadcast, reduce, sendrecv, gather, scatter, hypercube; extra nccl-tests arguments after '--'). "
+                    + JUDGED)
     _options(p)
-    p.add_argument("items", nargs=argparse.REMAINDER, metavar="TEST ... [-- ARGS] | parse FILE",
-                   help="tests to run (default all_reduce), then '-- <nccl-tests args>'; or 'parse FILE'")
+    p.add_argument("items", nargs=argparse.REMAINDER, metavar="TEST ... [-- ARGS]",
+                   help="tests to run (default all_reduce), then '-- <nccl-tests args>'")
     p.set_defaults(handler=cmd_nccl_tests)
+    q = actions.add_parser(
+        "parse", help="judge a saved nccl-tests log or -J JSON file ('-': stdin)",
+        description="Judge a saved nccl-tests output: a log (of one run or several, one after another) or a -J "
+                    "JSON file; '-' reads stdin. " + JUDGED)
+    _options(q, run=False)
+    q.set_defaults(timeout=1800.0)
+    q.add_argument("file", metavar="LOG|JSON|-", help="the saved output ('-': stdin)")
+    q.set_defaults(handler=cmd_nccl_parse)
+
+
+def default_action(argv: list[str]) -> list[str]:
+    """``nccl-tests [TEST ...]`` as ``nccl-tests run [TEST ...]`` (the action before ``run`` existed), unless
+    an action or ``--help`` follows."""
+    if argv[:1] == ["nccl-tests"] and not (set(argv[1:2]) & {*ACTIONS, "-h", "--help"}):
+        return ["nccl-tests", "run", *argv[1:]]
+    return argv
+
+
+def cmd_nccl_parse(args: argparse.Namespace) -> int:
+    """``nccl-tests parse FILE``."""
+    args.items = ["parse", args.file]
+    return cmd_nccl_tests(args)
 
 
 def _split(args: argparse.Namespace) -> tuple[list[str], list[str]]:
@@ -127,8 +161,8 @@ def _report(result: Any, judgement: Any, args: argparse.Namespace, run: Any = No
             doc["not_judged"] = unjudged
         if run is not None:
             doc["argv"], doc["returncode"] = run.argv, run.returncode
-        print(json.dumps(doc, indent=2))
-    else:
+        write_output(args.json, json.dumps(doc, indent=2) + "\n", "--json")
+    if args.json != "-":
         if result.devices:
             print(f"devices: {len(result.devices)} ranks on {', '.join(result.hosts)}")
         print("\n".join(_table(result)))
@@ -195,8 +229,9 @@ def _report_runs(judged: list[tuple[Any, str, str, Any]], args: argparse.Namespa
     if args.json:
         runs = [{"run": k, "test": t, "test_from": h, "status": j.status.value, "reason": j.reason, **r.to_dict(),
                  "metrics": [m.to_dict() for m in j.metrics]} for k, (r, t, h, j) in enumerate(judged, 1)]
-        print(json.dumps({"status": status.value, "reason": summary, "runs": runs}, indent=2))
-    else:
+        doc = {"status": status.value, "reason": summary, "runs": runs}
+        write_output(args.json, json.dumps(doc, indent=2) + "\n", "--json")
+    if args.json != "-":
         for k, (result, test, how, j) in enumerate(judged, 1):
             where = f", {len(result.devices)} ranks on {', '.join(result.hosts)}" if result.devices else ""
             print(f"run {k} of {len(judged)}: {test} ({how}){where}")
@@ -230,6 +265,10 @@ def cmd_nccl_tests(args: argparse.Namespace) -> int:
     if args.test is not None:
         raise UsageError("--test is for 'parse'; name the tests to run as arguments")
     to_run = [canonical_test(n) for n in items] or ["all_reduce"]
+    if len(to_run) > 1 and args.json not in (None, "-"):
+        raise UsageError(f"--json {args.json} with {len(to_run)} tests: run one test per file, or --json for stdout")
+    if len(to_run) > 1 and args.json not in (None, "-"):
+        raise UsageError(f"--json {args.json} with {len(to_run)} tests: run one test per file, or --json for stdout")
     from gpuaccept.checks.nccl_tests import gpu_args
 
     env = dict(os.environ)

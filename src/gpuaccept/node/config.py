@@ -26,7 +26,7 @@ from typing import Any
 
 from gpuaccept.checks.base import PROFILES, Check, ThresholdRule
 from gpuaccept.errors import ConfigError
-from gpuaccept.inputs import BadInput, load_yaml_file, one_line
+from gpuaccept.inputs import BadInput, did_you_mean, load_yaml_file, one_line
 
 DEVICES = ("auto", "cuda", "cpu")
 _TOP_KEYS = ("profile", "device", "gpus", "expect_gpus", "require_gpu", "timeout_scale", "report_dir", "checks")
@@ -136,7 +136,8 @@ def parse_config(data: Any, source: str, registry: dict[str, type[Check]]) -> Co
     for name, raw in checks.items():
         key = f"checks.{_show(name) if not isinstance(name, str) else one_line(name)}"
         if name not in registry:
-            raise ConfigError(source, key, f"unknown check; known: {', '.join(registry)}")
+            raise ConfigError(source, key, f"unknown check{did_you_mean(str(name), registry)}; known: "
+                                          f"{', '.join(registry)}")
         cfg.checks[name] = _parse_check(registry[name], raw, source, key)
     return cfg
 

@@ -14,6 +14,7 @@ from gpuaccept.checks import check_path
 from gpuaccept.checks.base import PROFILES, Check, MemoryNeed, ThresholdRule
 from gpuaccept.checks.metricnames import rule_finding
 from gpuaccept.errors import ConfigError, UsageError
+from gpuaccept.inputs import did_you_mean
 from gpuaccept.node.config import Config
 
 if TYPE_CHECKING:
@@ -82,7 +83,8 @@ class SuitePlan:
 def _unknown(names: list[str], registry: dict[str, type[Check]], flag: str) -> None:
     bad = [n for n in names if n not in registry]
     if bad:
-        raise UsageError(f"{flag}: unknown check {bad[0]!r}; known: {', '.join(registry)}")
+        raise UsageError(f"{flag}: unknown check {bad[0]!r}{did_you_mean(bad[0], registry)}; known: "
+                         f"{', '.join(registry)}")
 
 
 def plan_suite(opts: RunOptions, config: Config, registry: dict[str, type[Check]], device: str) -> SuitePlan:

@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Any
 
+from gpuaccept.argtypes import duration_up_to
+from gpuaccept.cliargs import hidden_alias
 from gpuaccept.errors import GpuacceptError, UsageError
 
 FORMATS = {"html": "html", "md": "md", "markdown": "md", "json": "json", "junit": "xml", "prom": "prom",
@@ -45,16 +46,8 @@ def _port(text: str) -> int:
     return int(text)
 
 
-_SPAN = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$", re.IGNORECASE)
-_SPAN_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-def _duration(text: str) -> float:
-    """Seconds in a span such as ``90m``, ``12h``, ``7d``, ``2w``."""
-    m = _SPAN.match(text.strip())
-    if not m or float(m.group(1)) <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration such as 90m, 12h, 7d or 2w")
-    return float(m.group(1)) * _SPAN_S[m.group(2).lower()]
+MAX_AGE_S = 10 * 366 * 86400.0
+"""The longest ``serve-metrics --max-age`` (ten years)."""
 
 
 def register(subparsers: Any) -> None:
@@ -65,8 +58,9 @@ def register(subparsers: Any) -> None:
                     "beside the report (report.json -> report.html) unless --output says otherwise ('-' for "
                     "stdout); a run known only to the history goes to ./gpuaccept-<run-id>.html.")
     rep.add_argument("ref", metavar="REF", help="run id, report file or run directory")
-    rep.add_argument("--format", "-f", choices=sorted(FORMATS), default="html",
-                     help="html (default), md, json, junit (JUnit XML), prom (node_exporter textfile)")
+    fmt = rep.add_argument("--format", choices=sorted(FORMATS), default="html",
+                           help="html (default), md, json, junit (JUnit XML), prom (node_exporter textfile)")
+    hidden_alias(rep, "-f", fmt)
     rep.add_argument("--output", "-o", default=None, metavar="PATH",
                      help="file or directory to write ('-' for stdout); a regular file is replaced atomically, "
                           "a device or FIFO written as a stream, a symbolic link to a file refused")
@@ -77,7 +71,8 @@ def register(subparsers: Any) -> None:
                      help=f"where run directories are looked up by run id (default: ${REPORT_DIR_ENV} "
                           "or ./gpuaccept-reports)")
     rep.add_argument("--exit-code", action="store_true",
-                     help="exit 1 when the run did not succeed (like 'git diff --exit-code')")
+                     help="exit 1 when the run did not succeed (like 'git diff --exit-code'; default: exit 0 "
+                          "once the report is written)")
     rep.set_defaults(handler=cmd_report)
 
     srv = subparsers.add_parser(
@@ -88,10 +83,11 @@ def register(subparsers: Any) -> None:
     srv.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"TCP port (default {DEFAULT_PORT}; 0: any free)")
     srv.add_argument("--bind", default="0.0.0.0", metavar="ADDR", help="address to listen on (default 0.0.0.0)")
     src = srv.add_mutually_exclusive_group()
-    src.add_argument("--from", dest="source_dir", default=None, metavar="DIR",
+    src.add_argument("--report-dir", dest="source_dir", default=None, metavar="DIR",
                      help="report directory with <run-id>/report.json and cluster-report.json files")
+    hidden_alias(src, "--from", src._group_actions[-1])
     src.add_argument("--db", default=None, metavar="URL", help="history store URL (sqlite:///... or postgresql://...)")
-    srv.add_argument("--max-age", type=_duration, default=None, metavar="SPAN",
+    srv.add_argument("--max-age", type=duration_up_to(MAX_AGE_S), default=None, metavar="DURATION",
                      help="ignore runs that started longer ago than this (e.g. 30d)")
     srv.set_defaults(handler=cmd_serve_metrics)
 
@@ -225,6 +221,6 @@ def cmd_serve_metrics(args: argparse.Namespace) -> int:
     else:
         root = Path(args.source_dir or _default_report_dir()).expanduser()
         if not root.is_dir():
-            raise UsageError(f"--from {root}: no such directory")
+            raise UsageError(f"--report-dir {root}: no such directory")
         source = serve.DirSource(root, args.max_age)
     return serve.serve(source, args.port, args.bind)

@@ -10,7 +10,7 @@ its own health:
 - ``gpuaccept_exporter_reports``: node reports exported;
 - ``gpuaccept_exporter_scrape_duration_seconds``.
 
-Sources: a report directory (``--from``; ``<dir>/<run-id>/report.json`` as
+Sources: a report directory (``--report-dir``; ``<dir>/<run-id>/report.json`` as
 ``gpuaccept run`` writes them, and ``cluster-report.json`` files; parsed files
 are cached by modification time and size) or the history store (``--db``).
 A scrape never fails because of one bad report: it is skipped, counted and
@@ -34,7 +34,7 @@ from gpuaccept.report.prometheus import PREFIX, Family, families, iso_epoch
 from gpuaccept.results.load import CLUSTER_FILE, NODE_FILE, load_file
 
 MAX_DEPTH = 3
-"""How deep under ``--from`` report files are looked for (run dirs, cluster run dirs with node subdirs)."""
+"""How deep under ``--report-dir`` report files are looked for (run dirs, cluster run dirs with node subdirs)."""
 
 
 @dataclass

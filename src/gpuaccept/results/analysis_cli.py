@@ -8,8 +8,8 @@ prints what was compared (SKU/metric groups left out, and why: fewer than
 outliers, worst first. ``--json`` prints the analysis dict (the
 shape of ``ClusterReport.analysis``); ``--output`` writes it to a file.
 
-Exit codes: 0 done, 1 outliers found and ``--fail-on-outliers`` given, 2 bad input. With
-``--fail-on-outliers``, a run that compared nothing (every SKU/metric group too small: fewer than
+Exit codes: 0 done, 1 outliers found and ``--exit-code`` given, 2 bad input. With
+``--exit-code``, a run that compared nothing (every SKU/metric group too small: fewer than
 ``--min-nodes`` nodes and ``--min-siblings`` GPUs) is also 1, with one line on stderr saying so and why: the
 question "is there an outlier?" got no answer, which must not read as "no".
 """
@@ -24,6 +24,7 @@ from typing import Any
 from gpuaccept.argtypes import int_at_least
 from gpuaccept.argtypes import nonneg_int as _nonneg_int
 from gpuaccept.argtypes import positive_float as _positive_float
+from gpuaccept.cliargs import add_json_option, hidden_alias
 
 _at_least_3 = int_at_least(3)
 
@@ -62,8 +63,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     if args.output:
         write_output(args.output, text)
     if args.json:
-        print(text, end="")
-    else:
+        write_output(args.json, text, "--json")
+    if args.json != "-":
         outliers = result["outliers"]
         if drift["groups"]:
             print(drift_summary(drift))
@@ -75,13 +76,13 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             print("  " + format_outlier(o))
         if args.limit and len(outliers) > args.limit:
             print(f"  ... and {len(outliers) - args.limit} more (--limit 0 for all, --json for everything)")
-    if not args.fail_on_outliers:
+    if not args.exit_code:
         return 0
     if result["outliers"]:
         return 1
     unanswered = nothing_compared(result)
     if unanswered:
-        print(f"gpuaccept analyze: --fail-on-outliers: {unanswered}", file=sys.stderr)
+        print(f"gpuaccept analyze: --exit-code: {unanswered}", file=sys.stderr)
         return 1
     return 0
 
@@ -112,9 +113,10 @@ def register(sub: Any) -> None:
     a.add_argument("--min-nodes", type=_at_least_3, default=3, metavar="N",
                    help="nodes of a SKU needed for the cross-node comparison (default 3)")
     a.add_argument("--limit", type=_nonneg_int, default=50, metavar="N", help="outliers listed (0: all; default 50)")
-    a.add_argument("--json", action="store_true", help="print the analysis as JSON")
+    add_json_option(a, "the analysis")
     a.add_argument("--output", "-o", default=None, metavar="PATH", help="also write the analysis JSON here"
                    "; a device or FIFO is written as a stream, a file replaced atomically, a link refused")
-    a.add_argument("--fail-on-outliers", action="store_true",
-                   help="exit 1 when any outlier is found, or when nothing could be compared")
+    code = a.add_argument("--exit-code", action="store_true",
+                          help="exit 1 when any outlier is found, or when nothing could be compared (default: 0)")
+    hidden_alias(a, "--fail-on-outliers", code)
     a.set_defaults(handler=cmd_analyze)

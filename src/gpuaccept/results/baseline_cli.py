@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuaccept.argtypes import positive_float as _positive_float
 from gpuaccept.argtypes import positive_int as _positive_int
+from gpuaccept.cliargs import add_json_option, hidden_alias
 
 if TYPE_CHECKING:
     from gpuaccept.model import ClusterReport, NodeReport
@@ -138,12 +139,12 @@ def _from_history(args: argparse.Namespace) -> Iterator[tuple[int, Iterator[Node
         store.close()
 
 
-def write_output(path: str, text: str) -> None:
+def write_output(path: str, text: str, flag: str = "--output") -> None:
     """Write ``text`` to ``path`` (:func:`gpuaccept.outputs.write_output`: stdout for ``-``, a device or FIFO as a
     stream, a regular file atomically, a link refused)."""
     from gpuaccept.outputs import write_output as write
 
-    write(path, text)
+    write(path, text, flag)
 
 
 def check_rule_names(rules: Sequence[Any], source: str, checks: Sequence[str] | None = None) -> None:
@@ -187,7 +188,7 @@ def cmd_create(args: argparse.Namespace) -> int:
         origin = [str(p) for p in args.paths]
         if not items:
             raise InputError(f"no gpuaccept reports found in {', '.join(args.paths)}")
-        baseline = learn_baseline(items, trim_z=args.trim_z, min_samples=args.min_samples, origin=origin)
+        baseline = learn_baseline(items, trim_z=args.max_z, min_samples=args.min_samples, origin=origin)
     if not len(baseline):
         raise InputError(f"no metric had {args.min_samples} or more usable values in {baseline.runs} report(s) "
                          f"(lower --min-samples, or check the reports ran any measurement)")
@@ -226,8 +227,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         data = baseline.to_dict()
         if args.sku:
             data["skus"] = {args.sku: data["skus"][args.sku]}
-        print(json.dumps(data, indent=2))
-        return 0
+        write_output(args.json, json.dumps(data, indent=2) + "\n", "--json")
+        if args.json == "-":
+            return 0
     src = [f"{k} {v}" for k, v in (("created", baseline.created), ("nodes", baseline.nodes),
                                    ("runs", baseline.runs), ("by", baseline.tool)) if v is not None]
     print(one_line(f"{args.file}: {len(baseline)} metric(s), {len(baseline.skus)} SKU(s)"
@@ -302,7 +304,7 @@ def register(sub: Any) -> None:
 
     c = bsub.add_parser("create", help="learn a baseline from reports or the history",
                         description="Learn a baseline: per SKU and metric, the median after dropping values more "
-                                    "than --trim-z robust deviations out (repeated until stable).")
+                                    "than --max-z robust deviations out (repeated until stable).")
     c.add_argument("--from", dest="paths", nargs="+", default=None, metavar="PATH",
                    help="report.json / cluster report files, or directories searched for them")
     c.add_argument("--history", action="store_true", help="learn from the node runs in the history store")
@@ -312,18 +314,21 @@ def register(sub: Any) -> None:
                    help="only runs since WHEN: 2026-11-01, 7d (with --history)")
     c.add_argument("--output", "-o", default="-", metavar="FILE", help="where the YAML goes (default: stdout)"
                    "; a device or FIFO is written as a stream, a file replaced atomically, a link refused")
-    c.add_argument("--trim-z", type=_positive_float, default=3.5, metavar="Z",
-                   help="drop values beyond Z robust deviations before taking the median (default 3.5)")
+    z = c.add_argument("--max-z", type=_positive_float, default=3.5, metavar="Z",
+                       help="drop values beyond Z robust deviations before taking the median (default 3.5)")
+    hidden_alias(c, "--trim-z", z)
     c.add_argument("--min-samples", type=_positive_int, default=3, metavar="N",
                    help="omit metrics with fewer than N values left (default 3)")
     c.add_argument("--thresholds", default=None, metavar="YAML", help="embed these threshold rules in the baseline")
     c.add_argument("--note", default=None, help="a note stored in the baseline's source")
     c.set_defaults(handler=cmd_create)
 
-    s = bsub.add_parser("show", help="validate a baseline file and list its entries")
+    s = bsub.add_parser("show", help="validate a baseline file and list its entries",
+                        description="Validate a baseline file and list its entries: per SKU and metric the median, "
+                                    "spread, sample count and the threshold rules it carries.")
     s.add_argument("file", metavar="FILE")
     s.add_argument("--sku", default=None, help="only this SKU")
-    s.add_argument("--json", action="store_true", help="machine-readable output")
+    add_json_option(s, "the baseline")
     s.set_defaults(handler=cmd_show)
 
     a = bsub.add_parser("apply", help="judge a finished report against a baseline",

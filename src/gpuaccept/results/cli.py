@@ -18,7 +18,8 @@ from gpuaccept.argtypes import nonneg_float as _nonneg_float
 from gpuaccept.argtypes import nonneg_int as _nonneg_int
 from gpuaccept.argtypes import positive_float as _positive_float
 from gpuaccept.argtypes import positive_int as _positive_int
-from gpuaccept.inputs import did_you_mean
+from gpuaccept.cliargs import add_json_option, hidden_alias
+from gpuaccept.inputs import did_you_mean, shown_names
 
 
 def _gpu_uuid(text: str) -> str:
@@ -73,7 +74,7 @@ def register(sub: Any) -> None:
     h.add_argument("--import", dest="import_paths", nargs="+", default=None, metavar="PATH",
                    help="store report.json files (or every report.json under a directory) and exit")
     h.add_argument("--db", default=None, metavar="URL", help=DB_HELP)
-    h.add_argument("--json", action="store_true", help="machine-readable output")
+    add_json_option(h, "the runs")
     h.set_defaults(handler=cmd_history)
 
     c = sub.add_parser("compare", help="per-metric deltas between two runs",
@@ -93,7 +94,7 @@ def register(sub: Any) -> None:
                         "run-to-run noise from the history, else its family's default; 0: any difference counts)")
     c.add_argument("--db", default=None, metavar="URL",
                    help=DB_HELP + "; with two report files, the history is read for the noise only when --db is given")
-    c.add_argument("--json", action="store_true", help="machine-readable output")
+    add_json_option(c, "the comparison")
     c.set_defaults(handler=cmd_compare)
 
     t = sub.add_parser("trend", help="a metric over time on one node or GPU, with regressions flagged",
@@ -103,10 +104,10 @@ def register(sub: Any) -> None:
                                    "one. One noisy run is never a regression: a run is judged by the median of "
                                    "the last --recent runs (it and the ones just before it), which must be worse "
                                    "than the median of the runs before those (at least --min-history, at most "
-                                   "--window of them) by more than --max-drop-sigma robust deviations (1.4826 x "
+                                   "--window of them) by more than --max-z robust deviations (1.4826 x "
                                    "their MAD) and by more than --min-drop-pct. With the defaults a drop is "
                                    "flagged once it holds for 2 of the last 3 runs, after 6 runs in all. "
-                                   "Exit 1 when the newest run regressed.")
+                                   "Exit 1 when the newest run regressed (--no-exit-code: 0).")
     who = t.add_mutually_exclusive_group(required=True)
     who.add_argument("--host", default=None, help="the node (its GPUs' histories follow them from other hosts)")
     who.add_argument("--gpu", type=_gpu_uuid, default=None, metavar="UUID",
@@ -117,8 +118,9 @@ def register(sub: Any) -> None:
     t.add_argument("--check", default=None, metavar="NAME", help="only this check's values of the metric")
     t.add_argument("--device", default=None, metavar="DEV", help="only this device of HOST, e.g. cuda:0")
     t.add_argument("--since", default=None, metavar="WHEN", help="only runs since WHEN (as for history)")
-    t.add_argument("--max-drop-sigma", type=_positive_float, default=3.0, metavar="N",
-                   help="robust deviations a value must be worse by (default 3)")
+    z = t.add_argument("--max-z", type=_positive_float, default=3.0, metavar="Z",
+                       help="a regression is worse by more than Z robust deviations (default 3)")
+    hidden_alias(t, "--max-drop-sigma", z)
     t.add_argument("--min-drop-pct", type=_nonneg_float, default=5.0, metavar="PCT",
                    help="and worse by more than this %% of the earlier median (default 5)")
     t.add_argument("--window", type=_positive_int, default=20, metavar="N",
@@ -130,7 +132,9 @@ def register(sub: Any) -> None:
     t.add_argument("--direction", choices=("auto", "higher", "lower"), default="auto",
                    help="which way is better (auto: from the threshold, unit and name)")
     t.add_argument("--db", default=None, metavar="URL", help=DB_HELP)
-    t.add_argument("--json", action="store_true", help="machine-readable output")
+    add_json_option(t, "the trend")
+    t.add_argument("--exit-code", action=argparse.BooleanOptionalAction, default=True,
+                   help="exit 1 when a regression is found (the default; --no-exit-code: exit 0)")
     t.set_defaults(handler=cmd_trend)
 
 
@@ -154,8 +158,11 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def _dump(data: Any) -> None:
-    print(json.dumps(data, indent=2, allow_nan=False))
+def _dump(dest: str, data: Any) -> None:
+    """``data`` as JSON to ``--json``'s PATH, or stdout for ``-``."""
+    from gpuaccept.outputs import write_output
+
+    write_output(dest, json.dumps(data, indent=2, allow_nan=False) + "\n", "--json")
 
 
 def _tags(tags: dict[str, Any]) -> str:
@@ -213,8 +220,8 @@ def cmd_history(args: argparse.Namespace) -> int:
                     store.add_node_report(rep)
                 stored.append({"file": str(f), "run_id": rep.run_id})
             if args.json:
-                _dump({"db": str(store), "stored": stored})
-            else:
+                _dump(args.json, {"db": str(store), "stored": stored})
+            if args.json != "-":
                 for s in stored:
                     print(f"stored {s['run_id']} from {s['file']}")
                 print(f"{len(stored)} report(s) stored in {store}")
@@ -229,11 +236,13 @@ def cmd_history(args: argparse.Namespace) -> int:
     if args.json:
         listed = [r.to_dict() for r in runs]
         if hw is not None:
-            _dump({"hardware": {"kind": kind, "id": hw, "serial": next((s.serial for s in seen if s.serial), None),
-                                "seen": [s.to_dict() for s in seen]}, "runs": listed})
+            serial = next((s.serial for s in seen if s.serial), None)
+            _dump(args.json, {"hardware": {"kind": kind, "id": hw, "serial": serial,
+                                           "seen": [s.to_dict() for s in seen]}, "runs": listed})
         else:
-            _dump(listed)
-        return 0
+            _dump(args.json, listed)
+        if args.json == "-":
+            return 0
     if hw is not None:
         if not seen:
             print(f"no run recorded {kind.upper()} {hw} in {where}")
@@ -307,8 +316,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
             a, b, noise = load(store)
     cmp = compare_reports(a, b, check=args.check, metric=args.metric, host=args.host, noise=noise)
     if args.json:
-        _dump(cmp.to_dict())
-        return 0
+        _dump(args.json, cmp.to_dict())
+        if args.json == "-":
+            return 0
     print(f"A: {cmp.run_a}\nB: {cmp.run_b}")
     if not cmp.deltas:
         print("no metric is in both runs" + (" (after the filters)" if args.check or args.metric or args.host else ""))
@@ -374,23 +384,20 @@ def _trend_series(store: Any, args: argparse.Namespace, since: float | None, rul
         if not series:
             names = store.metric_names(hw_id=hw)
             if args.metric not in names:
-                shown = ", ".join(names[:15]) + (", ..." if len(names) > 15 else "")
                 raise InputError(f"{kind.upper()} {hw} has no metric {args.metric!r} in {store}"
-                                 f"{did_you_mean(args.metric, names)} (metrics: {shown or 'none'})")
+                                 f"{did_you_mean(args.metric, names)} (metrics: {shown_names(args.metric, names)})")
             raise InputError(f"no values of {args.metric} of {hw} match --check/--since")
         return series, hw
     own = store.metric_series(args.host, args.metric, since=since, check=args.check, device=args.device)
     if not own:
         hosts = store.hosts()
         if args.host not in hosts:
-            shown = ", ".join(hosts[:10]) + (", ..." if len(hosts) > 10 else "")
             raise InputError(f"no runs of host {args.host!r} in {store}{did_you_mean(args.host, hosts)} "
-                             f"(hosts: {shown or 'none'})")
+                             f"(hosts: {shown_names(args.host, hosts, 10)})")
         names = store.metric_names(args.host)
         if args.metric not in names:
-            shown = ", ".join(names[:15]) + (", ..." if len(names) > 15 else "")
             raise InputError(f"host {args.host!r} has no metric {args.metric!r} in {store}"
-                             f"{did_you_mean(args.metric, names)} (metrics: {shown})")
+                             f"{did_you_mean(args.metric, names)} (metrics: {shown_names(args.metric, names)})")
         raise InputError(f"no values of {args.metric} on {args.host} match --check/--device/--since")
     ids = sorted({p.hw_id for p in own if p.hw_id is not None})
     hosts = sorted({s.host for s in store.sightings(ids)} | {args.host})
@@ -420,7 +427,7 @@ def cmd_trend(args: argparse.Namespace) -> int:
     from gpuaccept.results.trend import TrendRule
 
     since = parse_since(args.since) if args.since else None
-    rule = TrendRule(max_drop_sigma=args.max_drop_sigma, min_drop_frac=args.min_drop_pct / 100.0,
+    rule = TrendRule(max_drop_sigma=args.max_z, min_drop_frac=args.min_drop_pct / 100.0,
                      window=args.window, min_history=args.min_history, recent=args.recent)
     with open_store(args.db, read_only=True) as store:
         series, who = _trend_series(store, args, since, rule)
@@ -431,9 +438,10 @@ def cmd_trend(args: argparse.Namespace) -> int:
     if args.json:
         hw, kind = _hardware_arg(args)
         head = {"host": host, "metric": args.metric} if hw is None else {kind: hw, "metric": args.metric}
-        _dump({**head, "rule": rule.__dict__, "regressed": bool(regressed),
-               "series": [{**s.to_dict(), "gone": gone[id(s)]} for s in series]})
-        return 1 if regressed else 0
+        _dump(args.json, {**head, "rule": rule.__dict__, "regressed": bool(regressed),
+                          "series": [{**s.to_dict(), "gone": gone[id(s)]} for s in series]})
+        if args.json == "-":
+            return 1 if regressed and args.exit_code else 0
     for s in series:
         better = "higher" if s.higher_is_better else "lower"
         note = f" ({gone[id(s)]}; not judged)" if gone[id(s)] else ""
@@ -462,4 +470,4 @@ def cmd_trend(args: argparse.Namespace) -> int:
         else:
             print(f"not enough history to judge: fewer than {rule.recent} recent and {rule.min_history} earlier "
                   "runs")
-    return 1 if regressed else 0
+    return 1 if regressed and args.exit_code else 0

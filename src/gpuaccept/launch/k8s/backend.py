@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from gpuaccept.cliargs import hidden_alias
 from gpuaccept.errors import GpuacceptError, InputError, UsageError
 from gpuaccept.launch.base import Backend, JobState, Plan, Submission
 from gpuaccept.launch.k8s.client import MissingClient, kubernetes_module, new_api_client, status_message
@@ -131,10 +132,11 @@ class K8sBackend(Backend):
                        help="also keep the reports on this PersistentVolumeClaim, mounted at --pod-results-dir")
         g.add_argument("--pod-results-dir", default="/tmp/gpuaccept-results", metavar="PATH",
                        help="where reports are written in the containers (default: /tmp/gpuaccept-results)")
-        g.add_argument("--runtime", default="torch-distributed", metavar="NAME",
-                       help="trainjob: the training runtime to run on (default: torch-distributed)")
+        rt = g.add_argument("--training-runtime", dest="runtime", default="torch-distributed", metavar="NAME",
+                            help="trainjob: the training runtime to run on (default: torch-distributed)")
+        hidden_alias(g, "--runtime", rt)  # slurm's --runtime is the container runtime (docker, podman)
         g.add_argument("--runtime-kind", choices=("ClusterTrainingRuntime", "TrainingRuntime"),
-                       default="ClusterTrainingRuntime", help="trainjob: kind of --runtime")
+                       default="ClusterTrainingRuntime", help="trainjob: kind of --training-runtime")
         g.add_argument("--trainer-version", default=TRAINER_LATEST, metavar="X.Y",
                        help="trainjob: the Kubeflow Trainer release installed: 2.2 or later takes runtimePatches, "
                             f"2.1 podTemplateOverrides (default: {TRAINER_LATEST})")

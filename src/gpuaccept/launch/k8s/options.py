@@ -244,7 +244,7 @@ class K8sOptions:
                               f"must be one of {', '.join(PULL_POLICIES)}")
         for flag, maybe_name in (("--service-account", self.service_account),
                                  ("--priority-class", self.priority_class), ("--results-pvc", self.results_pvc),
-                                 ("--runtime", self.runtime)):
+                                 ("--training-runtime", self.runtime)):
             if maybe_name is not None:
                 check_dns_subdomain(maybe_name, flag)
         if self.queue is not None:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from gpuaccept.argtypes import whole_seconds
 from gpuaccept.errors import UsageError
 from gpuaccept.launch.base import Backend, JobState, Plan, Submission
 from gpuaccept.launch.slurm.options import (
@@ -101,7 +102,7 @@ class SlurmBackend(Backend):
         g.add_argument("--container-image", dest="image", default=None, metavar="IMAGE",
                        help="same as --image: run the tasks in this Pyxis/Enroot image")
         g.add_argument("--container-mounts", dest="mount", action="extend", type=csv_list, default=None,
-                       metavar="SRC:DST[:ro],...", help="same as --mount, comma-separated (needs an image)")
+                       metavar="SRC:DST[:ro],...", help=argparse.SUPPRESS)  # --mount, comma-separated
         g.add_argument("--partition", type=token_type("--partition"), default=None, help="#SBATCH --partition")
         g.add_argument("--account", type=token_type("--account"), default=None, help="#SBATCH --account")
         g.add_argument("--qos", type=token_type("--qos"), default=None, help="#SBATCH --qos")
@@ -129,11 +130,11 @@ class SlurmBackend(Backend):
         r.add_argument("--runtime", type=choice_type("--runtime", RUNTIMES), default=None,
                        help="start --image with docker or podman on every node, as the calling user")
         r.add_argument("--mounts", dest="mount", action="extend", type=csv_list, default=None,
-                       metavar="PATH|SRC:DST[:ro],...", help="same as --mount, comma-separated")
+                       metavar="PATH|SRC:DST[:ro],...", help=argparse.SUPPRESS)  # --mount, comma-separated
         r.add_argument("--ssh-port", type=port_type, default=None, metavar="PORT",
                        help="a command's sshd listens on PORT + the node's index in the allocation (default 2222)")
-        r.add_argument("--handshake-timeout", dest="handshake_timeout_s", type=positive_type, default=None,
-                       metavar="S", help="seconds the first node waits for every node's sshd (default 120)")
+        r.add_argument("--handshake-timeout", dest="handshake_timeout_s", type=whole_seconds, default=None,
+                       metavar="DURATION", help="time the first node waits for every node's sshd (default 2m)")
         r.add_argument("--runtime-arg", dest="runtime_args", action="append", type=runtime_arg_type, default=None,
                        metavar="OPTION", help="an extra option of '<runtime> run', e.g. --ulimit=memlock=-1")
         r.add_argument("--privileged", action="store_true", default=None,

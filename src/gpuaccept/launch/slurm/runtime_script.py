@@ -67,9 +67,9 @@ def _check(spec: JobSpec, opts: SlurmOptions) -> None:
                                                               f"{opts.ssh_port + spec.nodes - 1}, past 65535")
     if uses_ssh(spec):
         try:
-            check_path(Path(state_dir(spec)), "--results-dir")
+            check_path(Path(state_dir(spec)), "--report-dir")
         except UsageError as exc:
-            raise ConfigError("--results-dir", spec.results_dir,
+            raise ConfigError("--report-dir", spec.results_dir,
                               f"{exc}; the ssh configuration of the job lives there") from None
 
 

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any, ClassVar, TextIO
 
+from gpuaccept.argtypes import whole_seconds
 from gpuaccept.errors import ConfigError, InputError, UsageError
 from gpuaccept.launch.base import Backend, JobState, Plan, Submission, read_reports
 from gpuaccept.launch.hosts import (
@@ -80,8 +81,8 @@ class SshBackend(Backend):
         g.add_argument("--identity", default=None, metavar="KEY", help="private key (ssh -i)")
         g.add_argument("--ssh-option", action="append", default=None, metavar="KEY=VALUE",
                        help="extra ssh -o option (repeatable), e.g. ProxyJump=bastion")
-        g.add_argument("--connect-timeout", type=int, default=DEFAULT_CONNECT_TIMEOUT_S, metavar="S",
-                       help=f"seconds to wait for each connection (default {DEFAULT_CONNECT_TIMEOUT_S})")
+        g.add_argument("--connect-timeout", type=whole_seconds, default=DEFAULT_CONNECT_TIMEOUT_S, metavar="DURATION",
+                       help=f"time to wait for each connection (default {DEFAULT_CONNECT_TIMEOUT_S}s)")
         g.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS, metavar="N",
                        help=f"at most N hosts connected at once (default {DEFAULT_MAX_CONNECTIONS})")
         g.add_argument("--remote-python", default=None, metavar="PATH",
