@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("node", ("run", "checks", "nccl-tests")),
+    ("node", ("run", "checks", "conformance", "nccl-tests")),
     ("cluster", ("launch", "gather", "isolate")),
     ("results", ("report", "history", "compare", "trend", "analyze", "baseline", "serve-metrics")),
     ("health", ("healthcheck", "node-status")),
@@ -66,6 +66,15 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
               "gpuaccept image build multinode --platform linux/amd64,linux/arm64 --push --tag REG/gpuaccept:1.0"),
     "image build": ("gpuaccept image build runtime --tag gpuaccept:dev --load",
                     "gpuaccept image build multinode --tag REG/gpuaccept:1.0 --push --dry-run"),
+    "conformance": ("gpuaccept conformance capture -o site-manifest.yaml",
+                    "gpuaccept conformance check site-manifest.yaml",
+                    "gpuaccept conformance diff last-pass/report.json today/report.json"),
+    "conformance capture": ("gpuaccept conformance capture -o site-manifest.yaml",
+                            "gpuaccept conformance capture --from gpuaccept-reports/20261120T080000Z-gpu01 -o m.yaml"),
+    "conformance check": ("gpuaccept conformance check site-manifest.yaml",
+                          "gpuaccept conformance check /etc/gpuaccept/manifest.yaml"),
+    "conformance diff": ("gpuaccept conformance diff last-pass/report.json today/report.json",
+                         "gpuaccept conformance diff gpuaccept-reports/RUN_A gpuaccept-reports/RUN_B"),
     "nccl-tests": ("gpuaccept nccl-tests all_reduce -- -b 8M -e 8G -f 2",
                    "mpirun -np 16 all_reduce_perf -b 8M -e 8G -f 2 -g 1 | gpuaccept nccl-tests parse -"),
     "nccl-tests run": ("gpuaccept nccl-tests run all_reduce all_gather --min-busbw 300",

@@ -182,7 +182,7 @@ def cmd_create(args: argparse.Namespace) -> int:
         with _from_history(args) as (count, stream):
             if not count:
                 raise InputError("no node runs in the history match (see 'gpuaccept history --all-nodes')")
-            baseline = learn_baseline(stream, trim_z=args.trim_z, min_samples=args.min_samples, origin=origin)
+            baseline = learn_baseline(stream, trim_z=args.max_z, min_samples=args.min_samples, origin=origin)
     else:
         items = read_report_files(args.paths)
         origin = [str(p) for p in args.paths]

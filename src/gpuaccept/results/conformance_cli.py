@@ -90,16 +90,26 @@ def register(sub: Any) -> None:
     from gpuaccept.cliargs import Parser
 
     verbs = c.add_subparsers(dest="verb", metavar="VERB", required=True, parser_class=Parser)
-    cap = verbs.add_parser("capture", help="write the manifest this node (or its report) passes")
+    cap = verbs.add_parser("capture", help="write the manifest this node (or its report) passes",
+                           description="Write a conformance manifest that this node passes: its configuration "
+                                       "read now, or from a node report's conformance check (--from). Items "
+                                       "equal on every GPU, NIC or port become one '*' rule; edit it to allow "
+                                       "ranges or several values.")
     cap.add_argument("-o", "--output", default="-", metavar="FILE", help="where to write it (default: stdout)")
     cap.add_argument("--from", dest="from_report", default=None, metavar="REPORT",
                      help="take the configuration from this node report (its conformance check)")
     cap.add_argument("--root", default="/", help=argparse.SUPPRESS)
     cap.set_defaults(handler=cmd_capture)
-    val = verbs.add_parser("check", help="validate a manifest (exit 2 with one line when it is bad)")
+    val = verbs.add_parser("check", help="validate a manifest (exit 2 with one line when it is bad)",
+                           description="Validate a conformance manifest without running anything: unknown "
+                                       "keys or items, wrong types and impossible ranges are exit 2 with one "
+                                       "line.")
     val.add_argument("manifest", metavar="MANIFEST")
     val.set_defaults(handler=cmd_validate)
-    diff = verbs.add_parser("diff", help="what changed between two reports of a node (items and parts)")
+    diff = verbs.add_parser("diff", help="what changed between two reports of a node (items and parts)",
+                            description="List each configuration item that changed between two reports of a "
+                                        "node (report.json files or run directories), and each part replaced "
+                                        "(GPU UUID, NIC GUID).")
     diff.add_argument("before", metavar="BEFORE", help="the earlier node report (e.g. the run that last passed)")
     diff.add_argument("after", metavar="AFTER", help="the later node report")
     diff.set_defaults(handler=cmd_diff)
