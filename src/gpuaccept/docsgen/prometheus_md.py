@@ -14,8 +14,8 @@ def page() -> str:
     return "\n".join([
         GENERATED, "", "# Prometheus metrics", "",
         "`gpuaccept report RUN --format prom --output DIR` writes `DIR/gpuaccept.prom` for node_exporter's textfile "
-        "collector; `gpuaccept serve-metrics --port 9835 --report-dir gpuaccept-reports` (the `prometheus` extra) serves "
-        "the newest report of every host on each scrape.", "",
+        "collector; `gpuaccept serve-metrics --port 9835 --report-dir gpuaccept-reports` (the `prometheus` extra) "
+        "serves the newest report of every host on each scrape.", "",
         "## Families", "", from_docstring(inspect.getdoc(prometheus) or ""),
         "## The exporter's own metrics (`serve-metrics`)", "", from_docstring(inspect.getdoc(serve) or ""),
     ]).rstrip() + "\n"
