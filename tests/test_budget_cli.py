@@ -97,9 +97,10 @@ def test_a_budgeted_quick_run_records_its_plan(tmp_path: Path) -> None:
     r = gpuaccept("run", "--profile", "quick", "--device", "cpu", "--budget", "60s", "--no-history",
                   "--report-dir", str(tmp_path), timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "[BUDGET] budget 1m: 10 of 10 checks fit, ~" in r.stdout
     report = validate_report(only_run_dir(tmp_path) / "report.json")
     budget = report["budget"]
+    n = len(budget["kept"])  # every check of quick fits a minute on a CPU
+    assert n >= 10 and f"[BUDGET] budget 1m: {n} of {n} checks fit, ~" in r.stdout
     assert budget["budget_s"] == 60.0 and budget["estimate_s"] <= 60.0 and budget["left_out"] == []
     assert [c["name"] for c in report["checks"]] == [c["name"] for c in budget["kept"]]
     assert budget["reruns"] == []  # nothing suspect on a healthy CPU
