@@ -85,7 +85,7 @@ def test_pure_plan_pieces_and_what_cannot_run() -> None:
     assert launch_flags("slurm", 4, [], "/x/all_reduce_perf") == [
         "--gpus-per-node", "4", "--no-torchrun", "--", "/x/all_reduce_perf", "-g", "4"]
     assert launch_argv("mpi", ["a", "b"], "r", "/res", "iso", PairTest("nccl-tests", 2, ("-e", "1G"))) == [
-        "launch", "mpi", "--nodes", "2", "--hosts", "a,b", "--results-dir", "/res", "--run-id", "r", "--name", "iso",
+        "launch", "mpi", "--nodes", "2", "--hosts", "a,b", "--report-dir", "/res", "--run-id", "r", "--name", "iso",
         "--gpus-per-node", "2", "--procs-per-node", "2", "--", "all_reduce_perf", "-e", "1G", "-g", "1"]
     for backend, gpus, args, words in (("ssh", 8, [], "needs MPI"), ("local", 8, [], "needs MPI"),
                                        ("mpi", 0, [], "at least 1"), ("slurm", 8, ["-g", "2"], "-g is set")):
