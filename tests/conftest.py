@@ -19,6 +19,15 @@ def cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The Ctrl-C tests press Ctrl-C as a terminal would. A test run started in the background of a
+    non-interactive shell (``.ci/run > log &``, a CI runner's job) inherits SIGINT ignored (POSIX, for background
+    jobs without job control), Python then keeps it ignored, and so would every process the tests start: each
+    launch under test would ignore Ctrl-C as such a background job should. Give the tests a terminal's SIGINT."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if cuda_available():
         return
