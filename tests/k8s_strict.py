@@ -27,6 +27,7 @@ CRD_FILES = {
     ("trainer.kubeflow.org/v1alpha1", "TrainJob"): "trainer.kubeflow.org_v1alpha1_TrainJob.json",
 }
 BUILTIN = {("v1", "Service"), ("batch/v1", "Job"), ("v1", "ServiceAccount"), ("apps/v1", "DaemonSet"),
+           ("batch/v1", "CronJob"), ("scheduling.k8s.io/v1", "PriorityClass"),
            ("rbac.authorization.k8s.io/v1", "ClusterRole"), ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
            ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"),
            ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding")}

@@ -370,7 +370,40 @@ def record_nodes(out: Path) -> None:
     print(f"recorded {save_plain.name} (exit {r.returncode})")
 
 
+def record_sweep(out: Path) -> None:
+    """Record what ``gpuaccept sweep slurm`` reads: ``sinfo --Node`` with nodes idle, allocated, drained and
+    draining, and ``squeue`` of a pending and a running sweep job (``sinfo_sweep_*.txt``, ``squeue_sweep_*.txt``)."""
+    from gpuaccept.sweep.plan import JOB_NAME, SINFO_FORMAT, SQUEUE_FORMAT
+
+    out.mkdir(parents=True, exist_ok=True)
+    with LocalSlurm(nodes=4) as c:
+        def save(name: str, text: str) -> None:
+            (out / name).write_text(text)
+            print(f"recorded {name}")
+
+        sinfo = ("sinfo", "--Node", "--noheader", f"--format={SINFO_FORMAT}")
+        squeue = ("squeue", "--noheader", f"--name={JOB_NAME}", f"--format={SQUEUE_FORMAT}")
+        save("sinfo_sweep_all_idle.txt", c.run(*sinfo).stdout)
+        busy = c.run("sbatch", "--parsable", "-w", "node2", "--exclusive", "--wrap", "sleep 120").stdout.strip()
+        draining = c.run("sbatch", "--parsable", "-w", "node4", "--exclusive", "--wrap", "sleep 120").stdout.strip()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and c.run("squeue", "-h", "-t", "R", "-o", "%i").stdout.split() != [busy,
+                                                                                                        draining]:
+            time.sleep(0.3)
+        c.run("scontrol", "update", "NodeName=node3", "State=DRAIN", "Reason=bad DIMM")
+        c.run("scontrol", "update", "NodeName=node4", "State=DRAIN", "Reason=gpuaccept: memory: injected")
+        save("sinfo_sweep_mixed.txt", c.run(*sinfo).stdout)
+        held = c.run("sbatch", "--parsable", f"--job-name={JOB_NAME}", "-w", "node1", "--hold", "--wrap",
+                     "true").stdout.strip()
+        running = c.run("sbatch", "--parsable", f"--job-name={JOB_NAME}", "-w", "node2", "--wrap",
+                        "sleep 60").stdout.strip()
+        save("squeue_sweep.txt", c.run(*squeue).stdout)
+        for job in (busy, draining, held, running):
+            c.run("scancel", job)
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] not in ("record", "record-nodes"):
-        sys.exit("usage: python -m tests.slurm_cluster record|record-nodes DIR")
-    (record if sys.argv[1] == "record" else record_nodes)(Path(sys.argv[2]))
+    recorders = {"record": record, "record-nodes": record_nodes, "record-sweep": record_sweep}
+    if len(sys.argv) != 3 or sys.argv[1] not in recorders:
+        sys.exit("usage: python -m tests.slurm_cluster record|record-nodes|record-sweep DIR")
+    recorders[sys.argv[1]](Path(sys.argv[2]))

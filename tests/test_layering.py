@@ -54,6 +54,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "health": frozenset({"errors", "model", "argtypes", "inputs", "checks", "node", "cliargs", "exitcodes", "suiteplan",
                          "launch.k8s"}),
     "containers": frozenset({"errors", "model", "argtypes", "cliargs", "exitcodes", "safefs", "outputs"}),
+    # continuous validation of idle nodes: plans over the Slurm clients and Kubernetes manifests, like launch
+    "sweep": frozenset({"errors", "argtypes", "safefs"}),
     # the documentation's generated pages (python -m gpuaccept.docsgen): the registry at import, the parser and
     # the exporters inside functions; nothing imports it
     "docsgen": frozenset({"errors", "model", "checks", "equivalents", "__init__"}),
@@ -73,6 +75,7 @@ NEVER: dict[str, frozenset[str]] = {
     "results": frozenset({"node", "launch", "isolate", "health", "report", "cli"}),
     "report": frozenset({"node", "launch", "isolate", "health", "cli"}),
     "launch": frozenset({"isolate", "health"}),
+    "sweep": frozenset({"node", "checks", "distributed", "hw", "report"}),
 }
 
 

@@ -290,7 +290,8 @@ SUBCOMMAND_MODULES: tuple[str, ...] = ("gpuaccept.results.cli", "gpuaccept.launc
                                       "gpuaccept.containers.image_cli", "gpuaccept.nccltests.cli",
                                       "gpuaccept.isolate.cli", "gpuaccept.results.conformance_cli",
                                       "gpuaccept.containers.constraints_cli", "gpuaccept.health.cli",
-                                      "gpuaccept.health.nodestatus_cli", "gpuaccept.completion")
+                                      "gpuaccept.health.nodestatus_cli", "gpuaccept.sweep.cli",
+                                      "gpuaccept.completion")
 
 
 DURATION_FLAGS = ("--budget", "--deadline", "--time", "--timeout", "--dist-timeout", "--test-timeout",

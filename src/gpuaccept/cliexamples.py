@@ -9,7 +9,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("node", ("run", "checks", "conformance", "nccl-tests")),
     ("cluster", ("launch", "gather", "isolate")),
     ("results", ("report", "history", "compare", "trend", "analyze", "baseline", "serve-metrics")),
-    ("health", ("healthcheck", "node-status")),
+    ("health", ("healthcheck", "node-status", "sweep")),
     ("containers", ("image", "sshd-config", "constraints")),
     ("shell", ("completion",)),
 )
@@ -86,6 +86,17 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "constraints": ("gpuaccept constraints -o constraints.txt", "gpuaccept constraints --urls -o -"),
     "healthcheck": ("gpuaccept healthcheck --deadline 45s", "gpuaccept healthcheck --budget 2m --slurm drain",
                     "gpuaccept healthcheck --mode prolog --slurm print"),
+    "sweep": ("gpuaccept sweep slurm --partition gpu --qos scavenger --report-dir /shared/sweeps "
+              "--db postgresql://gpuaccept@db/gpuaccept",
+              "gpuaccept sweep flag --db postgresql://gpuaccept@db/gpuaccept --since 30d"),
+    "sweep slurm": ("gpuaccept sweep slurm --partition gpu --qos scavenger --report-dir /shared/sweeps --dry-run",
+                    "gpuaccept sweep slurm --partition gpu --report-dir /shared/sweeps --max-nodes 8 --time 20m "
+                    "--db postgresql://gpuaccept@db/gpuaccept -- --checks env,health,compute"),
+    "sweep flag": ("gpuaccept sweep flag --db postgresql://gpuaccept@db/gpuaccept --since 30d",
+                   "gpuaccept sweep flag --metric gemm_bf16_tflops --metric hbm_bw_gbs --json"),
+    "sweep k8s": ("gpuaccept sweep k8s --image ghcr.io/example/gpuaccept:1.0 --db-secret gpuaccept-db --nodes 8",
+                  "gpuaccept sweep k8s --image ghcr.io/example/gpuaccept:1.0 --schedule '*/30 * * * *' "
+                  "--node-selector nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3"),
     "node-status": ("gpuaccept node-status --report gpuaccept-reports/RUN_ID --apply --taint",
                     "gpuaccept node-status --profile quick --plan",
                     "gpuaccept node-status --daemonset --image ghcr.io/example/gpuaccept:1.0 --profile quick"),
