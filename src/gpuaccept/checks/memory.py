@@ -427,14 +427,12 @@ class MemoryCheck(Check):
 
 
 def sku_threshold(sku: Any, expected: float | None, family: str, severity: Status) -> Threshold | None:
-    """``expected x sku.pass_fraction(family)`` as a ``>=`` bound sourced ``sku:<id>``; None without SKU data."""
-    if sku is None or not expected:
-        return None
-    try:
-        fraction = sku.pass_fraction(family)
-    except KeyError:
-        return None
-    return Threshold(">=", expected * fraction, severity, f"sku:{sku.id}")
+    """``expected x sku.pass_fraction(family)`` as a ``>=`` bound sourced ``sku:<id>``; None without SKU data
+    (:func:`gpuaccept.checks.sku_expect.from_spec`'s bound)."""
+    from gpuaccept.checks.sku_expect import from_spec
+
+    found = from_spec(sku, expected, family, severity)
+    return found.threshold if found is not None else None
 
 
 CHECKS = (MemoryCheck,)
