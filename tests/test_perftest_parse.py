@@ -12,7 +12,7 @@ from gpuaccept.perftest.parse import MIB_PER_S_IN_GBPS, BwRow, LatRow, parse_tex
 DATA = Path(__file__).parent / "data" / "perftest"
 
 
-def parse(name: str):  # noqa: ANN201
+def parse(name: str):
     return parse_text((DATA / name).read_text())
 
 
