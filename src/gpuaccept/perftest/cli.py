@@ -70,6 +70,24 @@ def register(subparsers: Any) -> None:
                                        "NIC i of the first node and a client on NIC i of the second, on port "
                                        "--base-port + i + --pair-index x rails; --gpus adds --use_cuda=i "
                                        "(GPUDirect RDMA, where GPUs and nvidia_peermem are present).")
+    _plan_options(q)
+    add_json_option(q, "the plan")
+    q.set_defaults(handler=cmd_plan)
+    n = actions.add_parser("pair-node", help="one node's half of a pair test (started by a launcher on both nodes)",
+                           description="Run this node's side of every rail of the plan at once: rank 0 of the job "
+                                       "the servers, rank 1 the clients; print each line tagged for 'rdma parse'. "
+                                       "Takes the options of 'plan'.")
+    _plan_options(n)
+    n.add_argument("--rank", type=nonneg_int, default=None, help="this node's rank when no launcher sets one")
+    n.add_argument("--timeout", type=positive_float, default=120.0, metavar="S", help="per perftest run (default "
+                   "120 s)")
+    n.add_argument("--client-delay", type=positive_float, default=1.0, metavar="S",
+                   help="seconds a client waits for its server before connecting (default 1)")
+    n.add_argument("--sysfs-root", default="/", metavar="DIR", help="where the port counters are read (default /)")
+    n.set_defaults(handler=cmd_pair_node)
+
+
+def _plan_options(q: argparse.ArgumentParser) -> None:
     q.add_argument("--nodes", type=csv, required=True, metavar="A,B", help="the server node and the client node")
     q.add_argument("--nics", type=csv, required=True, metavar="DEV[,DEV...]", help="the NICs, rail 0 first")
     q.add_argument("--gpus", action="store_true", help="GPU memory: --use_cuda=<rail index>")
@@ -79,8 +97,6 @@ def register(subparsers: Any) -> None:
                    "run at once (default 0)")
     q.add_argument("--perftest-arg", action="append", default=None, metavar="ARG",
                    help="a perftest argument (repeatable; default: -s 1048576 -D 5 -F --report_gbits)")
-    add_json_option(q, "the plan")
-    q.set_defaults(handler=cmd_plan)
 
 
 def _missing_action() -> int:
@@ -116,12 +132,15 @@ def cmd_parse(args: argparse.Namespace) -> int:
     from gpuaccept.perftest.judge import DEFAULT_FRACTION, ends_of, judge
     from gpuaccept.perftest.parse import parse_text
 
-    result = parse_text(_read(args.file))
+    text = _read(args.file)
     rate, source = args.rate_gbps, "--rate-gbps"
     if args.port:
         rate, source = port_rate(args.port, args.sysfs_root), f"{args.port} rate"
     if args.fraction is not None and rate is None:
         raise UsageError("--fraction needs a port rate: --rate-gbps N or --port DEV:PORT")
+    if "\n@rdma " in f"\n{text}":
+        return _parse_pair_log(text, args, rate)
+    result = parse_text(text)
     j = judge(result, rate_gbps=rate, rate_source=source, fraction=args.fraction or DEFAULT_FRACTION,
               min_gbps=args.min_gbps, max_lat_us=args.max_lat_us, ends=ends_of(result, args.client, args.server))
     unjudged = not_judged_names(j.metrics)
@@ -136,6 +155,36 @@ def cmd_parse(args: argparse.Namespace) -> int:
         shown = NOT_JUDGED if j.status is Status.PASS and unjudged else j.status.value
         print(f"{state_label(shown)}: {j.reason}")
     return 0 if j.status in (Status.PASS, Status.WARN, Status.SKIP) else 1
+
+
+def _parse_pair_log(text: str, args: argparse.Namespace, rate: float | None) -> int:
+    """A pair test's job log (``rdma pair-node`` on both nodes): one line per rail, then the worst status."""
+    from gpuaccept.model import worst
+    from gpuaccept.perftest.judge import DEFAULT_FRACTION
+    from gpuaccept.perftest.pairrun import judge_rails, rail_line, read_log
+
+    rails = judge_rails(read_log(text), rate_gbps=rate, fraction=args.fraction or DEFAULT_FRACTION,
+                        min_gbps=args.min_gbps)
+    status = worst(*(r.judgement.status for r in rails))
+    if args.json:
+        doc = {"status": status.value, "rails": [r.to_dict() for r in rails]}
+        write_output(args.json, json.dumps(doc, indent=2) + "\n", "--json")
+    if args.json != "-":
+        for r in rails:
+            print(f"{r.judgement.status.value.upper()}: {r.judgement.reason}")
+        bad = [rail_line(r) for r in rails if r.judgement.status.is_failure]
+        print(f"{state_label(status.value)}: {len(rails)} rails" + (": " + "; ".join(bad) if bad else ""))
+    return 0 if status in (Status.PASS, Status.WARN, Status.SKIP) else 1
+
+
+def cmd_pair_node(args: argparse.Namespace) -> int:
+    import os
+
+    from gpuaccept.perftest.node import job_rank, run_node
+
+    rank = job_rank(os.environ, args.rank)
+    return run_node(_plan(args), rank, timeout_s=args.timeout, sysfs_root=args.sysfs_root,
+                    client_delay_s=args.client_delay)
 
 
 def table(result: Any) -> list[str]:
@@ -160,7 +209,7 @@ def table(result: Any) -> list[str]:
     return head
 
 
-def cmd_plan(args: argparse.Namespace) -> int:
+def _plan(args: argparse.Namespace) -> Any:
     from gpuaccept.perftest.plan import DEFAULT_ARGS, pair_plan
 
     if len(args.nodes) != 2:
@@ -169,6 +218,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     rails = pair_plan(args.nodes[0], args.nodes[1], args.nics, args.nics, test=args.test,
                       gpus=list(range(len(args.nics))) if args.gpus else None, base_port=args.base_port,
                       pair_index=args.pair_index, args=extra)
+    return rails
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    rails = _plan(args)
     if args.json:
         write_output(args.json, json.dumps([r.to_dict() for r in rails], indent=2) + "\n", "--json")
     if args.json != "-":
