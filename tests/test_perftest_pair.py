@@ -134,6 +134,50 @@ def test_the_pair_runs_as_two_ranks_of_launch_mpi(sshd: Sshd, tmp_path: Path) ->
                   "--sysfs-root", str(sysfs), "--timeout", "60", "--client-delay", "0.3", env=env, timeout=300)
     logs = list((tmp_path / "runs").rglob("mpirun.log"))
     assert logs, r.stdout + r.stderr
-    rails = judge_rails(read_log(logs[0].read_text()), rate_gbps=400.0)
+    rails = judge_rails(read_log(logs[0].read_text()))  # each client's port rate as its sysfs says
     assert [r.judgement.status for r in rails] == [Status.PASS] * 3 + [Status.FAIL], logs[0].read_text()[-3000:]
+    assert "(0.95 x mlx5_3:1 rate on node-b 400 Gb/s)" in rails[3].judgement.reason
     assert rail_line(rails[3]) == "node-b rail 3 (mlx5_3): 201 Gb/s, expected >= 380: FAIL"
+
+
+def test_isolate_names_the_slow_rail_of_the_bad_node_with_its_counters(sshd: Sshd, tmp_path: Path) -> None:
+    """``isolate --rails-of node-b=node-a --rail-test rdma`` over launch mpi: node-a serves, node-b's NICs are the
+    clients; the rates come from the nodes' sysfs (400 Gb/s), the slow rail is named with node, rail and NIC."""
+    require("mpirun")
+    stand_in(tmp_path / "bin", tmp_path / "state")
+    sysfs = tmp_path / "sysfs"
+    shutil.copytree(SYSFS, sysfs, symlinks=True)
+    env = _env(tmp_path, sysfs)
+    env["GPUACCEPT_SYSFS_ROOT"] = str(sysfs)
+    r = gpuaccept("isolate", "--backend", "mpi", "--rails-of", "node-b=node-a", "--rail-test", "rdma",
+                  "--rail-ports", "mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1", "--report-dir", str(tmp_path / "runs"),
+                  f"--json={tmp_path / 'v.json'}", "--test-timeout", "120",
+                  f"--launch-arg=--mca=plm_rsh_agent=ssh -F {sshd.ssh_config}", "--launch-arg=--oversubscribe",
+                  "--launch-arg=--forward-env=RDMA_TEST_SLOW", "--launch-arg=--forward-env=RDMA_TEST_SYSFS",
+                  "--launch-arg=--forward-env=GPUACCEPT_SYSFS_ROOT", "--launch-arg=--forward-env=PATH",
+                  env=env, timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr
+    data = json.loads((tmp_path / "v.json").read_text())
+    assert data["bad_rails"] == ["GPU 3 / mlx5_3:1"], data
+    bad = data["rails"][3]["evidence"]
+    assert bad[0] == "node-b rail 3 (mlx5_3): 201 Gb/s, expected >= 380: FAIL"
+    assert "(0.95 x mlx5_3:1 rate on node-b 400 Gb/s)" in bad[1]
+    assert "client error counters rose: symbol_error +7" in bad
+    assert [x["bad"] for x in data["rails"]] == [False, False, False, True]
+    assert data["rails"][0]["evidence"] == ["node-b rail 0 (mlx5_0): 400 Gb/s, expected >= 380"]
+    assert "node-b rail 3 (mlx5_3): 201 Gb/s, expected >= 380" in r.stdout
+
+
+def test_isolate_rdma_dry_run_is_one_launch_per_node_pair() -> None:
+    r = gpuaccept("isolate", "--backend", "mpi", "--rails-of", "node-b=node-a", "--rail-test", "rdma",
+                  "--rail-ports", "mlx5_0:1,mlx5_1:1", "--report-dir", "/shared/iso", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    line = r.stdout.splitlines()[1]
+    assert line.startswith("gpuaccept launch mpi --nodes 2 --hosts node-a,node-b --report-dir /shared/iso")
+    assert line.endswith(f"--procs-per-node 1 -- {sys.executable} -m gpuaccept rdma pair-node --nodes node-a,node-b "
+                         "--nics mlx5_0,mlx5_1")
+    bad = gpuaccept("isolate", "--backend", "ssh", "--rails-of", "node-b=node-a", "--rail-test", "rdma",
+                    "--rail-ports", "mlx5_0:1", "--dry-run")
+    assert bad.returncode == 2 and "--rail-test rdma runs over mpi or slurm; not ssh" in bad.stderr
+    none = gpuaccept("isolate", "--backend", "mpi", "--rails-of", "node-b=node-a", "--rail-test", "rdma", "--dry-run")
+    assert none.returncode == 2 and "needs the NICs of the rails: --rail-ports" in none.stderr

@@ -104,6 +104,8 @@ def launch_argv(backend: str, nodes: Sequence[str], run_id: str, results_dir: st
         from gpuaccept.isolate.nccl import launch_flags
 
         return [*head, *launch_flags(backend, pair.gpus, pair.args, pair.binary)]
+    if pair.kind == "rdma":  # the command comes with the rail test's own flags (gpuaccept.isolate.rdma)
+        return head
     raise UsageError(f"--pair-test is collectives or nccl-tests, not {pair.kind!r}")
 
 
@@ -134,6 +136,7 @@ class PairRunner:
     log: IO[str] | None = None
     pair: PairTest = field(default_factory=PairTest)
     cluster_reports: dict[str, str] = field(default_factory=dict)  # run id -> path of its cluster report or log
+    rdma_logs: dict[str, str] = field(default_factory=dict)  # run id -> the rdma pair job's log (its text)
 
     def argv(self, test: Test, run_id: str, port: int | None = None, flags: Sequence[str] = (),
              pair: PairTest | None = None) -> list[str]:
@@ -216,7 +219,12 @@ class PairRunner:
                 time.sleep(self.poll_s)
 
     def _collect(self, job: _Job, timed_out: bool) -> Run:
-        run = self._nccl_run(job) if job.pair.kind == "nccl-tests" else self._cluster_run(job)
+        if job.pair.kind == "rdma":
+            from gpuaccept.isolate.rdma import run_from_job
+
+            run = run_from_job(self, job)
+        else:
+            run = self._nccl_run(job) if job.pair.kind == "nccl-tests" else self._cluster_run(job)
         if timed_out:
             run = Run(False, run.busbw, f"timed out after {self.timeout_s:g} s")
         bw = f"{run.busbw:.3g} GB/s" if run.busbw is not None else "no busbw"

@@ -83,7 +83,12 @@ def register(subparsers: Any) -> None:
                    "120 s)")
     n.add_argument("--client-delay", type=positive_float, default=1.0, metavar="S",
                    help="seconds a client waits for its server before connecting (default 1)")
-    n.add_argument("--sysfs-root", default="/", metavar="DIR", help="where the port counters are read (default /)")
+    n.add_argument("--sysfs-root", default=None, metavar="DIR",
+                   help="where the ports' rates and counters are read (default $GPUACCEPT_SYSFS_ROOT, else /: a "
+                        "container that mounts the host's /sys under /host sets GPUACCEPT_SYSFS_ROOT=/host)")
+    n.add_argument("--memory", choices=("auto", "host", "cuda"), default="auto",
+                   help="auto (default): GPU memory (--use_cuda) where this node has NVIDIA GPUs and nvidia_peermem, "
+                        "else host memory; each node decides for its own end")
     n.set_defaults(handler=cmd_pair_node)
 
 
@@ -182,7 +187,13 @@ def cmd_pair_node(args: argparse.Namespace) -> int:
 
     from gpuaccept.perftest.node import job_rank, run_node
 
-    rank = job_rank(os.environ, args.rank)
+    rank = job_rank(os.environ, args.rank, args.nodes)
+    args.sysfs_root = args.sysfs_root or os.environ.get("GPUACCEPT_SYSFS_ROOT") or "/"
+    if args.memory != "host" and not args.gpus:
+        from gpuaccept.hw.rdma import read_inventory
+        from gpuaccept.perftest.plan import gpudirect
+
+        args.gpus = args.memory == "cuda" or gpudirect(read_inventory(args.sysfs_root))
     return run_node(_plan(args), rank, timeout_s=args.timeout, sysfs_root=args.sysfs_root,
                     client_delay_s=args.client_delay)
 

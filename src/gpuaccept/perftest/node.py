@@ -8,7 +8,8 @@ The error counters of the node's ports are read from sysfs before and after (:fu
 
 Every line printed is tagged ``@rdma RAIL SIDE NODE NIC PORT| <perftest's line>``, so that the two nodes' lines can
 interleave in the launcher's log, and each run ends with ``@rdma RAIL SIDE NODE NIC PORT# {"exit": N, "counters":
-{...}}`` (the error counters of ``NIC:1`` that rose, ``"vanished": true`` if the port went away). Read back with
+{...}, "rate_gbps": R}`` (the error counters of ``NIC:1`` that rose, ``"vanished": true`` if the port went away;
+the port's rate as this node's sysfs says). Read back with
 :func:`gpuaccept.perftest.pairrun.read_log`.
 """
 
@@ -28,12 +29,19 @@ from typing import IO
 from gpuaccept.errors import UsageError
 from gpuaccept.perftest.plan import RailPair
 
-RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID")
+RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "NODE_RANK")
+NAME_VARS = ("SLURMD_NODENAME", "GPUACCEPT_HOSTNAME")
 TAG = "@rdma"
 
 
-def job_rank(env: Mapping[str, str], given: int | None = None) -> int:
-    """This task's rank in the launcher's job (0: the server node, 1: the client node)."""
+def job_rank(env: Mapping[str, str], given: int | None = None, nodes: Sequence[str] = ()) -> int:
+    """This task's side: 0 (the server node) or 1 (the client node). Under Slurm by its node's name
+    (``SLURMD_NODENAME``; Slurm numbers the tasks in its own node order, not the order given) or its host label
+    (``GPUACCEPT_HOSTNAME``, the ssh backend's), else by the rank of the launcher's job, else ``given``."""
+    for var in NAME_VARS:
+        name = env.get(var, "")
+        if name and name in nodes:
+            return list(nodes).index(name)
     for name in RANK_VARS:
         if env.get(name, "").isdigit():
             return int(env[name])
@@ -94,6 +102,13 @@ def counters(before: object, after: object, nic: str) -> dict[str, object]:
     return {"vanished": True} if delta.vanished else {"rose": delta.rising()}
 
 
+def port_rates(root: str) -> dict[str, float]:
+    """The rate in Gb/s of each device's port 1 under ``root`` (sysfs), by device name."""
+    from gpuaccept.hw.rdma import read_inventory
+
+    return {p.device: p.rate_gbps for p in read_inventory(root).ports if p.port == 1 and p.rate_gbps is not None}
+
+
 def run_node(pairs: Sequence[RailPair], rank: int, *, timeout_s: float, sysfs_root: str = "/",
              client_delay_s: float = 1.0, connect_tries: int = 5, out: IO[str] | None = None) -> int:
     """Run this node's side of every rail at once and print the tagged lines; 0 when every run exited 0."""
@@ -108,12 +123,14 @@ def run_node(pairs: Sequence[RailPair], rank: int, *, timeout_s: float, sysfs_ro
         runs = list(pool.map(lambda p: run_side(p, side, timeout_s=timeout_s, client_delay_s=client_delay_s,
                                                 connect_tries=connect_tries), pairs))
     after = read_snapshot(sysfs_root)
+    rates = port_rates(sysfs_root)
     for r in runs:
         head = tag(r.pair, side)
         argv = r.pair.server_argv if side == "server" else r.pair.client_argv
         lines = [f"{head}| $ {shlex.join(argv)}"] + [f"{head}| {line}" for line in r.output.splitlines()]
         nic = r.pair.server_nic if side == "server" else r.pair.client_nic
-        lines.append(f"{head}# " + json.dumps({"exit": r.returncode, "counters": counters(before, after, nic)}))
+        lines.append(f"{head}# " + json.dumps({"exit": r.returncode, "counters": counters(before, after, nic),
+                                               "rate_gbps": rates.get(nic)}))
         out.write("\n".join(lines) + "\n")
     out.flush()
     return 0 if all(r.returncode == 0 for r in runs) else 1

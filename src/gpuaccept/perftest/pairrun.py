@@ -2,7 +2,8 @@
 
 :func:`read_log` groups the ``@rdma RAIL SIDE NODE NIC PORT| line`` lines (in any interleaving; other lines are
 the launcher's and are skipped) by rail and side; :func:`judge_rails` judges each rail on its client's output
-(:func:`gpuaccept.perftest.judge.judge`, against the rate of the client's NIC) and makes it an ERROR, naming both
+(:func:`gpuaccept.perftest.judge.judge`, against the rate of the client's NIC: given, else as its node's
+sysfs said in its end line) and makes it an ERROR, naming both
 ends, when either side printed an error, exited non-zero or printed nothing; the error counters that rose on
 either end during the run are the rail's evidence, and a rise fails a rail that passed.
 """
@@ -36,6 +37,7 @@ class SideLog:
     exit: int | None = None
     ended: bool = False
     counters: dict[str, Any] = field(default_factory=dict)
+    rate_gbps: float | None = None
 
     def label(self) -> str:
         return f"{self.node} rail {self.rail} ({self.nic})"
@@ -59,6 +61,8 @@ def read_log(text: str) -> dict[tuple[int, str], SideLog]:
             raise InputError(f"rdma pair log: rail {rail} {side}: a bad end line ({exc})") from exc
         log.ended, log.exit = True, end.get("exit")
         log.counters = end.get("counters") or {}
+        rate = end.get("rate_gbps")
+        log.rate_gbps = float(rate) if isinstance(rate, int | float) and not isinstance(rate, bool) else None
     if not out:
         raise InputError("not an rdma pair log: no '@rdma RAIL SIDE NODE NIC PORT|' lines")
     return out
@@ -110,8 +114,11 @@ def judge_rails(logs: Mapping[tuple[int, str], SideLog], *, rates: Mapping[str, 
             continue
         server_errors = _errors_of(server)
         result.errors += [f"server: {e}" for e in server_errors]
-        rate = (rates or {}).get(client.nic, rate_gbps)
-        source = f"{client.nic} rate" if rates and client.nic in rates else "port rate"
+        rate, source = (rates or {}).get(client.nic, rate_gbps), f"{client.nic} rate"
+        if rate is None and client.rate_gbps is not None:
+            rate, source = client.rate_gbps, f"{client.nic}:1 rate on {client.node}"
+        elif rates is None or client.nic not in rates:
+            source = "port rate"
         code = client.exit if client.exit != 0 else server.exit
         j = judge(result, rate_gbps=rate, rate_source=source, fraction=fraction, min_gbps=min_gbps,
                   min_source=min_source, ends=ends, returncode=code)
