@@ -201,6 +201,8 @@ def cmd_pair_node(args: argparse.Namespace) -> int:
 def table(result: Any) -> list[str]:
     """The parsed output as a few lines: what ran, then its rows."""
     side = result.side or "side unknown"
+    if result.kind is None:
+        return ["perftest output without a test header (it stopped before the test began)"]
     head = [f"{result.test} ({side}; device {result.device or '?'}"
             + (f", GPU {result.cuda_device}" if result.cuda_device else "")
             + (", bidirectional" if result.bidirectional else "")
