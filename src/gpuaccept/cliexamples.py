@@ -86,6 +86,9 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
                    "gpuaccept rdma parse server.txt --min-gbps 380 --client node-b --server node-a --json"),
     "rdma plan": ("gpuaccept rdma plan --nodes node-a,node-b --nics mlx5_0,mlx5_1,mlx5_2,mlx5_3 --gpus",
                   "gpuaccept rdma plan --nodes node-c,node-d --nics mlx5_0,mlx5_1 --pair-index 1 --json"),
+    "rdma pair-node": ("gpuaccept launch mpi --nodes 2 --hosts node-a,node-b --procs-per-node 1 -- python3 -m "
+                       "gpuaccept rdma pair-node --nodes node-a,node-b --nics mlx5_0,mlx5_1",
+                       "gpuaccept rdma pair-node --nodes node-a,node-b --nics mlx5_0 --rank 0 --memory host"),
     "nccl-tests parse": ("gpuaccept nccl-tests parse all_reduce.log",
                          "gpuaccept nccl-tests parse run.json --nvml-snapshot node.json --json"),
     "isolate": ("gpuaccept isolate --backend slurm --nodes gpu[01-16] --dry-run",

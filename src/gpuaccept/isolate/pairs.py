@@ -220,9 +220,7 @@ class PairRunner:
 
     def _collect(self, job: _Job, timed_out: bool) -> Run:
         if job.pair.kind == "rdma":
-            from gpuaccept.isolate.rdma import run_from_job
-
-            run = run_from_job(self, job)
+            run = self._rdma_run(job)
         else:
             run = self._nccl_run(job) if job.pair.kind == "nccl-tests" else self._cluster_run(job)
         if timed_out:
@@ -242,6 +240,20 @@ class PairRunner:
         state = job.state
         return run_from_output(text, len(job.test.nodes), job.pair.gpus, job_ok=bool(state and state.ok),
                                job_state=getattr(state, "state", ""), min_busbw=job.pair.min_busbw)
+
+    def _rdma_run(self, job: _Job) -> Run:
+        """An rdma pair job (:mod:`gpuaccept.isolate.rdma`): ok when its log has ``rdma pair-node`` lines; the log
+        kept in ``rdma_logs`` for the rail judge."""
+        from gpuaccept.isolate.nccl import job_output
+        from gpuaccept.launch.jobargv import launch_dir
+
+        where = Path(launch_dir(job.spec))
+        self.cluster_reports[job.run_id] = str(where)
+        text = self.rdma_logs[job.run_id] = job_output(self.backend, where, job.submission.job_id)
+        if "@rdma " not in text:
+            state = getattr(job.state, "state", "") or "job state unknown"
+            return Run(False, None, f"no rdma pair-node output in the job's log ({state})")
+        return Run(True, None)
 
     def _cluster_run(self, job: _Job) -> Run:
         from gpuaccept.launch.collect import backend_reports, write_cluster

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import IO, Any
 
 from gpuaccept.errors import UsageError
@@ -40,21 +39,6 @@ def launch_flags(backend: str, node: str, partner: str, nics: Sequence[str], pyt
     cmd = [python or sys.executable, "-m", "gpuaccept", "rdma", "pair-node", "--nodes", f"{partner},{node}",
            "--nics", ",".join(nics), *extra]
     return [*per_node, "--", *cmd]
-
-
-def run_from_job(runner: Any, job: Any) -> Run:
-    """A pair job's run: ok when its log has both sides of every rail; the log's path kept in the runner."""
-    from gpuaccept.isolate.nccl import job_output
-    from gpuaccept.launch.jobargv import launch_dir
-
-    where = Path(launch_dir(job.spec))
-    runner.cluster_reports[job.run_id] = str(where)
-    text = job_output(runner.backend, where, job.submission.job_id)
-    runner.rdma_logs[job.run_id] = text
-    if "@rdma " not in text:
-        state = getattr(job.state, "state", "")
-        return Run(False, None, f"no rdma pair-node output in the job's log ({state or 'job state unknown'})")
-    return Run(True, None)
 
 
 def verdicts(node: str, nics: Sequence[str], text: str, run: Run) -> tuple[list[RailVerdict], list[dict[str, Any]]]:

@@ -19,7 +19,7 @@ import shlex
 import sys
 from typing import Any
 
-from gpuaccept.argtypes import csv, nonneg_int, positive_float, positive_int
+from gpuaccept.argtypes import csv, duration, nonneg_int, positive_float, positive_int
 from gpuaccept.cliargs import add_json_option
 from gpuaccept.errors import InputError, UsageError
 from gpuaccept.model import NOT_JUDGED, Status, not_judged_names, state_label
@@ -79,10 +79,10 @@ def register(subparsers: Any) -> None:
                                        "Takes the options of 'plan'.")
     _plan_options(n)
     n.add_argument("--rank", type=nonneg_int, default=None, help="this node's rank when no launcher sets one")
-    n.add_argument("--timeout", type=positive_float, default=120.0, metavar="S", help="per perftest run (default "
-                   "120 s)")
-    n.add_argument("--client-delay", type=positive_float, default=1.0, metavar="S",
-                   help="seconds a client waits for its server before connecting (default 1)")
+    n.add_argument("--timeout", type=duration, default=120.0, metavar="DURATION",
+                   help="per perftest run (90s, 5m; bare number: seconds; default 2m)")
+    n.add_argument("--client-delay", type=duration, default=1.0, metavar="DURATION",
+                   help="how long a client waits for its server before connecting (default 1s)")
     n.add_argument("--sysfs-root", default=None, metavar="DIR",
                    help="where the ports' rates and counters are read (default $GPUACCEPT_SYSFS_ROOT, else /: a "
                         "container that mounts the host's /sys under /host sets GPUACCEPT_SYSFS_ROOT=/host)")
