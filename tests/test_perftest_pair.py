@@ -25,6 +25,7 @@ import pytest
 from gpuaccept.model import Status
 from gpuaccept.perftest.pairrun import judge_rails, rail_line, read_log
 from tests.launch_support import gpuaccept, launch_env, require
+from tests.slurm_cluster import DAEMONS, LocalSlurm
 from tests.sshd import Sshd, start_sshd
 
 DATA = Path(__file__).parent / "data" / "perftest"
@@ -44,7 +45,7 @@ while [ $# -gt 0 ]; do
   last=$1; shift
 done
 case "$last" in
-  node-*)
+  node*)
     if [ ! -e {state}/listen-$port ]; then echo "Couldn't connect to $last:$port"; \
 echo " Unable to init the socket connection"; exit 1; fi
     if [ "$dev" = "${{RDMA_TEST_SLOW:-}}" ]; then
@@ -181,3 +182,32 @@ def test_isolate_rdma_dry_run_is_one_launch_per_node_pair() -> None:
     assert bad.returncode == 2 and "--rail-test rdma runs over mpi or slurm; not ssh" in bad.stderr
     none = gpuaccept("isolate", "--backend", "mpi", "--rails-of", "node-b=node-a", "--rail-test", "rdma", "--dry-run")
     assert none.returncode == 2 and "needs the NICs of the rails: --rail-ports" in none.stderr
+
+
+@pytest.fixture(scope="module")
+def slurm() -> Iterator[LocalSlurm]:
+    require(*DAEMONS, "sbatch", "srun", "squeue", "scontrol", "scancel", "sinfo")
+    with LocalSlurm(nodes=2) as cluster:
+        yield cluster
+
+
+def test_isolate_rdma_rails_over_a_real_slurm(slurm: LocalSlurm, tmp_path: Path) -> None:
+    """One sbatch job, srun one task per node (``--no-torchrun``); each task finds its side by
+    ``SLURMD_NODENAME`` (Slurm numbers tasks in its own node order), node1 serving, node2's NICs the clients."""
+    stand_in(tmp_path / "bin", tmp_path / "state")
+    sysfs = tmp_path / "sysfs"
+    shutil.copytree(SYSFS, sysfs, symlinks=True)
+    env = _env(tmp_path, sysfs)
+    env.update(SLURM_CONF=str(slurm.conf), GPUACCEPT_SYSFS_ROOT=str(sysfs))
+    r = gpuaccept("isolate", "--backend", "slurm", "--rails-of", "node2=node1", "--rail-test", "rdma",
+                  "--rail-ports", "mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1", "--report-dir", str(tmp_path / "runs"),
+                  f"--json={tmp_path / 'v.json'}", "--test-timeout", "120", env=env, timeout=400)
+    assert r.returncode == 1, r.stdout + r.stderr + slurm.log_tail()
+    data = json.loads((tmp_path / "v.json").read_text())
+    assert data["bad_rails"] == ["GPU 3 / mlx5_3:1"], data
+    assert data["rails"][3]["evidence"][0] == "node2 rail 3 (mlx5_3): 201 Gb/s, expected >= 380: FAIL"
+    assert [x["bad"] for x in data["rails"]] == [False, False, False, True]
+    [log] = Path(next(iter(data["cluster_reports"].values()))).glob("slurm-*.out")
+    text = log.read_text()
+    assert "@rdma 0 server node1 mlx5_0 18515| $ ib_write_bw -d mlx5_0 -p 18515" in text
+    assert "@rdma 3 client node2 mlx5_3 18518| $ ib_write_bw -d mlx5_3 -p 18518" in text
