@@ -288,7 +288,8 @@ SUBCOMMAND_MODULES: tuple[str, ...] = ("gpuaccept.results.cli", "gpuaccept.launc
                                       "gpuaccept.results.baseline_cli", "gpuaccept.results.analysis_cli",
                                       "gpuaccept.report.cli", "gpuaccept.containers.sshd_cli",
                                       "gpuaccept.containers.image_cli", "gpuaccept.nccltests.cli",
-                                      "gpuaccept.isolate.cli", "gpuaccept.results.conformance_cli",
+                                      "gpuaccept.perftest.cli", "gpuaccept.isolate.cli",
+                                      "gpuaccept.results.conformance_cli",
                                       "gpuaccept.containers.constraints_cli", "gpuaccept.health.cli",
                                       "gpuaccept.health.nodestatus_cli", "gpuaccept.sweep.cli",
                                       "gpuaccept.completion")

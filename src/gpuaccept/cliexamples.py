@@ -7,7 +7,7 @@ import argparse
 
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("node", ("run", "checks", "conformance", "nccl-tests")),
-    ("cluster", ("launch", "gather", "isolate")),
+    ("cluster", ("launch", "gather", "isolate", "rdma")),
     ("results", ("report", "history", "compare", "trend", "analyze", "baseline", "serve-metrics")),
     ("health", ("healthcheck", "node-status", "sweep")),
     ("containers", ("image", "sshd-config", "constraints")),
@@ -79,6 +79,16 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
                    "mpirun -np 16 all_reduce_perf -b 8M -e 8G -f 2 -g 1 | gpuaccept nccl-tests parse -"),
     "nccl-tests run": ("gpuaccept nccl-tests run all_reduce all_gather --min-busbw 300",
                        "gpuaccept nccl-tests run all_reduce --timeout 10m -- -b 1G -e 8G"),
+    "rdma": ("gpuaccept rdma parse client.txt --port mlx5_0:1",
+             "gpuaccept rdma plan --nodes node-a,node-b --nics mlx5_0,mlx5_1 --gpus"),
+    "rdma parse": ("gpuaccept rdma parse client.txt --port mlx5_0:1",
+                   "ib_write_bw -d mlx5_0 --report_gbits node-a 2>&1 | gpuaccept rdma parse - --rate-gbps 400",
+                   "gpuaccept rdma parse server.txt --min-gbps 380 --client node-b --server node-a --json"),
+    "rdma plan": ("gpuaccept rdma plan --nodes node-a,node-b --nics mlx5_0,mlx5_1,mlx5_2,mlx5_3 --gpus",
+                  "gpuaccept rdma plan --nodes node-c,node-d --nics mlx5_0,mlx5_1 --pair-index 1 --json"),
+    "rdma pair-node": ("gpuaccept launch mpi --nodes 2 --hosts node-a,node-b --procs-per-node 1 -- python3 -m "
+                       "gpuaccept rdma pair-node --nodes node-a,node-b --nics mlx5_0,mlx5_1",
+                       "gpuaccept rdma pair-node --nodes node-a,node-b --nics mlx5_0 --rank 0 --memory host"),
     "nccl-tests parse": ("gpuaccept nccl-tests parse all_reduce.log",
                          "gpuaccept nccl-tests parse run.json --nvml-snapshot node.json --json"),
     "isolate": ("gpuaccept isolate --backend slurm --nodes gpu[01-16] --dry-run",

@@ -11,6 +11,7 @@ exits 0 when every rail passes alone, 1 when one is bad.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shlex
 import sys
@@ -83,6 +84,10 @@ def register(subparsers: Any) -> None:
     g.add_argument("--rail-ports", default=None, metavar="P0,P1",
                    help="the node's RDMA ports in rail order, e.g. mlx5_0:1,mlx5_1:1 (default: those its "
                         "collectives check read in an earlier test, else NCCL picks the NIC of each GPU)")
+    g.add_argument("--rail-test", choices=("pair", "rdma"), default="pair",
+                   help="pair: the pair test on one GPU per rail, one rail after another (default); rdma: perftest "
+                        "(ib_write_bw) on every NIC at once, the partner serving, each NIC judged against 0.95 x its "
+                        "port rate (mpi and slurm; needs the NICs: --rail-ports, or an earlier collectives test)")
     s = p.add_argument_group("simulation")
     s.add_argument("--simulate", action="store_true", help="fake pair tests: rounds and accuracy over trials")
     s.add_argument("--bad", type=int_at_least(0), default=1, metavar="K", help="broken nodes (default: 1)")
@@ -339,7 +344,13 @@ def _rail_options(args: argparse.Namespace, runner: Any) -> list[str]:
     if ports and len(ports) > (_gpus(args)):
         raise UsageError(f"--rail-ports names {len(ports)} ports for {_gpus(args)} GPUs per node "
                          "(--gpus-per-node)")
-    if rail_run:
+    if args.rail_test == "rdma":
+        from gpuaccept.isolate.rdma import launch_flags
+
+        if not rail_run:
+            raise UsageError("--rail-test is for --per-rail or --rails-of")
+        launch_flags(args.backend, "node", "partner", [])  # UsageError for a backend that cannot run it
+    elif rail_run:
         check_rail_backend(args.backend, runner.pair)
     return ports
 
@@ -359,8 +370,14 @@ def _per_rail(args: argparse.Namespace, runner: Any, verdicts: Any, ports: list[
             continue
         known = ports or ir.ports_from_reports(node, runner.cluster_reports.values())
         where = "--rail-ports" if ports else ("its collectives reports" if known else "unknown: NCCL's choice")
-        report = ir.run_rails(runner, ir.plan(runner, node, partner, _gpus(args), known), args.repeat, tag,
-                              where, out)
+        if args.rail_test == "rdma":
+            from gpuaccept.isolate import rdma
+
+            plain = dataclasses.replace(runner, launch_args=list(args.launch_arg or []))  # no collectives flags
+            report = rdma.run_rails(plain, node, partner, rdma.nics_of(known), tag, where, out)
+        else:
+            report = ir.run_rails(runner, ir.plan(runner, node, partner, _gpus(args), known), args.repeat, tag,
+                                  where, out)
         for line in ir.table(report):
             print(line, file=out)
         print(f"[RAIL] {report.to_dict()['summary']}", file=out)
@@ -382,12 +399,14 @@ def _rails_only(args: argparse.Namespace) -> int:
     node, partner = host_names(list(ir.parse_rails_of(args.rails_of)), "--rails-of")
     validate([node, partner], _settings(args))
     pair = _pair_test(args)
-    extra = [*_collectives_flags(args, pair), *(args.launch_arg or [])]
+    extra = [*(_collectives_flags(args, pair) if args.rail_test != "rdma" else []), *(args.launch_arg or [])]
     tag = "dry-run" if args.dry_run else new_run_id("rails")
     out = sys.stderr if args.json == "-" else sys.stdout
     runner = PairRunner(args.backend, Path(args.report_dir).resolve(), extra, args.test_timeout, name="isolate",
                         log=out, pair=pair)
     ports = _rail_options(args, runner)
+    if args.rail_test == "rdma":
+        return _rdma_rails_only(args, runner, node, partner, ports, tag, out)
     tests = ir.plan(runner, node, partner, _gpus(args), ports)
     if args.dry_run:
         print(f"# gpuaccept isolate: the rails of {node}, each with {partner}, one test after the other, each run "
@@ -397,6 +416,28 @@ def _rails_only(args: argparse.Namespace) -> int:
         return EXIT_OK
     report = ir.run_rails(runner, tests, args.repeat, tag, "--rail-ports" if ports else "unknown: NCCL's choice",
                           out)
+    for line in ir.table(report):
+        print(line, file=out)
+    data = report.to_dict()
+    print(f"[RAIL] {data['summary']}", file=out)
+    data["node"] = node
+    data["cluster_reports"] = runner.cluster_reports
+    _emit_json(args, data)
+    return EXIT_FAILED if report.bad else EXIT_OK
+
+
+def _rdma_rails_only(args: argparse.Namespace, runner: Any, node: str, partner: str, ports: list[str], tag: str,
+                     out: Any) -> int:
+    """``--rails-of NODE=PARTNER --rail-test rdma``: one perftest pair job over every NIC of NODE."""
+    from gpuaccept.isolate import rails as ir
+    from gpuaccept.isolate import rdma
+
+    nics = rdma.nics_of(ports)
+    if args.dry_run:
+        print(f"# gpuaccept isolate: the rails of {node} with {partner}: perftest on {len(nics)} NICs at once")
+        print(shlex.join(rdma.dry_run_line(runner, node, partner, nics, tag)))
+        return EXIT_OK
+    report = rdma.run_rails(runner, node, partner, nics, tag, "--rail-ports", out)
     for line in ir.table(report):
         print(line, file=out)
     data = report.to_dict()

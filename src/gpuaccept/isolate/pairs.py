@@ -104,6 +104,8 @@ def launch_argv(backend: str, nodes: Sequence[str], run_id: str, results_dir: st
         from gpuaccept.isolate.nccl import launch_flags
 
         return [*head, *launch_flags(backend, pair.gpus, pair.args, pair.binary)]
+    if pair.kind == "rdma":  # the command comes with the rail test's own flags (gpuaccept.isolate.rdma)
+        return head
     raise UsageError(f"--pair-test is collectives or nccl-tests, not {pair.kind!r}")
 
 
@@ -134,6 +136,7 @@ class PairRunner:
     log: IO[str] | None = None
     pair: PairTest = field(default_factory=PairTest)
     cluster_reports: dict[str, str] = field(default_factory=dict)  # run id -> path of its cluster report or log
+    rdma_logs: dict[str, str] = field(default_factory=dict)  # run id -> the rdma pair job's log (its text)
 
     def argv(self, test: Test, run_id: str, port: int | None = None, flags: Sequence[str] = (),
              pair: PairTest | None = None) -> list[str]:
@@ -216,7 +219,10 @@ class PairRunner:
                 time.sleep(self.poll_s)
 
     def _collect(self, job: _Job, timed_out: bool) -> Run:
-        run = self._nccl_run(job) if job.pair.kind == "nccl-tests" else self._cluster_run(job)
+        if job.pair.kind == "rdma":
+            run = self._rdma_run(job)
+        else:
+            run = self._nccl_run(job) if job.pair.kind == "nccl-tests" else self._cluster_run(job)
         if timed_out:
             run = Run(False, run.busbw, f"timed out after {self.timeout_s:g} s")
         bw = f"{run.busbw:.3g} GB/s" if run.busbw is not None else "no busbw"
@@ -234,6 +240,20 @@ class PairRunner:
         state = job.state
         return run_from_output(text, len(job.test.nodes), job.pair.gpus, job_ok=bool(state and state.ok),
                                job_state=getattr(state, "state", ""), min_busbw=job.pair.min_busbw)
+
+    def _rdma_run(self, job: _Job) -> Run:
+        """An rdma pair job (:mod:`gpuaccept.isolate.rdma`): ok when its log has ``rdma pair-node`` lines; the log
+        kept in ``rdma_logs`` for the rail judge."""
+        from gpuaccept.isolate.nccl import job_output
+        from gpuaccept.launch.jobargv import launch_dir
+
+        where = Path(launch_dir(job.spec))
+        self.cluster_reports[job.run_id] = str(where)
+        text = self.rdma_logs[job.run_id] = job_output(self.backend, where, job.submission.job_id)
+        if "@rdma " not in text:
+            state = getattr(job.state, "state", "") or "job state unknown"
+            return Run(False, None, f"no rdma pair-node output in the job's log ({state})")
+        return Run(True, None)
 
     def _cluster_run(self, job: _Job) -> Run:
         from gpuaccept.launch.collect import backend_reports, write_cluster

@@ -1,0 +1,94 @@
+"""``gpuaccept isolate --rail-test rdma``: the rails of a bad node measured with perftest, every NIC at once.
+
+One ``gpuaccept launch`` job per node pair (pure plan: :func:`launch_flags`): ``gpuaccept rdma pair-node`` on
+both nodes, the good partner serving and the bad node as the clients, NIC ``i`` to NIC ``i``
+(:mod:`gpuaccept.perftest.node`); under ``mpi`` one rank per node (``--procs-per-node 1``), under ``slurm`` one
+task per node (``--no-torchrun``). The job's log (``mpirun.log``, ``slurm-<job>.out``) holds both nodes' tagged
+lines; :func:`gpuaccept.perftest.pairrun.judge_rails` judges each rail against its port rate (the node's sysfs)
+and the error counters each end read before and after, and :func:`verdicts` turns that into the rail verdicts
+that name the node, the rail and the NIC: ``node-b rail 3 (mlx5_3): 201 Gb/s, expected >= 380``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import IO, Any
+
+from gpuaccept.errors import UsageError
+from gpuaccept.isolate.plan import Run, Test
+from gpuaccept.isolate.rail_plan import Rail, RailVerdict
+
+RDMA_BACKENDS = ("mpi", "slurm")
+
+
+def nics_of(ports: Sequence[str]) -> list[str]:
+    """``mlx5_0:1`` -> ``mlx5_0``: the devices of the rail ports, rail 0 first; UsageError when none."""
+    if not ports:
+        raise UsageError("--rail-test rdma needs the NICs of the rails: --rail-ports mlx5_0:1,mlx5_1:1,...")
+    return [p.split(":", 1)[0] for p in ports]
+
+
+def launch_flags(backend: str, node: str, partner: str, nics: Sequence[str], python: str | None = None,
+                 extra: Sequence[str] = ()) -> list[str]:
+    """The launch flags after the node flags: one task per node running ``rdma pair-node`` (pure). The partner
+    (good) serves; ``node`` is the client."""
+    if backend not in RDMA_BACKENDS:
+        raise UsageError(f"--rail-test rdma runs over {' or '.join(RDMA_BACKENDS)}; not {backend}")
+    per_node = ["--procs-per-node", "1"] if backend == "mpi" else ["--no-torchrun"]
+    cmd = [python or sys.executable, "-m", "gpuaccept", "rdma", "pair-node", "--nodes", f"{partner},{node}",
+           "--nics", ",".join(nics), *extra]
+    return [*per_node, "--", *cmd]
+
+
+def verdicts(node: str, nics: Sequence[str], text: str, run: Run) -> tuple[list[RailVerdict], list[dict[str, Any]]]:
+    """The rail verdicts of ``node`` from its pair job's log, and each rail's result as JSON."""
+    from gpuaccept.errors import InputError
+    from gpuaccept.perftest.pairrun import judge_rails, rail_line, read_log
+
+    rails = [Rail(i, f"{nic}:1") for i, nic in enumerate(nics)]
+    if not run.ok:
+        return [RailVerdict(r, True, [f"rdma pair test failed: {run.reason}"]) for r in rails], []
+    try:
+        results = {r.rail: r for r in judge_rails(read_log(text))}
+    except InputError as exc:
+        return [RailVerdict(r, True, [f"rdma pair log: {exc}"]) for r in rails], []
+    out = []
+    for rail in rails:
+        res = results.get(rail.gpu)
+        if res is None:
+            out.append(RailVerdict(rail, True, ["not in the pair test's log"]))
+            continue
+        bad = res.judgement.status.is_failure
+        evidence = [rail_line(res, node)] + ([res.judgement.reason] if bad else [])
+        for side, c in sorted(res.counters.items()):
+            if c.get("rose"):
+                evidence.append(f"{side} error counters rose: " + ", ".join(f"{k} +{n}" for k, n in
+                                                                             sorted(c["rose"].items())))
+        out.append(RailVerdict(rail, bad, evidence))  # the figure is Gb/s, in the evidence (busbw is GB/s)
+    return out, [r.to_dict() for r in results.values()]
+
+
+def run_rails(runner: Any, node: str, partner: str, nics: Sequence[str], tag: str, ports_from: str,
+              log: IO[str] | None = None, python: str | None = None) -> Any:
+    """Run the pair job of ``node``'s rails with ``partner`` and judge them: a :class:`RailReport`."""
+    from gpuaccept.isolate.rails import RailReport
+
+    flags = launch_flags(runner.backend, node, partner, nics, python)
+    rid = f"{tag}-rdma-{node}"
+    if log is not None:
+        print(f"[ISOLATE] rails of {node} with {partner}: perftest on {len(nics)} NICs at once", file=log, flush=True)
+    from gpuaccept.isolate.pairs import PairTest
+
+    run = runner.run_one(Test((partner, node), "rail"), rid, flags, PairTest("rdma"))
+    found, results = verdicts(node, nics, runner.rdma_logs.get(rid, ""), run)
+    return RailReport(node, partner, ports_from, found, [{"run_id": rid, "ok": run.ok, "reason": run.reason,
+                                                          "rails": results}])
+
+
+def dry_run_line(runner: Any, node: str, partner: str, nics: Sequence[str], tag: str) -> list[str]:
+    """The pair job as its ``gpuaccept launch`` argv (what ``--dry-run`` prints)."""
+    from gpuaccept.isolate.pairs import PairTest
+
+    return ["gpuaccept", *runner.argv(Test((partner, node), "rail"), f"{tag}-rdma-{node}",
+                                      flags=launch_flags(runner.backend, node, partner, nics), pair=PairTest("rdma"))]

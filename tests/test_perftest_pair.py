@@ -1,0 +1,213 @@
+"""The RDMA pair test run for real: ``gpuaccept rdma pair-node`` on both "nodes" (two processes here, then two ranks
+of ``gpuaccept launch mpi`` over the loopback sshd), its tagged log read back and judged rail by rail.
+
+No RDMA device exists here, so ``ib_write_bw`` is a stand-in on PATH (:func:`stand_in`), at that boundary only: a
+server marks its port as listening and waits for its client; a client whose server does not listen yet prints
+perftest's ``Couldn't connect to HOST:PORT`` and exits 1 (the pair-node retries it), else it prints the recorded
+client output of tests/data/perftest with its ``-d`` device, and the slow one (``$RDMA_TEST_SLOW``) the recorded
+201 Gb/s output, after adding 7 to its port's ``symbol_error`` in the copied sysfs tree (``$RDMA_TEST_SYSFS``).
+Everything else is real: the plan, the processes, the ports, the counter reads before and after, mpirun.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from itertools import zip_longest
+from pathlib import Path
+
+import pytest
+
+from gpuaccept.model import Status
+from gpuaccept.perftest.pairrun import judge_rails, rail_line, read_log
+from tests.launch_support import gpuaccept, launch_env, require
+from tests.slurm_cluster import DAEMONS, LocalSlurm
+from tests.sshd import Sshd, start_sshd
+
+DATA = Path(__file__).parent / "data" / "perftest"
+SYSFS = Path(__file__).parent / "data" / "sysfs" / "ndr_4x"
+NICS = "mlx5_0,mlx5_1,mlx5_2,mlx5_3"
+
+
+def stand_in(bin_dir: Path, state: Path) -> None:
+    bin_dir.mkdir(exist_ok=True)
+    state.mkdir(exist_ok=True)
+    script = bin_dir / "ib_write_bw"
+    script.write_text(f"""#!/bin/sh
+# Stand-in for perftest's ib_write_bw (no RDMA device here): see tests/test_perftest_pair.py.
+dev=""; port=18515; last=""
+while [ $# -gt 0 ]; do
+  case "$1" in -d) dev=$2; shift;; -p) port=$2; shift;; esac
+  last=$1; shift
+done
+case "$last" in
+  node*)
+    if [ ! -e {state}/listen-$port ]; then echo "Couldn't connect to $last:$port"; \
+echo " Unable to init the socket connection"; exit 1; fi
+    if [ "$dev" = "${{RDMA_TEST_SLOW:-}}" ]; then
+      f=$RDMA_TEST_SYSFS/sys/class/infiniband/$dev/ports/1/counters/symbol_error
+      echo $(( $(cat $f) + 7 )) > $f.new && mv $f.new $f
+      sed "s/mlx5_3/$dev/" {DATA}/write_bw_cuda_slow_client.txt
+    else
+      sed "s/mlx5_0/$dev/" {DATA}/write_bw_cuda_ndr_client.txt
+    fi
+    touch {state}/done-$port;;
+  *)
+    touch {state}/listen-$port
+    i=0; while [ ! -e {state}/done-$port ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+    sed "s/mlx5_0/$dev/" {DATA}/read_bw_gbits_server.txt | sed "s/RDMA_Read/RDMA_Write/";;
+esac
+""")
+    script.chmod(0o755)
+
+
+def _env(tmp_path: Path, sysfs: Path) -> dict[str, str]:
+    env = launch_env(RDMA_TEST_SLOW="mlx5_3", RDMA_TEST_SYSFS=str(sysfs))
+    env["PATH"] = os.pathsep.join([str(tmp_path / "bin"), env["PATH"]])
+    return env
+
+
+def test_two_node_processes_run_every_rail_at_once_and_name_the_slow_one(tmp_path: Path) -> None:
+    stand_in(tmp_path / "bin", tmp_path / "state")
+    sysfs = tmp_path / "sysfs"
+    shutil.copytree(SYSFS, sysfs, symlinks=True)
+    env = _env(tmp_path, sysfs)
+    argv = [sys.executable, "-m", "gpuaccept", "rdma", "pair-node", "--nodes", "node-a,node-b", "--nics", NICS,
+            "--gpus", "--sysfs-root", str(sysfs), "--timeout", "60", "--client-delay", "0.3"]
+    # the client first: its first tries find no server listening, and the pair-node tries again
+    client = subprocess.Popen([*argv, "--rank", "1"], stdout=subprocess.PIPE, text=True, env=env)
+    server = subprocess.Popen([*argv, "--rank", "0"], stdout=subprocess.PIPE, text=True, env=env)
+    out_c, _ = client.communicate(timeout=120)
+    out_s, _ = server.communicate(timeout=120)
+    assert (client.returncode, server.returncode) == (0, 0), out_c + out_s
+    assert sorted(p.name for p in (tmp_path / "state").iterdir()) == sorted(
+        f"{k}-{18515 + i}" for k in ("done", "listen") for i in range(4))
+    log = tmp_path / "job.log"
+    log.write_text("mpirun: some line of the launcher\n" + "".join(a + b for a, b in zip_longest(
+        out_s.splitlines(True), out_c.splitlines(True), fillvalue="")))  # interleaved as a launcher may
+    rails = judge_rails(read_log(log.read_text()), rate_gbps=400.0)
+    assert [r.judgement.status for r in rails] == [Status.PASS] * 3 + [Status.FAIL], [r.judgement.reason for r in rails]
+    assert rail_line(rails[3]) == "node-b rail 3 (mlx5_3): 201 Gb/s, expected >= 380: FAIL"
+    assert rails[3].counters == {"client": {"rose": {"symbol_error": 7}}, "server": {"rose": {"symbol_error": 7}}}
+    assert "$ ib_write_bw -d mlx5_3 -p 18518 -s 1048576 -D 5 -F --report_gbits --use_cuda=3 node-a" in out_c
+    r = gpuaccept("rdma", "parse", str(log), "--rate-gbps", "400", f"--json={tmp_path / 'v.json'}", env=env)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.stdout.splitlines()[-1] == "FAIL: 4 rails: node-b rail 3 (mlx5_3): 201 Gb/s, expected >= 380: FAIL"
+    doc = json.loads((tmp_path / "v.json").read_text())
+    assert [x["status"] for x in doc["rails"]] == ["pass", "pass", "pass", "fail"]
+
+
+def test_a_server_that_never_listens_is_an_error_naming_both_ends(tmp_path: Path) -> None:
+    stand_in(tmp_path / "bin", tmp_path / "state")
+    env = _env(tmp_path, SYSFS)
+    r = subprocess.run([sys.executable, "-m", "gpuaccept", "rdma", "pair-node", "--nodes", "node-a,node-b",
+                        "--nics", "mlx5_0", "--rank", "1", "--sysfs-root", str(SYSFS), "--timeout", "5",
+                        "--client-delay", "0.1"], capture_output=True, text=True, env=env, check=False)
+    assert r.returncode == 1
+    (res,) = judge_rails(read_log(r.stdout + "@rdma 0 server node-a mlx5_0 18515# {\"exit\": 0}\n"))
+    assert res.judgement.status is Status.ERROR
+    assert res.judgement.reason.startswith("perftest node-b rail 0 (mlx5_0) -> node-a rail 0 (mlx5_0): Couldn't "
+                                           "connect to node-a:18515")
+    (missing,) = judge_rails(read_log(r.stdout))
+    assert missing.judgement.reason.endswith("no output from the server (its task did not run)")
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
+    yield from start_sshd(tmp_path_factory.mktemp("sshd"), aliases=("node-a", "node-b"))
+
+
+def test_the_pair_runs_as_two_ranks_of_launch_mpi(sshd: Sshd, tmp_path: Path) -> None:
+    require("mpirun")
+    stand_in(tmp_path / "bin", tmp_path / "state")
+    sysfs = tmp_path / "sysfs"
+    shutil.copytree(SYSFS, sysfs, symlinks=True)
+    env = _env(tmp_path, sysfs)
+    r = gpuaccept("launch", "mpi", "--nodes", "2", "--hosts", "node-a,node-b", "--procs-per-node", "1",
+                  "--report-dir", str(tmp_path / "runs"), "--run-id", "rdma-pair",
+                  f"--mca=plm_rsh_agent=ssh -F {sshd.ssh_config}", "--oversubscribe",
+                  "--forward-env=RDMA_TEST_SLOW", "--forward-env=RDMA_TEST_SYSFS", "--forward-env=PATH", "--",
+                  sys.executable, "-m", "gpuaccept", "rdma", "pair-node", "--nodes", "node-a,node-b", "--nics", NICS,
+                  "--sysfs-root", str(sysfs), "--timeout", "60", "--client-delay", "0.3", env=env, timeout=300)
+    logs = list((tmp_path / "runs").rglob("mpirun.log"))
+    assert logs, r.stdout + r.stderr
+    rails = judge_rails(read_log(logs[0].read_text()))  # each client's port rate as its sysfs says
+    assert [r.judgement.status for r in rails] == [Status.PASS] * 3 + [Status.FAIL], logs[0].read_text()[-3000:]
+    assert "(0.95 x mlx5_3:1 rate on node-b 400 Gb/s)" in rails[3].judgement.reason
+    assert rail_line(rails[3]) == "node-b rail 3 (mlx5_3): 201 Gb/s, expected >= 380: FAIL"
+
+
+def test_isolate_names_the_slow_rail_of_the_bad_node_with_its_counters(sshd: Sshd, tmp_path: Path) -> None:
+    """``isolate --rails-of node-b=node-a --rail-test rdma`` over launch mpi: node-a serves, node-b's NICs are the
+    clients; the rates come from the nodes' sysfs (400 Gb/s), the slow rail is named with node, rail and NIC."""
+    require("mpirun")
+    stand_in(tmp_path / "bin", tmp_path / "state")
+    sysfs = tmp_path / "sysfs"
+    shutil.copytree(SYSFS, sysfs, symlinks=True)
+    env = _env(tmp_path, sysfs)
+    env["GPUACCEPT_SYSFS_ROOT"] = str(sysfs)
+    r = gpuaccept("isolate", "--backend", "mpi", "--rails-of", "node-b=node-a", "--rail-test", "rdma",
+                  "--rail-ports", "mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1", "--report-dir", str(tmp_path / "runs"),
+                  f"--json={tmp_path / 'v.json'}", "--test-timeout", "120",
+                  f"--launch-arg=--mca=plm_rsh_agent=ssh -F {sshd.ssh_config}", "--launch-arg=--oversubscribe",
+                  "--launch-arg=--forward-env=RDMA_TEST_SLOW", "--launch-arg=--forward-env=RDMA_TEST_SYSFS",
+                  "--launch-arg=--forward-env=GPUACCEPT_SYSFS_ROOT", "--launch-arg=--forward-env=PATH",
+                  env=env, timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr
+    data = json.loads((tmp_path / "v.json").read_text())
+    assert data["bad_rails"] == ["GPU 3 / mlx5_3:1"], data
+    bad = data["rails"][3]["evidence"]
+    assert bad[0] == "node-b rail 3 (mlx5_3): 201 Gb/s, expected >= 380: FAIL"
+    assert "(0.95 x mlx5_3:1 rate on node-b 400 Gb/s)" in bad[1]
+    assert "client error counters rose: symbol_error +7" in bad
+    assert [x["bad"] for x in data["rails"]] == [False, False, False, True]
+    assert data["rails"][0]["evidence"] == ["node-b rail 0 (mlx5_0): 400 Gb/s, expected >= 380"]
+    assert "node-b rail 3 (mlx5_3): 201 Gb/s, expected >= 380" in r.stdout
+
+
+def test_isolate_rdma_dry_run_is_one_launch_per_node_pair() -> None:
+    r = gpuaccept("isolate", "--backend", "mpi", "--rails-of", "node-b=node-a", "--rail-test", "rdma",
+                  "--rail-ports", "mlx5_0:1,mlx5_1:1", "--report-dir", "/shared/iso", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    line = r.stdout.splitlines()[1]
+    assert line.startswith("gpuaccept launch mpi --nodes 2 --hosts node-a,node-b --report-dir /shared/iso")
+    assert line.endswith(f"--procs-per-node 1 -- {sys.executable} -m gpuaccept rdma pair-node --nodes node-a,node-b "
+                         "--nics mlx5_0,mlx5_1")
+    bad = gpuaccept("isolate", "--backend", "ssh", "--rails-of", "node-b=node-a", "--rail-test", "rdma",
+                    "--rail-ports", "mlx5_0:1", "--dry-run")
+    assert bad.returncode == 2 and "--rail-test rdma runs over mpi or slurm; not ssh" in bad.stderr
+    none = gpuaccept("isolate", "--backend", "mpi", "--rails-of", "node-b=node-a", "--rail-test", "rdma", "--dry-run")
+    assert none.returncode == 2 and "needs the NICs of the rails: --rail-ports" in none.stderr
+
+
+@pytest.fixture(scope="module")
+def slurm() -> Iterator[LocalSlurm]:
+    require(*DAEMONS, "sbatch", "srun", "squeue", "scontrol", "scancel", "sinfo")
+    with LocalSlurm(nodes=2) as cluster:
+        yield cluster
+
+
+def test_isolate_rdma_rails_over_a_real_slurm(slurm: LocalSlurm, tmp_path: Path) -> None:
+    """One sbatch job, srun one task per node (``--no-torchrun``); each task finds its side by
+    ``SLURMD_NODENAME`` (Slurm numbers tasks in its own node order), node1 serving, node2's NICs the clients."""
+    stand_in(tmp_path / "bin", tmp_path / "state")
+    sysfs = tmp_path / "sysfs"
+    shutil.copytree(SYSFS, sysfs, symlinks=True)
+    env = _env(tmp_path, sysfs)
+    env.update(SLURM_CONF=str(slurm.conf), GPUACCEPT_SYSFS_ROOT=str(sysfs))
+    r = gpuaccept("isolate", "--backend", "slurm", "--rails-of", "node2=node1", "--rail-test", "rdma",
+                  "--rail-ports", "mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1", "--report-dir", str(tmp_path / "runs"),
+                  f"--json={tmp_path / 'v.json'}", "--test-timeout", "120", env=env, timeout=400)
+    assert r.returncode == 1, r.stdout + r.stderr + slurm.log_tail()
+    data = json.loads((tmp_path / "v.json").read_text())
+    assert data["bad_rails"] == ["GPU 3 / mlx5_3:1"], data
+    assert data["rails"][3]["evidence"][0] == "node2 rail 3 (mlx5_3): 201 Gb/s, expected >= 380: FAIL"
+    assert [x["bad"] for x in data["rails"]] == [False, False, False, True]
+    [log] = Path(next(iter(data["cluster_reports"].values()))).glob("slurm-*.out")
+    text = log.read_text()
+    assert "@rdma 0 server node1 mlx5_0 18515| $ ib_write_bw -d mlx5_0 -p 18515" in text
+    assert "@rdma 3 client node2 mlx5_3 18518| $ ib_write_bw -d mlx5_3 -p 18518" in text
