@@ -60,6 +60,10 @@ CHECKS: dict[str, Equivalent] = {
                           "TFLOP/s per dtype against the SKU, results verified"),
     "memory": Equivalent("pcie (host<->device bandwidth); memory_bandwidth", "nvbandwidth; STREAM on the CPU",
                          "device copy and pinned PCIe copies, data verified"),
+    "p2p": Equivalent("pcie (peer-to-peer bandwidth and latency); nvlink counters",
+                      "nvbandwidth -t device_to_device_memcpy_read_ce (and _write_ce, host_to_device_memcpy_ce); "
+                      "p2pBandwidthLatencyTest; nvidia-smi nvlink -e before and after",
+                      "every GPU pair one way and both ways, latency, host<->device per GPU, NVLink errors under load"),
     "memtest": Equivalent("memory; memtest (r4)", "cuda_memtest; gpu-burn's memory fill",
                           "walking-bit, random and address patterns over free memory"),
     "train": Equivalent("", "a PyTorch training smoke test", "loss must fall on a seeded model"),
