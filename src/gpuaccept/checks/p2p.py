@@ -33,6 +33,7 @@ from gpuaccept.checks import estimates
 from gpuaccept.checks.base import Check, CheckContext, Outcome, Param, RequiredMetric, torch_devices_or_skip
 from gpuaccept.checks.nvlink_watch import DELTA_METRICS, NvlinkWatch, visible_reader
 from gpuaccept.checks.p2p_plan import (
+    METRICS,
     Expect,
     Pair,
     copy_bytes,
@@ -180,7 +181,7 @@ class P2PCheck(Check):
     tag = "P2P"
     summary = "GPU-to-GPU copy bandwidth (one way, both ways) and latency per pair, host<->device per GPU"
     key_metric = "p2p_unidir_gbs"
-    metrics = ("p2p_unidir_gbs", "p2p_bidir_gbs", "p2p_latency_us", "p2p_h2d_gbs", "p2p_d2h_gbs", *DELTA_METRICS)
+    metrics = (*METRICS, *DELTA_METRICS)
     params = (
         Param("size_mib", "int", 256, "copy buffer size in MiB (two buffers per GPU of a bidirectional pair)",
               minimum=1, maximum=1 << 16, gpu_memory_mib=True, gpu_buffers=2),
@@ -279,10 +280,11 @@ class P2PCheck(Check):
                 h2d, d2h, bound = measure_pinned_numa(dev, int(p["host_mib"]) * MIB, iters, warm, binding)
                 e = host_expectation(sku, links[k] if k < len(links) else None)
                 tags = pinned_tags(h2d, binding, bound)
-                for name, r in (("p2p_h2d_gbs", h2d), ("p2p_d2h_gbs", d2h)):
-                    metrics.append(Metric(name, round(r.gbs, 3), "GB/s", device=labels[k], tags=dict(tags),
-                                          expected=e.gbs if e else None, threshold=e.threshold() if e else None,
-                                          performance=True))
+                judged: dict[str, Any] = {"expected": e.gbs, "threshold": e.threshold()} if e else {}
+                metrics.append(Metric("p2p_h2d_gbs", round(h2d.gbs, 3), "GB/s", device=labels[k], tags=dict(tags),
+                                      performance=True, **judged))
+                metrics.append(Metric("p2p_d2h_gbs", round(d2h.gbs, 3), "GB/s", device=labels[k], tags=dict(tags),
+                                      performance=True, **judged))
                 if h2d.mismatches:
                     broken.append(f"{labels[k]} host round trip: {h2d.mismatches} words differ")
                 ctx.log(f"{labels[k]}: h2d {h2d.gbs:.1f} GB/s, d2h {d2h.gbs:.1f} GB/s ({binding.reason})")

@@ -141,15 +141,15 @@ def pair_metrics(labels: Sequence[str], unidir: Mapping[Pair, float], bidir: Map
     out: list[Metric] = []
     for (i, j), v in sorted(unidir.items()):
         e = expect.get((i, j))
-        out.append(Metric(UNIDIR, round(v, 3), "GB/s", device=labels[i], tags={**base, "peer": labels[j]},
+        out.append(Metric("p2p_unidir_gbs", round(v, 3), "GB/s", device=labels[i], tags={**base, "peer": labels[j]},
                           expected=e.gbs if e else None, threshold=e.threshold() if e else None, performance=True))
     for (i, j), v in sorted(bidir.items()):
         e = expect.get((i, j))
-        out.append(Metric(BIDIR, round(v, 3), "GB/s", device=labels[i], tags={**base, "peer": labels[j]},
+        out.append(Metric("p2p_bidir_gbs", round(v, 3), "GB/s", device=labels[i], tags={**base, "peer": labels[j]},
                           expected=2 * e.gbs if e else None, threshold=e.threshold(2.0) if e else None,
                           performance=True))
     for (i, j), v in sorted(latency.items()):
-        out.append(Metric(LATENCY, round(v, 3), "us", device=labels[i], tags={**base, "peer": labels[j]}))
+        out.append(Metric("p2p_latency_us", round(v, 3), "us", device=labels[i], tags={**base, "peer": labels[j]}))
     return out
 
 
