@@ -164,6 +164,25 @@ def test_matrix_details_and_html() -> None:
     assert p2p_matrix_html(CheckResult("memory", Status.PASS, "", details={"devices": {}})) == ""
 
 
+def test_node_page_draws_the_matrix_in_the_p2p_section() -> None:
+    from gpuaccept.checks.base import Outcome
+    from gpuaccept.report.html import render_html
+    from tests.store_reports import node_report
+
+    exp = {p: pair_expectation(H100, [FULL, FULL], None, (9, 0)) for p in ordered_pairs(4)}
+    uni = quad()
+    out = Outcome.passed(summary(LABELS, uni, exp), pair_metrics(LABELS, uni, {}, {}, exp),
+                         p2p_matrix=matrix_details(LABELS, uni, {}, {}, exp))
+    j = judge(out, device="cuda", check="p2p")
+    rep = node_report("gpu-node-1", "run-1", gpus=4)
+    rep.checks.append(CheckResult("p2p", j.status, j.reason, 12.0, j.metrics, out.details))
+    page = render_html(rep)
+    section = page[page.index('id="check-p2p"'):]
+    assert section.index('<table class="p2p-matrix">') < section.index("</section>")
+    assert "Slowest pair: <b>cuda:2 &rarr; cuda:3</b>" in section
+    assert 'title="below 270">150' in section
+
+
 def test_registered_in_standard_and_full_after_memory() -> None:
     names = list(registry())
     assert names.index("p2p") == names.index("memory") + 1
