@@ -124,6 +124,12 @@ def test_the_engine_fails_the_slow_pair_and_names_it() -> None:
     assert j.status is Status.FAIL
     assert "p2p_unidir_gbs" in j.reason and "cuda:2" in j.reason
     assert "slowest cuda:2 -> cuda:3 150.0 GB/s (held to >= 270" in j.reason
+    assert j.reason.endswith("under their bound (GB/s): cuda:2 -> cuda:3 150.0 < 270)")
+    two = {**quad(), (1, 0): 200.0}
+    bi = {p: 2 * min(two[p], two[(p[1], p[0])]) for p in unordered_pairs(4)}
+    text = summary(LABELS, two, exp, bi, most=3)
+    assert text.endswith("under their bound (GB/s): cuda:2 -> cuda:3 150.0 < 270, cuda:1 -> cuda:0 200.0 < 270, "
+                         "cuda:2 <-> cuda:3 300.0 < 540 and 1 more")
     healthy = Outcome.passed("ok", pair_metrics(LABELS, quad(slow_gbs=379.0), {}, {}, exp))
     assert judge(healthy, device="cuda", check="p2p").status is Status.PASS
 

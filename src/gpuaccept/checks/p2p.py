@@ -317,7 +317,7 @@ class P2PCheck(Check):
         details["p2p_matrix"] = matrix_details(labels, unidir, bidir, latency, expect)
         ctx.log(format_matrix(labels, details["p2p_matrix"]["unidir_gbs"],
                               "memcpy GPU(rows) -> GPU(columns) bandwidth (GB/s)"))
-        return self._verdict(broken, summary(labels, unidir, expect), metrics, details)
+        return self._verdict(broken, summary(labels, unidir, expect, bidir), metrics, details)
 
     @staticmethod
     def _verdict(broken: list[str], text: str, metrics: list[Metric], details: dict[str, Any]) -> Outcome:

@@ -205,13 +205,23 @@ def matrix_details(labels: Sequence[str], unidir: Mapping[Pair, float], bidir: M
     return out
 
 
-def summary(labels: Sequence[str], unidir: Mapping[Pair, float], expect: Mapping[Pair, Expect | None]) -> str:
-    """One line: pair count, the unidirectional range, the slowest pair and what it was held to."""
+def summary(labels: Sequence[str], unidir: Mapping[Pair, float], expect: Mapping[Pair, Expect | None],
+            bidir: Mapping[Pair, float] | None = None, most: int = 4) -> str:
+    """One line: pair count, the one-way range, the slowest pair and what it was held to, then the pairs under
+    their bound (one way, then both ways; at most ``most`` named)."""
     low = slowest(unidir)
     if low is None:
         return "no GPU pair measured"
     (i, j), v = low
     e = expect.get((i, j))
     held = f" (held to >= {e.gbs * e.fraction:.0f}, {e.source})" if e else " (no expectation: not judged)"
-    return (f"{len(labels)} GPUs, {len(unidir)} directed pairs: {v:.0f}-{max(unidir.values()):.0f} GB/s one way, "
+    text = (f"{len(labels)} GPUs, {len(unidir)} directed pairs: {v:.0f}-{max(unidir.values()):.0f} GB/s one way, "
             f"slowest {labels[i]} -> {labels[j]} {v:.1f} GB/s{held}")
+    under = [f"{labels[a]} -> {labels[b]} {x:.1f} < {ex.gbs * ex.fraction:.0f}"
+             for (a, b), x, ex in below(unidir, expect)]
+    under += [f"{labels[a]} <-> {labels[b]} {x:.1f} < {2 * ex.gbs * ex.fraction:.0f}"
+              for (a, b), x, ex in below(bidir or {}, expect, 2.0)]
+    if under:
+        more = f" and {len(under) - most} more" if len(under) > most else ""
+        text += f"; under their bound (GB/s): {', '.join(under[:most])}{more}"
+    return text
