@@ -87,7 +87,8 @@ def names_in_source(path: Path) -> list[str]:
 # module -> the checks whose metrics it writes (helpers write for the checks that call them)
 WRITERS = {**{m.rsplit(".", 1)[1]: (m.rsplit(".", 1)[1],) for m in BUILTIN_MODULES},
            "disk_space": ("disk_space", "disk"), "fabric": ("fabric", "collectives", "nccl_tests"),
-           "nccltests/judge": ("nccl_tests",), "p2p_plan": ("p2p",), "nvlink_watch": ("p2p", "collectives")}
+           "nccltests/judge": ("nccl_tests",), "p2p_plan": ("p2p",),
+           "nvlink_watch": ("p2p", "collectives", "nccl_tests")}
 NAMES = {"ddp": "ddp_train"}
 
 

@@ -1,6 +1,6 @@
 """NVLink error counters read around another check's traffic: a link whose errors rise under load fails.
 
-The p2p and collectives checks (on a GPU) take an NVML snapshot of their GPUs before their traffic and
+The p2p, collectives and nccl_tests checks (on a GPU) take an NVML snapshot of their GPUs before their traffic and
 another after it (``nvidia-smi nvlink -e`` twice; :func:`gpuaccept.hw.nvml.read_visible_snapshot`) and
 compare them link by link (:func:`gpuaccept.hw.nvlink_counters.diff_nvlink`). The result:
 
