@@ -18,6 +18,7 @@ from gpuaccept.checks.p2p_plan import (
     copy_bytes,
     format_matrix,
     host_expectation,
+    links_of,
     matrix,
     matrix_details,
     ordered_pairs,
@@ -45,6 +46,23 @@ def quad(slow: Pair = (2, 3), slow_gbs: float = 150.0) -> dict[Pair, float]:
     values = {p: 380.0 + p[0] - p[1] for p in ordered_pairs(4)}
     values[slow] = slow_gbs
     return values
+
+
+def test_links_follow_the_torch_ordinals_of_a_visible_snapshot() -> None:
+    import json
+    from pathlib import Path
+
+    from gpuaccept.hw.nvml import snapshot_from_dict
+
+    # CUDA_VISIBLE_DEVICES=4,5,6,7: NVML GPUs 4-7 are cuda:0-3
+    snap = snapshot_from_dict(json.loads((Path(__file__).parent / "data" / "nvml" / "visible_upper_half.json")
+                                         .read_text()))
+    links, uuids = links_of([3, 1], snap)
+    assert links == [GpuLinks(18, 5, 16), GpuLinks(18, 5, 16)]
+    assert uuids == [next(str(g.uuid) for g in snap.gpus if g.ordinal == o) for o in (3, 1)]
+    assert uuids[0] != uuids[1]
+    assert links_of([0, 9], snap) == (None, [])  # cuda:9 is not in the snapshot
+    assert links_of([0], None) == (None, [])
 
 
 def test_pairs_cover_every_direction_once() -> None:

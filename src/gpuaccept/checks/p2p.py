@@ -39,6 +39,7 @@ from gpuaccept.checks.p2p_plan import (
     copy_bytes,
     format_matrix,
     host_expectation,
+    links_of,
     matrix_details,
     ordered_pairs,
     pair_expectation,
@@ -239,7 +240,6 @@ class P2PCheck(Check):
                                                                                      list[Any], str]:
         import torch
 
-        from gpuaccept.hw.fabric_expect import gpu_links
         from gpuaccept.hw.p2p import nvlink_matrix
         from gpuaccept.hw.sku import match_sku
 
@@ -250,9 +250,8 @@ class P2PCheck(Check):
                 snap = visible_reader([d.index for d in devices])()
             except Exception:  # NVML unavailable: expectations from the SKU alone
                 snap = None
-        links = [gpu_links(g) for g in snap.gpus] if snap is not None and len(snap.gpus) == len(devices) else None
-        uuids = [g.uuid for g in snap.gpus] if links is not None and snap is not None else []
-        nvl = nvlink_matrix([str(u) for u in uuids]) if uuids and all(u != "unsupported" for u in uuids) else None
+        links, uuids = links_of([d.index for d in devices], snap)
+        nvl = nvlink_matrix(uuids) if uuids else None
         cc = torch.cuda.get_device_capability(devices[0])
         expect = {(i, j): pair_expectation(sku, [links[i], links[j]] if links else None,
                                            nvl[i][j] if nvl else None, (int(cc[0]), int(cc[1])))

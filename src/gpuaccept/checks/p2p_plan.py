@@ -23,7 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuaccept.hw.fabric_expect import FabricInputs, GpuLinks, intra_node
+from gpuaccept.hw.fabric_expect import FabricInputs, GpuLinks, gpu_links, intra_node
+from gpuaccept.hw.nvml import UNSUPPORTED, NvmlSnapshot
 from gpuaccept.hw.sku import Sku
 from gpuaccept.model import Metric, Status, Threshold
 
@@ -36,6 +37,19 @@ LATENCY = "p2p_latency_us"
 H2D = "p2p_h2d_gbs"
 D2H = "p2p_d2h_gbs"
 METRICS = (UNIDIR, BIDIR, LATENCY, H2D, D2H)
+
+
+def links_of(ordinals: Sequence[int], snap: NvmlSnapshot | None) -> tuple[list[GpuLinks] | None, list[str]]:
+    """The NVML links and UUIDs of the GPUs torch calls ``cuda:<ordinal>``, in the order of ``ordinals``, from a
+    snapshot taken through ``CUDA_VISIBLE_DEVICES`` (each GPU's ``ordinal`` set). (None, []) when the snapshot
+    is missing or lacks one of them; the UUIDs are [] unless every one is known."""
+    by_ordinal = {g.ordinal: g for g in snap.gpus} if snap is not None else {}
+    found = [by_ordinal.get(o) for o in ordinals]
+    gpus = [g for g in found if g is not None]
+    if len(gpus) != len(ordinals):
+        return None, []
+    uuids = [str(g.uuid) for g in gpus]
+    return [gpu_links(g) for g in gpus], uuids if all(g.uuid != UNSUPPORTED for g in gpus) else []
 
 
 def ordered_pairs(n: int) -> list[Pair]:
