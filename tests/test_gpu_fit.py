@@ -102,7 +102,8 @@ def test_compute_counts_the_gemm_operands_of_the_widest_dtype() -> None:
 def test_every_declared_gpu_size_is_an_int_in_mib_with_buffers() -> None:
     declared = {(name, p.name, p.gpu_buffers) for name, cls in registry().items() for p in cls.params
                 if p.gpu_memory_mib}
-    assert declared == {("memory", "size_mib", 2), ("memory", "host_mib", 1), ("memtest", "chunk_mib", 5)}
+    assert declared == {("memory", "size_mib", 2), ("memory", "host_mib", 1), ("memtest", "chunk_mib", 5),
+                        ("p2p", "size_mib", 2)}
     assert all(registry()[n].param(p).kind == "int" for n, p, _ in declared)  # type: ignore[union-attr]
 
 

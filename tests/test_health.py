@@ -62,6 +62,8 @@ CASES = [
     ("xid_nvlink_memtemp", Status.FAIL, {"cuda:1", "cuda:2", "cuda:5", "cuda:6", "cuda:7"},
      ["cuda:1: XID 48 (double-bit (uncorrectable) ECC error)", "cuda:2: NVLink recovery errors 2 > 0 (link 3: 2)"]),
     ("visible_upper_half", Status.FAIL, {"cuda:1"}, ["cuda:1: 1 volatile uncorrectable ECC"]),
+    # at rest the replays (12) and CRC errors (40) of cuda:6 are under health's 100; the recovery is not
+    ("nvlink_errors_rising_after", Status.FAIL, {"cuda:2"}, ["cuda:2: NVLink recovery errors 1 > 0"]),
 ]
 
 

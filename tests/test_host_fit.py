@@ -94,7 +94,8 @@ def test_nbody_counts_the_fp64_seeds_of_its_bodies() -> None:
 def test_every_declared_host_size_is_an_int_in_mib_with_buffers() -> None:
     declared = {(name, p.name, p.host_buffers) for name, cls in registry().items() for p in cls.params
                 if p.memory_mib}
-    assert declared == {("memory", "host_mib", 2), ("memory", "cpu_mib", 3), ("memtest", "cpu_mib", 1)}
+    assert declared == {("memory", "host_mib", 2), ("memory", "cpu_mib", 3), ("memtest", "cpu_mib", 1),
+                        ("p2p", "host_mib", 2)}
     assert all(registry()[n].param(p).kind == "int" for n, p, _ in declared)  # type: ignore[union-attr]
 
 

@@ -87,7 +87,8 @@ def names_in_source(path: Path) -> list[str]:
 # module -> the checks whose metrics it writes (helpers write for the checks that call them)
 WRITERS = {**{m.rsplit(".", 1)[1]: (m.rsplit(".", 1)[1],) for m in BUILTIN_MODULES},
            "disk_space": ("disk_space", "disk"), "fabric": ("fabric", "collectives", "nccl_tests"),
-           "nccltests/judge": ("nccl_tests",)}
+           "nccltests/judge": ("nccl_tests",), "p2p_plan": ("p2p",),
+           "nvlink_watch": ("p2p", "collectives", "nccl_tests")}
 NAMES = {"ddp": "ddp_train"}
 
 
@@ -220,7 +221,7 @@ def test_recorded_nccl_tests_and_disk_figures_are_flagged_as_decided() -> None:
     assert misflagged(out.metrics) == []
 
 
-GPU_CHECKS = ["health", "compute", "memory", "memtest", "stress", "agreement", "nbody", "train"]
+GPU_CHECKS = ["health", "compute", "memory", "p2p", "memtest", "stress", "agreement", "nbody", "train"]
 
 
 @pytest.mark.gpu
@@ -231,6 +232,7 @@ def test_what_a_check_produces_on_a_gpu_is_declared(name: str, tmp_path: Path) -
     small: dict[str, dict[str, Any]] = {
         "compute": {"dtypes": ["fp32", "bf16"], "size": 2048, "concurrent": True},
         "memtest": {"fraction": 0.02},
+        "p2p": {"size_mib": 32, "host_mib": 32, "iterations": 2},
         "stress": {"duration_s": 3.0, "window_s": 0.5},
     }
     params = {k: v for k, v in {**cls.defaults("quick"), **small.get(name, {})}.items() if cls.param(k) is not None}

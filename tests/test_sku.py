@@ -144,6 +144,21 @@ def test_fp64_vector_peak_is_optional_and_read_as_a_number(tmp_path: Path) -> No
     assert load_skus(_write(tmp_path, doc))["x100"].fp64_vector_tflops == 30.0
 
 
+def test_copy_reference_figures_are_optional_numbers(tmp_path: Path) -> None:
+    doc = _minimal()
+    x = load_skus(_write(tmp_path, doc))["x100"]
+    assert x.p2p_gbs is None and x.h2d_gbs is None
+    doc["skus"][0].update({"p2p_gbs": 390, "h2d_gbs": 52})
+    x = load_skus(_write(tmp_path, doc))["x100"]
+    assert (x.p2p_gbs, x.h2d_gbs) == (390.0, 52.0)
+    doc["skus"][0]["h2d_gbs"] = "fast"
+    with pytest.raises(ConfigError, match="h2d_gbs"):
+        load_skus(_write(tmp_path, doc))
+    packaged = load_skus()
+    assert packaged["h100_sxm"].h2d_gbs == 52 and packaged["h200_sxm"].h2d_gbs == 52
+    assert packaged["h100_sxm"].pass_fraction("h2d") == 0.92 and packaged["h100_sxm"].p2p_gbs is None
+
+
 def test_packaged_file_loaded_by_path_equals_default(tmp_path: Path) -> None:
     from importlib import resources
 

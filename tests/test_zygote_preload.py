@@ -135,7 +135,7 @@ def test_a_hung_import_beside_a_quiet_check_does_not_hold_up_its_end(tmp_path: P
 def test_the_checks_that_only_take_stock_let_the_warm_process_import_beside_them() -> None:
     reg = registry()
     quiet = {"env", "conformance", "health", "fabric", "disk_space"}
-    timed = {"compute", "memory", "memtest", "train", "nbody", "collectives", "ddp_train", "stress", "agreement",
+    timed = {"compute", "memory", "p2p", "memtest", "train", "nbody", "collectives", "ddp_train", "stress", "agreement",
              "throughput", "disk", "nccl_tests"}
     assert quiet | timed <= set(reg), (quiet | timed) - set(reg)
     assert {n for n in quiet | timed if reg[n].imports_beside} == quiet

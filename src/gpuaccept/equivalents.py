@@ -29,9 +29,9 @@ class ProfileInfo:
 
 PROFILES: dict[str, ProfileInfo] = {
     "quick": ProfileInfo("r1", "dcgmi diag -r 1 (seconds): deployment and software checks", 178),
-    "standard": ProfileInfo("r2", "dcgmi diag -r 2 (about 2 min): adds PCIe and memory", 794),
+    "standard": ProfileInfo("r2", "dcgmi diag -r 2 (about 2 min): adds PCIe and memory", 836),
     "full": ProfileInfo("r3", "dcgmi diag -r 3 (about 15 min): adds targeted stress and power, memory "
-                              "bandwidth, diagnostic GEMM", 4705),
+                              "bandwidth, diagnostic GEMM", 4894),
     "burnin": ProfileInfo("r4", "dcgmi diag -r 4 (an hour or more): extended stress and memtest", 1521),
 }
 
@@ -60,6 +60,10 @@ CHECKS: dict[str, Equivalent] = {
                           "TFLOP/s per dtype against the SKU, results verified"),
     "memory": Equivalent("pcie (host<->device bandwidth); memory_bandwidth", "nvbandwidth; STREAM on the CPU",
                          "device copy and pinned PCIe copies, data verified"),
+    "p2p": Equivalent("pcie (peer-to-peer bandwidth and latency)",
+                      "nvbandwidth -t device_to_device_memcpy_read_ce (and _write_ce, host_to_device_memcpy_ce); "
+                      "p2pBandwidthLatencyTest; nvidia-smi nvlink -e before and after",
+                      "every GPU pair one way and both ways, latency, host<->device per GPU, NVLink errors under load"),
     "memtest": Equivalent("memory; memtest (r4)", "cuda_memtest; gpu-burn's memory fill",
                           "walking-bit, random and address patterns over free memory"),
     "train": Equivalent("", "a PyTorch training smoke test", "loss must fall on a seeded model"),

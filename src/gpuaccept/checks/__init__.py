@@ -25,6 +25,7 @@ BUILTIN_MODULES = (
     "gpuaccept.checks.fabric",
     "gpuaccept.checks.compute",
     "gpuaccept.checks.memory",
+    "gpuaccept.checks.p2p",
     "gpuaccept.checks.memtest",
     "gpuaccept.checks.train",
     "gpuaccept.checks.nbody",

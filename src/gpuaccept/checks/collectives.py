@@ -29,7 +29,9 @@ expectation derived from the fabric the ranks report (:mod:`gpuaccept.hw.fabric_
 which is shown as the metric's expected value. Off GPU there is no expectation: the check passes
 when every element is right. Rank 0's details hold every rank's time per row, so a slow rank is
 visible. Local rank 0 reads the RDMA counters before and after the sweep (``fabric_root``;
-:mod:`gpuaccept.checks.fabric_watch`): errors that rose under the load are reported per port.
+:mod:`gpuaccept.checks.fabric_watch`): errors that rose under the load are reported per port; on GPUs it
+reads every GPU's NVLink error counters too (:mod:`gpuaccept.checks.nvlink_watch`): a link whose CRC, replay
+or recovery errors rise under the load fails the check.
 
 On GPUs the largest size is capped at a quarter of the free memory (two
 buffer pools plus verification slices); with gloo on CPU at ``cpu_max_bytes``.
@@ -64,6 +66,8 @@ from gpuaccept.checks.collectives_table import (
     bus_factor as bus_factor,
 )
 from gpuaccept.checks.fabric_watch import DELTA_METRICS, DELTA_RULES, FABRIC_ROOT, FabricWatch
+from gpuaccept.checks.nvlink_watch import DELTA_METRICS as NVLINK_DELTAS
+from gpuaccept.checks.nvlink_watch import NvlinkWatch, node_reader
 from gpuaccept.distributed.group import (
     Abandon,
     DistributedCheck,
@@ -412,7 +416,7 @@ class CollectivesCheck(DistributedCheck):
     summary = ("allreduce, allgather, reducescatter, alltoall, broadcast, sendrecv across ranks: time, algbw, "
                "busbw per size; every element checked")
     key_metric = "*_busbw_large_gbs"
-    metrics = (*(f"{op}_{m}" for op in OPS for m in OP_METRICS), *DELTA_METRICS)
+    metrics = (*(f"{op}_{m}" for op in OPS for m in OP_METRICS), *DELTA_METRICS, *NVLINK_DELTAS)
     params = (
         Param("ops", "list", list(OPS), "operations to sweep", choices=OPS),
         Param("dtypes", "list", ["float32"], "element types", choices=tuple(DTYPES)),
@@ -478,6 +482,7 @@ class CollectivesCheck(DistributedCheck):
                 details["sku"] = {rc.device_label: sku}
             where = ["setting up"]
             watch = FabricWatch.start(str(p.get("fabric_root", "/"))) if rc.local_rank == 0 else None  # once a node
+            links = NvlinkWatch.start(node_reader) if rc.local_rank == 0 and ctx.device == "cuda" else None
             started = time.monotonic()
             def partial() -> Outcome:
                 return rows_to_outcome(rows, rc, backend=pg.backend, details=details,
@@ -500,6 +505,8 @@ class CollectivesCheck(DistributedCheck):
                                                            rc.world_size))
             if watch is not None:
                 watch.finish(outcome)
+            if links is not None:
+                links.finish(outcome)
             if failure is not None:
                 raise Abandon(outcome)
         rail = ctx.gpus[rc.local_rank] if ctx.gpus and rc.local_rank < len(ctx.gpus) else rc.device_index

@@ -92,6 +92,26 @@ def memory(params: dict[str, Any], device: str, gpus: int) -> float:
     return 1.0 + gpus * (per_gpu + 0.5)
 
 
+P2P_BPS = 20e9
+"""bytes/s of one GPU-to-GPU copy (low: a PCIe pair through the host bridge)."""
+
+
+def p2p(params: dict[str, Any], device: str, gpus: int) -> float:
+    """Per ordered pair of GPUs a timed copy loop and a latency loop, per unordered pair both directions at
+    once (twice the bytes); per GPU (with ``host``) the pinned copies both ways; two NVML reads around it."""
+    if device == "cpu":
+        return 0.5
+    reps = int(params["iterations"]) + int(params["warmup"])
+    one = int(params["size_mib"]) * 2 ** 20 * reps / P2P_BPS
+    pairs = gpus * (gpus - 1)
+    total = pairs * (one + 0.1 + int(params["latency_iters"]) * 20e-6)
+    if params["bidirectional"]:
+        total += pairs / 2 * 2 * one
+    if params["host"]:
+        total += gpus * (2 * int(params["host_mib"]) * 2 ** 20 * (reps + 1) / PCIE_BPS + 0.5)
+    return 1.0 + 0.5 * gpus + total
+
+
 def memtest(params: dict[str, Any], device: str, gpus: int) -> float:
     """Every pattern of every pass over the tested memory, stopped at ``max_seconds`` (plus the pattern run
     in flight then)."""

@@ -195,6 +195,7 @@ NOT_PERFORMANCE: dict[str, str] = {
     "*_algbw_gbs": "one row of the size sweep; the large-message busbw is the judged figure",
     "*_busbw_gbs": "one row of the size sweep; the large-message busbw is the judged figure",
     "*_avg_busbw_gbs": "nccl-tests' average over every size, latency-bound ones included: set by the size range",
+    "p2p_latency_us": "the time of one small peer copy, shown for diagnosis; the pair's copy rate is judged",
     "rdma_port_rate_gbps": "the negotiated link rate read from sysfs, judged by fabric against the expected rate",
 }
 """Rate-like figures (:func:`rate_like`) that are not performance figures, by name glob, and why. Every

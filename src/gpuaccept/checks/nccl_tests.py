@@ -12,8 +12,9 @@ Equivalent command: ``all_reduce_perf -b 8M -e 1G -f 2 -g 8``.
 It is in the standard and full profiles (and runs by name with ``--checks nccl_tests``); where no
 binary is found it is a SKIP that names the places looked, so the plan never depends on the file system.
 RDMA error counters that rise while the binaries run are reported per port (``fabric_root``;
-:mod:`gpuaccept.checks.fabric_watch`). Across nodes, run nccl-tests under mpirun or srun and parse
-its log with ``gpuaccept nccl-tests parse`` (see docs/howto/nccl-tests.md).
+:mod:`gpuaccept.checks.fabric_watch`); on GPUs, a NVLink link whose CRC, replay or recovery errors rise
+while they run fails the check (:mod:`gpuaccept.checks.nvlink_watch`). Across nodes, run nccl-tests under
+mpirun or srun and parse its log with ``gpuaccept nccl-tests parse`` (see docs/howto/nccl-tests.md).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from typing import Any, ClassVar
 from gpuaccept.checks import estimates
 from gpuaccept.checks.base import Check, CheckContext, Outcome, Param, RequiredMetric
 from gpuaccept.checks.fabric_watch import DELTA_METRICS, DELTA_RULES, FABRIC_ROOT, FabricWatch
+from gpuaccept.checks.nvlink_watch import DELTA_METRICS as NVLINK_DELTAS
+from gpuaccept.checks.nvlink_watch import NvlinkWatch, node_reader
 from gpuaccept.errors import InputError
 from gpuaccept.model import Metric, Status, worst
 from gpuaccept.nccltests.busbw import FabricFacts, live_facts, result_fabric
@@ -86,7 +89,8 @@ class NcclTestsCheck(Check):
     profiles: ClassVar[tuple[str, ...]] = ("standard", "full")
     key_metric = "allreduce_busbw_large_gbs"
     metrics = (*(f"{OP_NAMES.get(t, t)}_{m}" for t in TESTS for m in ("busbw_large_gbs", "wrong", "out_of_bounds",
-                                                                     "avg_busbw_gbs")), *DELTA_METRICS)
+                                                                     "avg_busbw_gbs")), *DELTA_METRICS,
+               *NVLINK_DELTAS)
 
     @classmethod
     def required_metrics(cls, params: dict[str, Any], devices: list[str]) -> list[RequiredMetric]:
@@ -113,6 +117,7 @@ class NcclTestsCheck(Check):
         details: dict[str, Any] = {}
         per_test = ctx.timeout_s * 0.95 / len(found)
         watch = FabricWatch.start(str(p.get("fabric_root", "/")))
+        links = NvlinkWatch.start(node_reader) if ctx.device == "cuda" else None
         facts: FabricFacts | None = None  # NVML read once, after the first binary ran
         for test, path in found.items():
             assert path is not None
@@ -137,6 +142,8 @@ class NcclTestsCheck(Check):
             metrics += j.metrics
             details[test] = {**result_details(result, out), "busbw_expectation": why}
         outcome = Outcome(worst(*statuses), "; ".join(reasons), metrics, details)
+        if links is not None:
+            links.finish(outcome)
         return watch.finish(outcome) if watch is not None else outcome
 
 

@@ -33,7 +33,7 @@ _TOP_KEYS = {"version", "defaults", "skus"}
 _DEFAULTS_KEYS = {"pass_fractions"}
 _SKU_REQUIRED = {"id", "name", "source", "match", "compute_capability", "memory_gib", "peak_tflops",
                  "memory_bandwidth_gbs", "pcie", "nvlink_gbs", "max_power_w"}
-_SKU_OPTIONAL = {"exclude", "pass_fractions", "nvlink_all_pairs", "fp64_vector_tflops"}
+_SKU_OPTIONAL = {"exclude", "pass_fractions", "nvlink_all_pairs", "fp64_vector_tflops", "p2p_gbs", "h2d_gbs"}
 _PCIE_KEYS = {"gen", "width"}
 _ID_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _CC_RE = re.compile(r"^\d+\.\d+$")
@@ -74,6 +74,12 @@ class Sku:
     fp64_vector_tflops: float | None = None
     """FP64 peak of the CUDA cores (no tensor cores) in TFLOP/s, what a hand-written fp64 kernel can reach
     (``peak_tflops['fp64']`` is the tensor-core figure DGEMM reaches); None where the datasheet omits it."""
+    p2p_gbs: float | None = None
+    """Copy bandwidth from one GPU to a peer, one direction, in GB/s, that a healthy board of this part reaches
+    (``nvbandwidth -t device_to_device_memcpy_read_ce``); None: derived from the NVLink or PCIe links instead."""
+    h2d_gbs: float | None = None
+    """Pinned host-to-device (and device-to-host) copy bandwidth per direction in GB/s that a healthy node of this
+    part reaches (``nvbandwidth -t host_to_device_memcpy_ce``); None: derived from the PCIe link instead."""
 
     def peak_tflops(self, dtype: str) -> float | None:
         """Dense spec peak in TFLOP/s for ``dtype`` (``fp64`` ... ``fp8``), None if not specified."""
@@ -201,6 +207,8 @@ def _parse_sku(raw: Any, source: str, key: str, default_fractions: dict[str, flo
         nvlink_all_pairs=all_pairs,
         fp64_vector_tflops=None if d.get("fp64_vector_tflops") is None
         else _number(d["fp64_vector_tflops"], source, f"{key}.fp64_vector_tflops"),
+        p2p_gbs=None if d.get("p2p_gbs") is None else _number(d["p2p_gbs"], source, f"{key}.p2p_gbs"),
+        h2d_gbs=None if d.get("h2d_gbs") is None else _number(d["h2d_gbs"], source, f"{key}.h2d_gbs"),
     )
 
 

@@ -63,6 +63,11 @@ table.heatmap th.col { writing-mode: vertical-rl; transform: rotate(180deg); whi
 table.heatmap td { text-align: right; min-width: 54px; font-variant-numeric: tabular-nums; }
 table.heatmap td.cell.outlier { outline: 3px solid var(--outlier); outline-offset: -3px; font-weight: 700; }
 table.heatmap td.na { color: #aaa; text-align: center; }
+table.p2p-matrix { font-size: 12px; margin: 6px 0; }
+table.p2p-matrix caption { text-align: left; font-weight: 600; }
+table.p2p-matrix td { text-align: right; min-width: 54px; font-variant-numeric: tabular-nums; }
+table.p2p-matrix td.na { color: #aaa; text-align: center; }
+table.p2p-matrix td.st-fail { background: #fdecea; font-weight: 700; }
 table.heatmap td.cell.nc { background: #e6e6e6; color: #555; }
 table.heatmap th.col.nc { color: var(--muted); }
 .legendbar span.sw.nc { background: #e6e6e6; }
