@@ -186,3 +186,16 @@ def test_the_fleet_view_names_the_node_and_the_new_item(case: str, item: str, li
     drift = fleet_drift(configs_of_reports(reports))
     assert [(n["host"], [i["item"] for i in n["items"]]) for n in drift["odd"]] == [("node02", [item])]
     assert line in drift_lines(drift)[0] and drift_lines(drift)[0].startswith("node02 ")
+
+
+@pytest.mark.gpu
+def test_a_real_gpu_gives_its_settings() -> None:
+    from gpuaccept.hw.nvml_state import read_state
+
+    state = read_state()
+    g = state.gpus[0]
+    assert isinstance(g.vbios_version, str) and g.vbios_version != UNSUPPORTED
+    assert isinstance(g.persistence_mode, bool)
+    assert g.fabric_state == UNSUPPORTED or g.fabric_state in ("not_supported", "not_started", "in_progress",
+                                                               "completed")
+    assert state_from_dict(json.loads(json.dumps(state.to_dict()))).to_dict() == state.to_dict()

@@ -39,7 +39,7 @@ RUNTIMES: Final = (
             r"Docker version\s+(\d+\.\d+\.\d+[^,\s]*)"),
 )
 """The runtimes, in the order they are reported (``nvidia-ctk --version``, ``enroot version``, ...)."""
-TIMEOUT_S: Final = 5.0
+TIMEOUT_S: Final = 3.0
 DPKG_STATUS: Final = "var/lib/dpkg/status"
 MAX_STATUS_BYTES: Final = 32 * 1024 * 1024
 
