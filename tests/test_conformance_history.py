@@ -120,3 +120,26 @@ def test_the_command(tmp_path: Path, reports: list[NodeReport]) -> None:
     r = gpuaccept("conformance", "changes", "gpu99", "--db", db)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "gpu99: no configuration in the history" in r.stderr
     assert reports[0].checks[0].status is Status.PASS
+
+
+def test_nodes_of_a_cluster_report_keep_their_configuration(url: str, tmp_path: Path) -> None:
+    from gpuaccept.model import ClusterReport, NodeEntry, NodeState
+
+    def cluster(run_id: str, day: int, case: dict[str, Any] | None) -> ClusterReport:
+        where = tmp_path / f"{run_id}-{len(list(tmp_path.glob(run_id + '*')))}"
+        reps = [_run(where, f"{run_id}-{h}", day, case if h == "b" else None) for h in ("a", "b")]
+        for rep, host in zip(reps, ("gpu06", "gpu07"), strict=True):
+            rep.host = host
+        return ClusterReport(run_id, "slurm", reps[0].started, expected_nodes=2,
+                             nodes=[NodeEntry(r.host, NodeState.REPORTED, r) for r in reps])
+
+    with open_store(url) as store:
+        store.add_cluster_report(cluster("c1", 0, None))
+        store.add_cluster_report(cluster("c2", 1, CASES["cases"]["persistence_off"]))
+        result = changes(store, "gpu07", since="c1-b")
+        assert [(c["item"], c["before"], c["after"]) for c in result["changes"]] == [
+            ("gpu.0.persistence_mode", True, False)]
+        assert changes(store, "gpu06", since="c1-a")["changes"] == []
+        store.add_cluster_report(cluster("c2", 1, None))  # the cluster stored again: its nodes' rows replaced
+        assert changes(store, "gpu07", since="c1-b")["changes"] == []
+        assert len(node_configs(store, "gpu07")) == 2
