@@ -90,7 +90,8 @@ def _text(v: Any) -> str:
 
 
 def _nvlink_speed(nvml: Any, handle: Any, r: _Reader) -> int | Unsupported:
-    values = r.call("nvlink_speed_mbps", "nvmlDeviceGetFieldValues", handle, [NVLINK_SPEED_FIELD])
+    field_id = getattr(nvml, "NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON", NVLINK_SPEED_FIELD)
+    values = r.call("nvlink_speed_mbps", "nvmlDeviceGetFieldValues", handle, [field_id])
     if values == UNSUPPORTED:
         return UNSUPPORTED
     v = values[0]
@@ -112,8 +113,9 @@ def read_gpu_state(nvml: Any, index: int, handle: Any) -> GpuState:
     g.vbios_version = UNSUPPORTED if vbios == UNSUPPORTED else _text(vbios)
     pm = r.call("persistence_mode", "nvmlDeviceGetPersistenceMode", handle)
     g.persistence_mode = UNSUPPORTED if pm == UNSUPPORTED else bool(pm)
-    for name, clock in (("app_clock_graphics_mhz", "NVML_CLOCK_GRAPHICS"), ("app_clock_memory_mhz", "NVML_CLOCK_MEM")):
-        mhz = r.call(name, "nvmlDeviceGetApplicationsClock", handle, getattr(nvml, clock, 0 if "GRAPH" in clock else 2))
+    for name, clock in (("app_clock_graphics_mhz", nvml.NVML_CLOCK_GRAPHICS), ("app_clock_memory_mhz",
+                                                                                 nvml.NVML_CLOCK_MEM)):
+        mhz = r.call(name, "nvmlDeviceGetApplicationsClock", handle, clock)
         setattr(g, name, UNSUPPORTED if mhz == UNSUPPORTED else int(mhz))
     mig = r.call("mig_mode", "nvmlDeviceGetMigMode", handle)
     g.mig_mode = UNSUPPORTED if mig == UNSUPPORTED else bool(mig[0])
