@@ -70,7 +70,7 @@ def node(tmp_path: Path, case: dict[str, Any] | None = None) -> NodeConfig:
     env = {**CASES["base"]["env"], **case.get("env", {}), "PATH": str(bin_dir)}
     snap = snapshot_from_dict(_nvml(case.get("nvml", {})))
     state = state_from_dict(_nvml(case.get("state", {}), DATA / "conformance" / "nvml_state_h100_8x.json"))
-    extras = Extras(state, read_port_keys(root), nccl_version(env, root, modules={}), find_plugin(env, root),
+    extras = Extras(state, read_port_keys(root), nccl_version(env, root, modules={}, paths=[]), find_plugin(env, root),
                     read_runtimes(env, root))
     host = {"kernel": "5.15.0-105-generic", "os": "Ubuntu 22.04.4 LTS"}
     return collect(snap, read_inventory(root), {k: v for k, v in env.items() if k != "PATH"}, host,

@@ -124,16 +124,23 @@ def test_the_plugin_is_found_where_nccl_looks(tmp_path: Path) -> None:
 
 
 def test_the_nccl_version_says_where_it_came_from(tmp_path: Path) -> None:
-    assert nccl_version({}, tmp_path, modules={})[0] is None
+    assert nccl_version({}, tmp_path, modules={}, paths=[])[0] is None
     header = tmp_path / "usr/include/nccl.h"
     header.parent.mkdir(parents=True)
     header.write_text("#define NCCL_MAJOR 2\n#define NCCL_MINOR 18\n#define NCCL_PATCH 1\n#define NCCL_SUFFIX \"\"\n")
     assert nccl_version({}, tmp_path, modules={}) == ("2.18.1", "header /usr/include/nccl.h")
     _lib(tmp_path, "/usr/local/lib/libnccl.so.2.20.5")
     assert nccl_version({}, tmp_path, modules={}) == ("2.20.5", "library file name /usr/local/lib/libnccl.so.2.20.5")
+    # a pip-installed torch loads the NCCL of the nvidia-nccl-cu12 package: its dist-info is read
+    info = tmp_path / "site/nvidia_nccl_cu12-2.21.5.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: nvidia-nccl-cu12\nVersion: 2.21.5\n")
+    assert nccl_version({}, tmp_path, modules={}, paths=[str(tmp_path / "site")]) == (
+        "2.21.5", "pip package nvidia-nccl-cu12")
     # torch, when the process has imported it, is the NCCL a torch job loads (its own wheel's): asked first
-    torch = types.SimpleNamespace(cuda=types.SimpleNamespace(nccl=types.SimpleNamespace(version=lambda: (2, 21, 5))))
-    assert nccl_version({}, tmp_path, modules={"torch": torch}) == ("2.21.5", "torch.cuda.nccl.version()")
+    torch = types.SimpleNamespace(cuda=types.SimpleNamespace(nccl=types.SimpleNamespace(version=lambda: (2, 23, 4))))
+    assert nccl_version({}, tmp_path, modules={"torch": torch}, paths=[str(tmp_path / "site")]) == (
+        "2.23.4", "torch.cuda.nccl.version()")
 
 
 def test_runtime_version_outputs_parse() -> None:

@@ -8,8 +8,9 @@ it names, read with ``readlink``, never followed). Found nowhere: ``none`` (NCCL
 socket transports). The equivalent by hand: ``NCCL_DEBUG=INFO`` and the ``NET/Plugin`` line of a job.
 
 The NCCL version, with where it came from (:func:`nccl_version`): ``torch.cuda.nccl.version()`` only when
-torch is already imported (the check never imports it); else the version in a ``libnccl.so.2.x.y`` file
-name in the same directories; else ``NCCL_MAJOR``/``NCCL_MINOR``/``NCCL_PATCH`` of an ``nccl.h``.
+torch is already imported (the check never imports it); else the ``nvidia-nccl-cu*`` pip package that a
+pip-installed torch loads (``pip show nvidia-nccl-cu12``); else the version in a ``libnccl.so.2.x.y`` file
+name in the library directories; else ``NCCL_MAJOR``/``NCCL_MINOR``/``NCCL_PATCH`` of an ``nccl.h``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -90,10 +91,22 @@ def find_plugin(env: Mapping[str, str], root: str | Path = "/") -> tuple[str, st
     return "none", f"no {wanted} in LD_LIBRARY_PATH, /etc/ld.so.conf.d or the standard library directories"
 
 
-def nccl_version(env: Mapping[str, str], root: str | Path = "/",
-                 modules: Mapping[str, Any] = sys.modules) -> tuple[str | None, str]:
+def wheel_version(paths: Sequence[str]) -> tuple[str, str] | None:
+    """The version of an ``nvidia-nccl-cu*`` pip package installed on ``paths`` (its dist-info), and its name."""
+    from importlib.metadata import distributions
+
+    for dist in distributions(path=list(paths)):
+        name = str(dist.metadata["Name"] or "").lower().replace("_", "-")
+        if name.startswith("nvidia-nccl-cu") and dist.version:
+            return dist.version, f"pip package {name}"
+    return None
+
+
+def nccl_version(env: Mapping[str, str], root: str | Path = "/", modules: Mapping[str, Any] = sys.modules,
+                 paths: Sequence[str] | None = None) -> tuple[str | None, str]:
     """The NCCL version (``2.21.5``) and its source; (None, why) when none is found. ``modules``: the imported
-    modules (torch is asked only when it is among them)."""
+    modules (torch is asked only when it is among them); ``paths``: where pip packages are looked for
+    (default: ``sys.path`` when ``root`` is ``/``, else nowhere)."""
     torch = modules.get("torch")
     if torch is not None:
         try:
@@ -101,6 +114,9 @@ def nccl_version(env: Mapping[str, str], root: str | Path = "/",
             return ".".join(str(p) for p in v) if isinstance(v, tuple) else str(v), "torch.cuda.nccl.version()"
         except Exception:  # a CPU-only torch has no NCCL; fall back to the files
             pass
+    wheel = wheel_version(paths if paths is not None else (sys.path if str(root) == "/" else []))
+    if wheel is not None:
+        return wheel
     for d in library_dirs(env, root):
         for name in _names(_under(root, d)):
             m = LIB_RE.fullmatch(name)
