@@ -14,18 +14,22 @@ import yaml
 from gpuaccept.checks.conformance import evaluate_conformance
 from gpuaccept.checks.conformance_manifest import capture, dump_manifest, judge, load_manifest, parse_manifest
 from gpuaccept.errors import ConfigError
-from gpuaccept.hw.conformance import NodeConfig, collect, read_sysfs_items
+from gpuaccept.hw.conformance import Extras, NodeConfig, collect, read_sysfs_items
+from gpuaccept.hw.nccl_stack import find_plugin, nccl_version
 from gpuaccept.hw.nvml import snapshot_from_dict
+from gpuaccept.hw.nvml_state import state_from_dict
 from gpuaccept.hw.rdma import read_inventory
+from gpuaccept.hw.rdma_keys import read_port_keys
+from gpuaccept.hw.runtimes import read_runtimes
 from gpuaccept.model import Status
 
 DATA = Path(__file__).parent / "data"
 CASES = yaml.safe_load((DATA / "conformance" / "drift_cases.yaml").read_text())
 
 
-def _nvml(edits: dict[str, Any]) -> dict[str, Any]:
-    src = edits.get("from", "healthy_h100_sxm_8x.json")
-    snap: dict[str, Any] = json.loads((DATA / "nvml" / src).read_text())
+def _nvml(edits: dict[str, Any], default: Path = DATA / "nvml" / "healthy_h100_sxm_8x.json") -> dict[str, Any]:
+    src = default.parent / edits["from"] if "from" in edits else default
+    snap: dict[str, Any] = json.loads(src.read_text())
     for key, value in edits.items():
         if key == "from":
             continue
@@ -51,10 +55,26 @@ def node(tmp_path: Path, case: dict[str, Any] | None = None) -> NodeConfig:
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f"{text}\n")
-    env = {**CASES["base"]["env"], **case.get("env", {}), "PATH": "/usr/bin"}
+    for rel, text in {**CASES["base"]["nccl"], **case.get("nccl", {})}.items():
+        path = root / rel
+        if text is None:
+            continue  # not on this node
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.symlink_to(text[3:]) if text.startswith("-> ") else path.write_text(text)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool, output in {**CASES["base"]["runtimes"], **case.get("runtimes", {})}.items():
+        if output is not None:
+            (bin_dir / tool).write_text(f"#!/bin/sh\ncat <<'EOF'\n{output}\nEOF\n")
+            (bin_dir / tool).chmod(0o755)
+    env = {**CASES["base"]["env"], **case.get("env", {}), "PATH": str(bin_dir)}
     snap = snapshot_from_dict(_nvml(case.get("nvml", {})))
+    state = state_from_dict(_nvml(case.get("state", {}), DATA / "conformance" / "nvml_state_h100_8x.json"))
+    extras = Extras(state, read_port_keys(root), nccl_version(env, root, modules={}, paths=[]), find_plugin(env, root),
+                    read_runtimes(env, root))
     host = {"kernel": "5.15.0-105-generic", "os": "Ubuntu 22.04.4 LTS"}
-    return collect(snap, read_inventory(root), env, host, read_sysfs_items(root))
+    return collect(snap, read_inventory(root), {k: v for k, v in env.items() if k != "PATH"}, host,
+                   read_sysfs_items(root), extras)
 
 
 @pytest.fixture
@@ -76,6 +96,20 @@ def test_collect_names_every_part(healthy: NodeConfig) -> None:
     assert items["nccl_env.NCCL_IB_HCA"].startswith("=mlx5_0") and "nccl_env.PATH" not in items
     assert "gpu.0.uuid" not in items and healthy.ids["gpu.0.uuid"].startswith("GPU-")
     assert healthy.ids["nic.mlx5_0.node_guid"]
+    assert items["gpu.5.vbios_version"] == "96.00.89.00.01" and items["gpu.0.persistence_mode"] is True
+    assert items["gpu.1.app_clock_graphics_mhz"] == 1980 and items["gpu.1.app_clock_memory_mhz"] == 2619
+    assert items["gpu.7.mig_mode"] is False and items["gpu.2.nvlink_speed_mbps"] == 26562
+    assert items["gpu.6.fabric_state"] == "completed" and items["gpu.6.fabric_status"] == "success"
+    assert items["nic.mlx5_3.port1.pkeys"] == "0xffff,0x8001"  # the empty slot 0x0000 is not a key
+    assert items["nic.mlx5_0.port1.gid_prefix"] == "fe80:0000:0000:0000"
+    assert healthy.ids["nic.mlx5_0.port1.gid0"] == "fe80:0000:0000:0000:b859:9f03:000c:a7f6"
+    assert items["nccl_version"] == "2.21.5"
+    assert healthy.sources["nccl_version"] == "library file name /usr/lib/x86_64-linux-gnu/libnccl.so.2.21.5"
+    assert items["nccl_net_plugin"] == "libnccl-net.so -> libnccl-net-ofi.so.1.9.1"
+    assert items["runtime.nvidia_container_toolkit"] == "1.14.6" and items["runtime.enroot"] == "3.4.1"
+    assert items["runtime.pyxis"] == "0.19.0-1"
+    assert healthy.sources["runtime.pyxis"] == "dpkg package nvslurm-plugin-pyxis"
+    assert "runtime.docker" not in items and healthy.absent["runtime.docker"].startswith("not installed (docker not")
 
 
 def test_capture_then_judge_the_same_node_passes(healthy: NodeConfig, tmp_path: Path) -> None:

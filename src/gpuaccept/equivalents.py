@@ -51,8 +51,10 @@ CHECKS: dict[str, Equivalent] = {
     "health": Equivalent("software (page retirement, inforom); dcgmi health -c",
                          "nvidia-smi -q -d ECC,ROW_REMAPPER,PCI,TEMPERATURE,POWER,PERFORMANCE; dmesg Xid",
                          "one NVML snapshot, no load"),
-    "conformance": Equivalent("", "nvidia-smi -q; ibv_devinfo; uname -r; a site's golden-configuration script",
-                              "driver, firmware, PCIe, NVLink, NIC and OS items against a manifest or the fleet"),
+    "conformance": Equivalent("", "nvidia-smi -q; nvidia-smi nvlink -s; ibv_devinfo -v; uname -r; nvidia-ctk "
+                                  "--version; a site's golden-configuration script",
+                              "driver, VBIOS, clocks, PCIe, NVLink and fabric, NIC, partition, NCCL, runtime and OS "
+                              "items against a manifest or the fleet"),
     "disk_space": Equivalent("", "df -h", "free space of scratch and temporary file systems"),
     "fabric": Equivalent("", "ibstat; ibv_devinfo; lsmod | grep nvidia_peermem",
                          "RDMA ports, counters, GPU/NIC NUMA; DCGM does not look at the NICs"),

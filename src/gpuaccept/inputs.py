@@ -160,6 +160,8 @@ def _check_yaml_numbers(data: Any, where: str) -> None:
             if id(item) in seen:
                 continue
             seen.add(id(item))
+        if isinstance(item, NumberText):
+            item = item.number
         if isinstance(item, float) and not math.isfinite(item):
             raise BadInput(where, key, f"expected a finite number, got {item!r}")
         if isinstance(item, int) and not isinstance(item, bool) and item.bit_length() > 100:
@@ -199,14 +201,45 @@ def _unique_key_loader() -> Any:
     return UniqueKeyLoader
 
 
-def loads_yaml(text: str, where: str) -> Any:
+class NumberText(str):
+    """A plain YAML scalar that would resolve to a number, kept as its text (``550.540``, ``12.10``);
+    ``number`` is what YAML would have made of it (int or float)."""
+
+    number: int | float
+
+    def __new__(cls, text: str, number: int | float) -> NumberText:
+        obj = super().__new__(cls, text)
+        obj.number = number
+        return obj
+
+
+def _number_text_loader() -> Any:
+    """The unique-key loader, but numbers stay :class:`NumberText` (versions keep their text)."""
+    base = _unique_key_loader()
+
+    class NumberTextLoader(base):  # type: ignore[misc,valid-type]
+        pass
+
+    def make(kind: str) -> Any:
+        def construct(loader: Any, node: Any) -> NumberText:
+            number = getattr(base, f"construct_yaml_{kind}")(loader, node)
+            return NumberText(str(node.value), number)
+        return construct
+
+    NumberTextLoader.add_constructor("tag:yaml.org,2002:int", make("int"))
+    NumberTextLoader.add_constructor("tag:yaml.org,2002:float", make("float"))
+    return NumberTextLoader
+
+
+def loads_yaml(text: str, where: str, number_text: bool = False) -> Any:
     """Parse YAML safely: errors of the YAML library and of its tag constructors
     (``!!int ""``, ``!!timestamp "x"``) become InputError; a key given twice in one mapping is an error naming
-    it and its line; nesting is bounded; every number is finite (``.nan`` and ``.inf`` are refused)."""
+    it and its line; nesting is bounded; every number is finite (``.nan`` and ``.inf`` are refused).
+    ``number_text``: numbers come back as :class:`NumberText` (their text, with the number beside it)."""
     import yaml
 
     try:
-        data = yaml.load(text, Loader=_unique_key_loader())  # a SafeLoader
+        data = yaml.load(text, Loader=_number_text_loader() if number_text else _unique_key_loader())
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f"line {mark.line + 1}" if mark is not None else ""
@@ -222,6 +255,6 @@ def loads_yaml(text: str, where: str) -> Any:
     return data
 
 
-def load_yaml_file(path: str | Path, what: str = "YAML file") -> Any:
+def load_yaml_file(path: str | Path, what: str = "YAML file", number_text: bool = False) -> Any:
     """``loads_yaml`` of a file read with ``read_text``."""
-    return loads_yaml(read_text(path, what), str(path))
+    return loads_yaml(read_text(path, what), str(path), number_text)

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from gpuaccept.checks.base import PROFILES, Check, CheckContext, Outcome, Param
 from gpuaccept.checks.conformance_manifest import Manifest, judge, load_manifest
 from gpuaccept.errors import GpuacceptError
-from gpuaccept.hw.conformance import NodeConfig, collect, read_sysfs_items
+from gpuaccept.hw.conformance import Extras, NodeConfig, collect, read_sysfs_items
 from gpuaccept.hw.nvml import NvmlSnapshot
 from gpuaccept.hw.rdma import read_inventory
 from gpuaccept.model import Metric, Status, worst
@@ -32,7 +32,7 @@ def evaluate_conformance(cfg: NodeConfig, manifest: Manifest | None, *, nvml_err
     scope = f"{len(cfg.items)} items" + ("" if gpus else f"; CPU only: no GPU items ({nvml_error or 'no GPU'})")
     if manifest is None:
         return Outcome(Status.PASS, f"no manifest: configuration recorded ({scope})", [], details)
-    findings = judge(cfg.items, manifest)
+    findings = judge(cfg.items, manifest, cfg.absent)
     details["findings"] = [{"status": f.status.value, "item": f.item, "message": f.message} for f in findings]
     metrics = [Metric("conformance_findings", float(len(findings)), "count", expected=0.0)]
     if not findings:
@@ -43,17 +43,25 @@ def evaluate_conformance(cfg: NodeConfig, manifest: Manifest | None, *, nvml_err
 
 
 def read_config(root: str, env: Mapping[str, str]) -> tuple[NodeConfig, str | None]:
-    """Collect this node's configuration (NVML if it loads; sysfs below ``root``); the NVML error, if any."""
+    """Collect this node's configuration (NVML if it loads; sysfs, libraries and dpkg below ``root``; runtimes'
+    ``--version`` on ``PATH``, each bounded to a few seconds); the NVML error, if any."""
     from gpuaccept.checks.env import host_info
+    from gpuaccept.hw.nccl_stack import find_plugin, nccl_version
     from gpuaccept.hw.nvml import NvmlUnavailable, read_snapshot
+    from gpuaccept.hw.nvml_state import read_state
+    from gpuaccept.hw.rdma_keys import read_port_keys
+    from gpuaccept.hw.runtimes import read_runtimes
 
     snap: NvmlSnapshot | None = None
+    extras = Extras(port_keys=read_port_keys(root), nccl_version=nccl_version(env, root),
+                    nccl_plugin=find_plugin(env, root), runtimes=read_runtimes(env, root))
     error = None
     try:
         snap = read_snapshot()
+        extras.state = read_state()
     except (NvmlUnavailable, GpuacceptError) as exc:
         error = str(exc)
-    return collect(snap, read_inventory(root), env, host_info(), read_sysfs_items(root)), error
+    return collect(snap, read_inventory(root), env, host_info(), read_sysfs_items(root), extras), error
 
 
 class ConformanceCheck(Check):
@@ -62,8 +70,9 @@ class ConformanceCheck(Check):
     name = "conformance"
     tag = "CONF"
     measures = False  # it takes stock
-    summary = ("the node's configuration as named items (driver, GPUs, PCIe, NVLink, NIC firmware and rate, NUMA, "
-               "NCCL env, kernel, BIOS); with a manifest, each difference named")
+    summary = ("the node's configuration as named items (driver, GPUs, VBIOS, clocks, MIG, PCIe, NVLink and fabric, "
+               "NIC firmware, rate and partition, NUMA, NCCL and its plugin, runtimes, kernel, BIOS); with a "
+               "manifest, each difference named")
     params: ClassVar[tuple[Param, ...]] = (
         Param("root", "str", "/", "filesystem root under which sys/ and proc/ are read (a recorded tree in tests)"),
         Param("manifest", "str", "", "conformance manifest (YAML) to judge against ('': record only); "

@@ -134,6 +134,17 @@ def _hint(word: str, choices: list[str] | tuple[str, ...]) -> str:
 
 
 def _typed(value: Any, kind: str, where: str, key: str) -> Value:
+    """``value`` as an item of ``kind``: a number written for a text item keeps its text (``550.540``) when it
+    came through :func:`load_manifest`; a float given as data for a text item is refused ("quote it")."""
+    from gpuaccept.inputs import NumberText
+
+    if isinstance(value, NumberText):
+        if kind == "str":
+            return str(value)
+        value = value.number
+    if kind == "str" and isinstance(value, float):
+        raise ConfigError(where, key, f"{value!r} was read as a number, which loses a version's digits "
+                                      f"(550.540, 12.10); quote it: '{value}'")
     ok = {"str": isinstance(value, str | int | float) and not isinstance(value, bool),
           "int": isinstance(value, int) and not isinstance(value, bool),
           "float": isinstance(value, int | float) and not isinstance(value, bool),
@@ -184,6 +195,12 @@ def parse_rule(pattern: str, spec: Any, where: str) -> Rule:
 
 def parse_manifest(data: Any, where: str) -> Manifest:
     """A manifest from loaded YAML (ConfigError, one line naming ``where`` and the key, otherwise)."""
+    from gpuaccept.inputs import NumberText
+
+    if isinstance(data, dict):
+        data = {str(k): v for k, v in data.items()}
+        if isinstance(data.get("conformance"), NumberText):
+            data["conformance"] = data["conformance"].number
     if not isinstance(data, dict):
         raise ConfigError(where, "", "a conformance manifest is a mapping with conformance: 1 and items")
     for key in data:
@@ -205,7 +222,7 @@ def load_manifest(path: str | Path) -> Manifest:
     """Read and validate a manifest file (ConfigError or InputError, exit 2)."""
     from gpuaccept.inputs import load_yaml_file
 
-    return parse_manifest(load_yaml_file(path, "conformance manifest"), str(path))
+    return parse_manifest(load_yaml_file(path, "conformance manifest", number_text=True), str(path))
 
 
 def _matches(pattern: str, name: str) -> bool:
@@ -213,18 +230,20 @@ def _matches(pattern: str, name: str) -> bool:
     return len(p) == len(n) and all(fnmatch.fnmatchcase(b, a) for a, b in zip(p, n, strict=True))
 
 
-def judge(items: Mapping[str, Value], manifest: Manifest) -> list[Finding]:
+def judge(items: Mapping[str, Value], manifest: Manifest, absent: Mapping[str, str] | None = None) -> list[Finding]:
     """Every difference between a node's items and the manifest, one :class:`Finding` per item (pure).
 
-    An item the manifest names that this node lacks is a finding too; items the manifest does not name
-    are not judged.
+    An item the manifest names that this node lacks is a finding too (with the reason from ``absent`` when
+    the collection gave one); items the manifest does not name are not judged.
     """
     out: list[Finding] = []
     for rule in manifest.rules:
         status = Status.WARN if rule.advisory else Status.FAIL
         names = [n for n in items if _matches(rule.pattern, n)]
         if not names:
-            out.append(Finding(status, rule.pattern, f"{rule.pattern}: not on this node, manifest {rule.describe()}"))
+            why = (absent or {}).get(rule.pattern)
+            out.append(Finding(status, rule.pattern, f"{rule.pattern}: not on this node"
+                                                     f"{f' ({why})' if why else ''}, manifest {rule.describe()}"))
         for name in sorted(names, key=_natural):
             if not rule.admits(items[name]):
                 out.append(Finding(status, name, f"{name}: {_text(items[name])}, manifest {rule.describe()}"))

@@ -4,15 +4,22 @@
 sysfs inventory, :mod:`gpuaccept.hw.rdma`; the environment and the host facts) and names each item:
 
 - node items: ``gpu_count``, ``driver_version``, ``cuda_driver_version``, ``kernel``, ``os``, ``peermem``,
-  ``rdma_device_count``, ``bios_version``, ``cpu_governor``, ``clocksource``, ``hugepages_total``;
+  ``rdma_device_count``, ``bios_version``, ``cpu_governor``, ``clocksource``, ``hugepages_total``,
+  ``nccl_version`` and ``nccl_net_plugin`` (:mod:`gpuaccept.hw.nccl_stack`);
 - per GPU, keyed by NVML index: ``gpu.<i>.name``, ``.ecc_mode``, ``.power_limit_w``, ``.pcie_gen_max``,
-  ``.pcie_width``, ``.pcie_width_max``, ``.nvlink_active`` (links up), ``.numa_node``;
+  ``.pcie_width``, ``.pcie_width_max``, ``.nvlink_active`` (links up), ``.numa_node``, and from
+  :mod:`gpuaccept.hw.nvml_state` ``.vbios_version``, ``.persistence_mode``, ``.app_clock_graphics_mhz``,
+  ``.app_clock_memory_mhz``, ``.mig_mode``, ``.nvlink_speed_mbps``, ``.fabric_state``, ``.fabric_status``;
 - per RDMA device: ``nic.<dev>.fw_ver``, ``.board`` (``hca_type``), ``.numa_node`` and per port
-  ``nic.<dev>.port<N>.rate_gbps``, ``.link_layer``, ``.state``;
+  ``nic.<dev>.port<N>.rate_gbps``, ``.link_layer``, ``.state``, ``.pkeys``, ``.gid_prefix``
+  (:mod:`gpuaccept.hw.rdma_keys`);
+- container runtimes: ``runtime.<tool>`` (:mod:`gpuaccept.hw.runtimes`);
 - the NCCL environment: ``nccl_env.<NCCL_NAME>``.
 
-What identifies a part (GPU UUID, NIC node GUID) goes to ``ids``, never to ``items``: it differs on
-every node, so it is recorded, not judged. A value NVML or sysfs cannot give is left out (never guessed).
+What identifies a part (GPU UUID, NIC node GUID, a port's GID 0) goes to ``ids``, never to ``items``: it
+differs on every node, so it is recorded, not judged. A value NVML or sysfs cannot give is left out (never
+guessed); where the reason matters (a runtime not installed, no NCCL found) it is kept in ``absent``, and
+where a value came from one of several places (the NCCL version) that place is kept in ``sources``.
 """
 
 from __future__ import annotations
@@ -23,26 +30,34 @@ from pathlib import Path
 from typing import Any, Final
 
 from gpuaccept.hw.nvml import UNSUPPORTED, NvmlSnapshot
+from gpuaccept.hw.nvml_state import NvmlState
 from gpuaccept.hw.rdma import Inventory
+from gpuaccept.hw.rdma_keys import PortKeys
 
 Value = str | int | float | bool
 
 NODE_ITEMS: Final[dict[str, str]] = {
     "gpu_count": "int", "driver_version": "str", "cuda_driver_version": "str", "kernel": "str", "os": "str",
     "peermem": "str", "rdma_device_count": "int", "bios_version": "str", "cpu_governor": "str",
-    "clocksource": "str", "hugepages_total": "int",
+    "clocksource": "str", "hugepages_total": "int", "nccl_version": "str", "nccl_net_plugin": "str",
 }
 """Node-wide items and their kinds (``nvidia-smi --query-gpu=driver_version``, ``uname -r``, ``lsmod``...)."""
 GPU_ITEMS: Final[dict[str, str]] = {
     "name": "str", "ecc_mode": "bool", "power_limit_w": "float", "pcie_gen_max": "int", "pcie_width": "int",
     "pcie_width_max": "int", "nvlink_active": "int", "numa_node": "int",
+    "vbios_version": "str", "persistence_mode": "bool", "app_clock_graphics_mhz": "int", "app_clock_memory_mhz": "int",
+    "mig_mode": "bool", "nvlink_speed_mbps": "int", "fabric_state": "str", "fabric_status": "str",
 }
 """Per GPU (``nvidia-smi --query-gpu=name,ecc.mode.current,power.limit,pcie.link.gen.max,pcie.link.width.current,
-pcie.link.width.max``; ``nvidia-smi nvlink -s``; ``/sys/bus/pci/devices/<bdf>/numa_node``)."""
+pcie.link.width.max,vbios_version,persistence_mode,clocks.applications.graphics,clocks.applications.memory,
+mig.mode.current``; ``nvidia-smi nvlink -s``; ``nvidia-smi -q`` Fabric; ``/sys/bus/pci/devices/<bdf>/numa_node``)."""
 NIC_ITEMS: Final[dict[str, str]] = {"fw_ver": "str", "board": "str", "numa_node": "int"}
 """Per RDMA device (``ibv_devinfo``: fw_ver, hca_type; sysfs numa_node)."""
-PORT_ITEMS: Final[dict[str, str]] = {"rate_gbps": "float", "link_layer": "str", "state": "str"}
-"""Per RDMA port (``ibstat``: Rate, Link layer, State)."""
+PORT_ITEMS: Final[dict[str, str]] = {"rate_gbps": "float", "link_layer": "str", "state": "str", "pkeys": "str",
+                                     "gid_prefix": "str"}
+"""Per RDMA port (``ibstat``: Rate, Link layer, State; ``ibv_devinfo -v``: the P_Key table; ``show_gids``)."""
+RUNTIME_ITEMS: Final[tuple[str, ...]] = ("nvidia_container_toolkit", "enroot", "pyxis", "podman", "docker")
+"""Container runtimes, ``runtime.<name>`` (``nvidia-ctk --version``, ``enroot version``, ...)."""
 
 SYSFS_ITEMS: Final[dict[str, str]] = {
     "bios_version": "sys/class/dmi/id/bios_version",
@@ -59,9 +74,23 @@ class NodeConfig:
 
     items: dict[str, Value] = field(default_factory=dict)
     ids: dict[str, str] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+    absent: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"items": dict(sorted(self.items.items())), "ids": dict(sorted(self.ids.items()))}
+        return {"items": dict(sorted(self.items.items())), "ids": dict(sorted(self.ids.items())),
+                "sources": dict(sorted(self.sources.items())), "absent": dict(sorted(self.absent.items()))}
+
+
+@dataclass
+class Extras:
+    """What the newer readers return: NVML settings, ports' keys, NCCL, runtimes (None or empty: not read)."""
+
+    state: NvmlState | None = None
+    port_keys: list[PortKeys] | None = None
+    nccl_version: tuple[str | None, str] | None = None
+    nccl_plugin: tuple[str, str] | None = None
+    runtimes: tuple[dict[str, str], dict[str, str], dict[str, str]] | None = None
 
 
 def item_kind(name: str) -> str | None:
@@ -72,6 +101,8 @@ def item_kind(name: str) -> str | None:
         return NODE_ITEMS.get(name)
     if parts[0] == "nccl_env" and len(parts) == 2:
         return "str" if parts[1].startswith("NCCL_") else None
+    if parts[0] == "runtime" and len(parts) == 2:
+        return "str" if parts[1] in RUNTIME_ITEMS else None
     if parts[0] == "gpu" and len(parts) == 3:
         return GPU_ITEMS.get(parts[2])
     if parts[0] == "nic" and len(parts) == 3:
@@ -84,7 +115,7 @@ def item_kind(name: str) -> str | None:
 def known_item_names() -> list[str]:
     """Every item name with ``*`` for the part, for did-you-mean hints."""
     return [*NODE_ITEMS, *(f"gpu.*.{f}" for f in GPU_ITEMS), *(f"nic.*.{f}" for f in NIC_ITEMS),
-            *(f"nic.*.port*.{f}" for f in PORT_ITEMS), "nccl_env.NCCL_*"]
+            *(f"nic.*.port*.{f}" for f in PORT_ITEMS), *(f"runtime.{r}" for r in RUNTIME_ITEMS), "nccl_env.NCCL_*"]
 
 
 def _line(root: str | Path, rel: str) -> str | None:
@@ -117,9 +148,11 @@ def _bdf(bus_id: str) -> str:
 
 
 def collect(snap: NvmlSnapshot | None, inv: Inventory | None, env: Mapping[str, str],
-            host: Mapping[str, Any] | None = None, sysfs: Mapping[str, Value] | None = None) -> NodeConfig:
+            host: Mapping[str, Any] | None = None, sysfs: Mapping[str, Value] | None = None,
+            extras: Extras | None = None) -> NodeConfig:
     """The node's configuration from the readers' results (None: not read). ``host`` gives ``kernel`` and ``os``
-    (:func:`gpuaccept.checks.env.host_info`); ``sysfs`` the items of :func:`read_sysfs_items`. Pure."""
+    (:func:`gpuaccept.checks.env.host_info`); ``sysfs`` the items of :func:`read_sysfs_items`; ``extras`` the
+    NVML settings, ports' keys, NCCL and runtimes (:func:`add_extras`). Pure."""
     cfg = NodeConfig()
     items, ids = cfg.items, cfg.ids
     for key in ("kernel", "os"):
@@ -168,4 +201,38 @@ def collect(snap: NvmlSnapshot | None, inv: Inventory | None, env: Mapping[str, 
     for name in sorted(env):
         if name.startswith("NCCL_"):
             items[f"nccl_env.{name}"] = env[name]
+    if extras is not None:
+        add_extras(cfg, extras)
     return cfg
+
+
+def add_extras(cfg: NodeConfig, x: Extras) -> None:
+    """Add the items of ``x`` to ``cfg`` (pure): per GPU by NVML index, per port, NCCL, runtimes."""
+    items = cfg.items
+    for g in x.state.gpus if x.state is not None else []:
+        for f in ("vbios_version", "persistence_mode", "app_clock_graphics_mhz", "app_clock_memory_mhz", "mig_mode",
+                  "nvlink_speed_mbps", "fabric_state", "fabric_status"):
+            v = getattr(g, f)
+            if v != UNSUPPORTED and not (f.startswith("fabric") and g.fabric_state == "not_supported"):
+                items[f"gpu.{g.index}.{f}"] = v
+    for k in x.port_keys or []:
+        q = f"nic.{k.device}.port{k.port}."
+        if k.pkeys:
+            items[q + "pkeys"] = ",".join(k.pkeys)
+        if k.gid0:
+            items[q + "gid_prefix"] = k.gid_prefix or ""
+            cfg.ids[q + "gid0"] = k.gid0
+    if x.nccl_version is not None:
+        version, source = x.nccl_version
+        if version:
+            items["nccl_version"] = version
+            cfg.sources["nccl_version"] = source
+        else:
+            cfg.absent["nccl_version"] = source
+    if x.nccl_plugin is not None:
+        items["nccl_net_plugin"], cfg.sources["nccl_net_plugin"] = x.nccl_plugin
+    if x.runtimes is not None:
+        versions, sources, absent = x.runtimes
+        items.update(versions)
+        cfg.sources.update(sources)
+        cfg.absent.update(absent)

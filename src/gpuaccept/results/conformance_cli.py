@@ -4,7 +4,9 @@
 ``conformance`` check does) and writes the manifest it passes exactly; ``--from REPORT`` takes the
 configuration from the ``conformance`` check of an existing node report instead (no NVML needed).
 ``gpuaccept conformance check MANIFEST`` validates a manifest (exit 2 and one line when it is bad);
-``gpuaccept conformance diff BEFORE AFTER`` lists what changed between two reports of a node.
+``gpuaccept conformance diff BEFORE AFTER`` lists what changed between two reports of a node;
+``gpuaccept conformance changes NODE`` what changed in a node's configuration since it last passed, from the
+history (:mod:`gpuaccept.results.config_history`).
 """
 
 from __future__ import annotations
@@ -81,13 +83,30 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_changes(args: argparse.Namespace) -> int:
+    """``conformance changes NODE [--since RUN|DATE] [--json]``: from the history store."""
+    import json
+
+    from gpuaccept.results.baseline_cli import write_output
+    from gpuaccept.results.config_history import change_lines, changes
+    from gpuaccept.results.history import open_store
+
+    with open_store(args.db, read_only=True) as store:
+        result = changes(store, args.node, args.since)
+    if args.json is not None:
+        write_output(args.json, json.dumps(result, indent=2) + "\n", "--json")
+    if args.json != "-":
+        print("\n".join(change_lines(result)))
+    return 0
+
+
 def register(sub: Any) -> None:
-    """Add ``conformance capture`` and ``conformance check`` to the top-level subparsers."""
+    """Add ``conformance capture``, ``check``, ``diff`` and ``changes`` to the top-level subparsers."""
     c = sub.add_parser("conformance", help="capture or validate a fleet conformance manifest",
                        description="A manifest of a qualified node's configuration (driver, GPUs, PCIe, NVLink, "
                                    "NIC firmware and rate, NUMA, NCCL env, kernel, BIOS) that "
                                    "'gpuaccept run --conformance FILE' holds every node to.")
-    from gpuaccept.cliargs import Parser
+    from gpuaccept.cliargs import Parser, add_json_option
 
     verbs = c.add_subparsers(dest="verb", metavar="VERB", required=True, parser_class=Parser)
     cap = verbs.add_parser("capture", help="write the manifest this node (or its report) passes",
@@ -113,3 +132,17 @@ def register(sub: Any) -> None:
     diff.add_argument("before", metavar="BEFORE", help="the earlier node report (e.g. the run that last passed)")
     diff.add_argument("after", metavar="AFTER", help="the later node report")
     diff.set_defaults(handler=cmd_diff)
+    from gpuaccept.results.cli import DB_HELP
+
+    ch = verbs.add_parser("changes", help="what changed in a node's configuration since it last passed (history)",
+                          description="Compare a node's latest configuration in the history store with the one "
+                                      "of its last passing run (or of --since RUN|DATE): each item that changed, "
+                                      "with its part (GPU UUID, NIC GUID), and each part replaced. Runs are "
+                                      "stored with their configuration when they include the conformance check.")
+    ch.add_argument("node", metavar="NODE", help="the node's host name as stored")
+    ch.add_argument("--since", default=None, metavar="RUN|DATE",
+                    help="compare with this run id of the node, or with its newest configuration at or before "
+                         "DATE (2026-11-01, 7d); default: its last passing run")
+    add_json_option(ch, "the changes")
+    ch.add_argument("--db", default=None, metavar="URL", help=DB_HELP)
+    ch.set_defaults(handler=cmd_changes)

@@ -79,11 +79,21 @@ def fleet_drift(configs: Mapping[str, Mapping[str, Any]], min_nodes: int = 3) ->
     return {"groups": groups, "odd": [odd[h] for h in sorted(odd)], "split": split}
 
 
+def show_value(v: Any) -> str:
+    """A value as the manifest writes it: ``true``/``false``, ``16`` for 16.0, text as is."""
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
+
+
 def drift_lines(drift: Mapping[str, Any]) -> list[str]:
     """The text view: one line per odd node, then the split items (nothing when every node agrees)."""
     lines = []
     for node in drift["odd"]:
-        shown = "; ".join(f"{i['item']} {i['value']}, majority {i['majority']} ({i['count']} of {i['of']})"
+        shown = "; ".join(f"{i['item']} {show_value(i['value'])}, majority {show_value(i['majority'])} "
+                          f"({i['count']} of {i['of']})"
                           for i in node["items"])
         lines.append(f"{node['host']} ({node['model']}): {shown}")
     for s in drift["split"]:

@@ -183,6 +183,37 @@ def _backfill_rerun(execute: Exec) -> None:
                 execute("UPDATE metrics SET rerun = 1 WHERE check_id = ?", (check_pk,))
 
 
+_V5 = (
+    """CREATE TABLE config (
+        id {pk},
+        run BIGINT NOT NULL REFERENCES runs (id),
+        host TEXT NOT NULL,
+        part TEXT NOT NULL,
+        item TEXT NOT NULL,
+        value TEXT NOT NULL,
+        is_id INTEGER NOT NULL DEFAULT 0)""",
+    "CREATE INDEX config_run ON config (run)",
+    "CREATE INDEX config_host ON config (host)",
+    "CREATE INDEX config_part ON config (part)",
+)
+
+
+def _backfill_config(execute: Exec) -> None:
+    """Fill the configuration of node runs stored before v5 from their reports' conformance check."""
+    from gpuaccept.results.config_history import CONFIG_COLUMNS, config_rows
+
+    marks = ", ".join("?" * len(CONFIG_COLUMNS))
+    for run_pk, host, text in execute("SELECT id, host, report_json FROM runs WHERE kind = 'node' AND "
+                                      "report_json LIKE ?", ('%"conformance"%',)):
+        try:
+            checks = json.loads(text).get("checks") or []
+            rows = config_rows(host, ((c.get("name"), c.get("details")) for c in checks if isinstance(c, dict)))
+        except (ValueError, AttributeError, TypeError):
+            continue  # an unreadable stored report keeps no configuration
+        for row in rows:
+            execute(f"INSERT INTO config (run, {', '.join(CONFIG_COLUMNS)}) VALUES (?, {marks})", (run_pk, *row))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "runs, checks and metrics", _V1),
     Migration(2, "node GPU SKU on runs; indexes for history, compare and trend", _V2, _backfill_sku),
@@ -190,6 +221,7 @@ MIGRATIONS: tuple[Migration, ...] = (
               _backfill_hardware),
     Migration(4, "run --budget re-runs flagged on checks and metrics (series read the first pass)", _V4,
               _backfill_rerun),
+    Migration(5, "each node run's configuration (conformance items) by host and part", _V5, _backfill_config),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuaccept.model import ClusterReport, NodeReport
+from gpuaccept.results.config_history import config_rows
 from gpuaccept.results.hwid import HwId, hardware_of_checks
 from gpuaccept.results.timespec import iso_to_epoch
 
@@ -50,6 +51,8 @@ class FlatRun:
     row: tuple[Any, ...]
     checks: list[FlatCheck] = field(default_factory=list)
     hardware: list[tuple[Any, ...]] = field(default_factory=list)
+    config: list[tuple[Any, ...]] = field(default_factory=list)
+    """``config`` rows (:data:`gpuaccept.results.config_history.CONFIG_COLUMNS` order)."""
 
     @property
     def run_id(self) -> str:
@@ -149,7 +152,8 @@ def flatten_node(report: NodeReport, stored_at: str, data: dict[str, Any] | None
             metrics=[_metric_row(host, c.name, m, hw.lookup(c.name, m.device) if ours else None, c.is_rerun)
                      for m in c.metrics]))
     hardware = [(report.host, h.kind, h.id, h.serial, device) for h, device in hw.identities()]
-    return FlatRun(row=row, checks=checks, hardware=hardware)
+    config = config_rows(report.host, ((c.name, c.details) for c in report.checks))
+    return FlatRun(row=row, checks=checks, hardware=hardware, config=config)
 
 
 def flatten_cluster(report: ClusterReport, stored_at: str) -> tuple[FlatRun, list[FlatRun]]:

@@ -38,6 +38,7 @@ from typing import Any, ClassVar, TypeVar
 from gpuaccept.errors import GpuacceptError, InputError
 from gpuaccept.model import ClusterReport, NodeReport
 from gpuaccept.results import migrations
+from gpuaccept.results.config_history import CONFIG_COLUMNS
 from gpuaccept.results.dburl import DbUrl
 from gpuaccept.results.rows import (
     CHECK_COLUMNS,
@@ -286,7 +287,7 @@ class Store(abc.ABC):
                     f"SELECT id, run_id, host FROM runs WHERE kind = 'node' AND run_id IN ({','.join('?' * len(ids))})",
                     ids) if (r[1], r[2]) in wanted]
             self._delete_runs(sorted(set(stale), reverse=True))
-            bulk: dict[str, list[tuple[Any, ...]]] = {"metrics": [], "hardware": []}
+            bulk: dict[str, list[tuple[Any, ...]]] = {"metrics": [], "hardware": [], "config": []}
             cluster_pk = self._insert_run(flat, None, bulk)
             for node in nodes:
                 self._insert_run(node, cluster_pk, bulk)
@@ -306,6 +307,7 @@ class Store(abc.ABC):
         marks = ",".join("?" * len(pks))
         self._execute(f"DELETE FROM metrics WHERE run IN ({marks})", pks)
         self._execute(f"DELETE FROM hardware WHERE run IN ({marks})", pks)
+        self._execute(f"DELETE FROM config WHERE run IN ({marks})", pks)
         self._execute(f"DELETE FROM checks WHERE run IN ({marks})", pks)
         self._execute(f"UPDATE runs SET parent = NULL WHERE id IN ({marks})", pks)
         self._execute(f"DELETE FROM runs WHERE id IN ({marks})", pks)
@@ -316,13 +318,14 @@ class Store(abc.ABC):
         cols = (*RUN_COLUMNS, "parent")
         run_pk = self._insert_id(f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
                                  (*flat.row, parent))
-        rows: dict[str, list[tuple[Any, ...]]] = {"metrics": [], "hardware": []} if bulk is None else bulk
+        rows: dict[str, list[tuple[Any, ...]]] = {"metrics": [], "hardware": [], "config": []} if bulk is None else bulk
         check_sql = (f"INSERT INTO checks (run, {', '.join(CHECK_COLUMNS)}) "
                      f"VALUES (?, {', '.join('?' * len(CHECK_COLUMNS))})")
         for fc in flat.checks:
             check_pk = self._insert_id(check_sql, (run_pk, *fc.row))
             rows["metrics"] += [(run_pk, check_pk, *m) for m in fc.metrics]
         rows["hardware"] += [(run_pk, *h) for h in flat.hardware]
+        rows["config"] += [(run_pk, *c) for c in flat.config]
         if bulk is None:
             self._flush(rows)
         return run_pk
@@ -332,6 +335,12 @@ class Store(abc.ABC):
             self._bulk_insert("metrics", ("run", "check_id", *METRIC_COLUMNS), bulk["metrics"])
         if bulk["hardware"]:
             self._bulk_insert("hardware", ("run", *HARDWARE_COLUMNS), bulk["hardware"])
+        if bulk["config"]:
+            self._bulk_insert("config", ("run", *CONFIG_COLUMNS), bulk["config"])
+
+    def read_rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """The rows of one read-only query (``?`` placeholders), retried on contention."""
+        return self._retrying(lambda: self._execute(sql, params), write=False)
 
     # ---- reading ---------------------------------------------------------------------------------------------
     def list_runs(self, host: str | None = None, check: str | None = None, since: float | None = None,
