@@ -182,6 +182,20 @@ def test_a_bare_json_before_positionals_does_not_take_one(tmp_path: Path) -> Non
     assert json.loads(out.read_text())["nodes"] >= 1 and "node report(s)" in r.out
 
 
+def test_when_a_bare_json_bites_the_error_says_json_equals_path(tmp_path: Path) -> None:
+    """``compare --json out.json A B``: out.json is taken as a report (a bare --json before positionals prints to
+    stdout), so the error, from the parser or from the command, says how to write the file: ``--json=out.json``."""
+    reports = [str(p) for p in sorted((Path(__file__).parent / "data" / "reports").glob("*.json"))[:2]]
+    out = str(tmp_path / "out.json")
+    hint = f"to write {out}: --json={out})"
+    parser_error = run_main("compare", "--json", out, *reports).one_line_error()
+    assert parser_error.startswith("gpuaccept: error: unrecognized arguments: ") and hint in parser_error
+    assert parser_error.endswith("(see 'gpuaccept compare --help')")
+    command_error = run_main("analyze", "--json", out, *reports).one_line_error()
+    assert f"{out}: no such file or directory" in command_error and command_error.endswith(hint)
+    plain = run_main("compare", reports[0]).one_line_error()  # no bare --json: no hint
+    assert "--json" not in plain
+
 
 def test_plan_and_dry_run_have_one_meaning_each() -> None:
     """``--plan``: the suite's plan, in every command that runs the suite (the suite help says "--plan shows which

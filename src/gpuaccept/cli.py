@@ -325,9 +325,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gpuaccept: error: {exc} (the environment, not the node)", file=sys.stderr)
         return EXIT_REPORT_WRITE
     except GpuacceptError as exc:
+        from gpuaccept.cliargs import bare_json_hint
         from gpuaccept.inputs import one_line
 
-        print(f"gpuaccept: error: {one_line(str(exc))}", file=sys.stderr)
+        line = one_line(str(exc))
+        value = getattr(args, "bare_json_value", None)
+        if value and value in line:  # e.g. `compare --json out.json A B`: out.json was read as a report
+            line += bare_json_hint(value)
+        print(f"gpuaccept: error: {line}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("gpuaccept: interrupted", file=sys.stderr)
