@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuaccept.health.nodestatus_cli import legacy_form
+from gpuaccept.health.nodestatus_legacy import legacy_form
 from tests.helpers import gpuaccept
 from tests.report_data import write_json
 from tests.store_reports import node_report

@@ -311,7 +311,7 @@ def _negative_values(argv: Sequence[str], options: tuple[str, ...] = DURATION_FL
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    from gpuaccept.health.nodestatus_cli import legacy_form
+    from gpuaccept.health.nodestatus_legacy import legacy_form
     from gpuaccept.nccltests.cli import default_action
 
     args = parser.parse_args(legacy_form(default_action(_negative_values(sys.argv[1:] if argv is None else argv))))

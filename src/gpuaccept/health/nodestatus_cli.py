@@ -10,7 +10,7 @@ Three actions, each its own command with its own options:
 - ``npd DIR``: writes a node-problem-detector custom plugin monitor and its plugin script.
 
 The forms before these actions (``node-status --report R``, ``--daemonset``, ``--npd-config DIR``) still parse for
-one release (:func:`legacy_form`), with a deprecation line on stderr.
+one release (:func:`gpuaccept.health.nodestatus_legacy.legacy_form`), with a deprecation line on stderr.
 
 Exit codes (the CLI's map): 0 the node passed, 1 it failed a check, 2 bad usage or input (no such
 node, an unreadable report, a report of another host) or the API refused or could not be reached
@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ from gpuaccept.argtypes import count, go_duration, whole_seconds
 from gpuaccept.cliargs import add_suite_options
 from gpuaccept.errors import GpuacceptError, UsageError
 from gpuaccept.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NOTHING_MEASURED, EXIT_OK, EXIT_USAGE
+from gpuaccept.health.nodestatus_legacy import ACTIONS
 from gpuaccept.suiteplan import add_plan_option, show_plan
 
 HELP = "label (and taint) Kubernetes nodes with their health verdict: label, daemonset, npd"
@@ -40,7 +40,6 @@ DEFAULT_NAME = "gpuaccept-health"
 NPD_PLUGIN_PATH = "/config/plugin/gpuaccept-plugin.sh"
 NPD_INTERVAL = "30m"
 NPD_TIMEOUT = "10m"
-ACTIONS = ("label", "daemonset", "npd")
 DESCRIPTION = """\
 A GPU node's health as a Kubernetes node label gpuaccept.io/health=pass|fail (and, with --taint, the taint
 gpuaccept.io/health=fail:NoSchedule). 'label' judges this node (a report, or the suite run now) and patches it;
@@ -159,49 +158,6 @@ def _npd_parser(p: argparse.ArgumentParser) -> None:
     n.add_argument("--timeout", type=go_duration, default=None, metavar="DURATION",
                    help=f"the plugin's timeout (default: {NPD_TIMEOUT})")
     p.set_defaults(handler=run_npd)
-
-
-# ---- the forms before the actions (one release) -----------------------------------------------------------------
-
-LEGACY_NPD = {"--npd-plugin-path": "--plugin-path", "--npd-interval": "--invoke-interval",
-              "--npd-timeout": "--timeout"}
-"""Old flags of ``--npd-config`` -> the flags of ``npd``."""
-
-
-def legacy_form(argv: Sequence[str], warn: Any = None) -> list[str]:
-    """``node-status [OPTIONS]`` (before the actions) as ``node-status label|daemonset|npd``: ``--daemonset``
-    selects ``daemonset``, ``--npd-config DIR`` selects ``npd DIR`` (and its ``--npd-*`` flags are renamed),
-    otherwise ``label``. Other argv, and ``node-status --help``, are returned as they are. ``warn`` gets the
-    deprecation line (default: stderr)."""
-    argv = list(argv)
-    if argv[:1] != ["node-status"] or len(argv) < 2 or argv[1] in (*ACTIONS, "-h", "--help"):
-        return argv
-    rest, action, npd_dir = argv[1:], "label", None
-    end = rest.index("--") if "--" in rest else len(rest)
-    if "--daemonset" in rest[:end]:
-        rest.remove("--daemonset")
-        action = "daemonset"
-    else:
-        for i, arg in enumerate(rest[:end]):
-            if arg.startswith("--npd-config="):
-                npd_dir, rest = arg.split("=", 1)[1], rest[:i] + rest[i + 1:]
-                break
-            if arg == "--npd-config" and i + 1 < end:
-                npd_dir, rest = rest[i + 1], rest[:i] + rest[i + 2:]
-                break
-        if npd_dir is not None:
-            action = "npd"
-            rest = [_renamed(a) for a in rest]
-    new = ["node-status", action, *([npd_dir] if npd_dir is not None else []), *rest]
-    note = (f"gpuaccept: warning: 'node-status' without an action is deprecated and goes in the next release; "
-            f"this is 'gpuaccept node-status {action}{' DIR' if npd_dir is not None else ''} ...'")
-    (warn or (lambda line: print(line, file=sys.stderr, flush=True)))(note)
-    return new
-
-
-def _renamed(arg: str) -> str:
-    flag, eq, value = arg.partition("=")
-    return LEGACY_NPD[flag] + eq + value if flag in LEGACY_NPD else arg
 
 
 # ---- label ------------------------------------------------------------------------------------------------------
