@@ -182,6 +182,21 @@ def test_a_bare_json_before_positionals_does_not_take_one(tmp_path: Path) -> Non
     assert json.loads(out.read_text())["nodes"] >= 1 and "node report(s)" in r.out
 
 
+def test_when_a_bare_json_bites_the_error_says_json_equals_path(tmp_path: Path) -> None:
+    """``compare --json out.json A B``: out.json is taken as a report (a bare --json before positionals prints to
+    stdout), so the error, from the parser or from the command, says how to write the file: ``--json=out.json``."""
+    reports = [str(p) for p in sorted((Path(__file__).parent / "data" / "reports").glob("*.json"))[:2]]
+    out = str(tmp_path / "out.json")
+    hint = f"to write {out}: --json={out})"
+    parser_error = run_main("compare", "--json", out, *reports).one_line_error()
+    assert parser_error.startswith("gpuaccept: error: unrecognized arguments: ") and hint in parser_error
+    assert parser_error.endswith("(see 'gpuaccept compare --help')")
+    command_error = run_main("analyze", "--json", out, *reports).one_line_error()
+    assert f"{out}: no such file or directory" in command_error and command_error.endswith(hint)
+    plain = run_main("compare", reports[0]).one_line_error()  # no bare --json: no hint
+    assert "--json" not in plain
+
+
 def test_plan_and_dry_run_have_one_meaning_each() -> None:
     """``--plan``: the suite's plan, in every command that runs the suite (the suite help says "--plan shows which
     and why"); ``--dry-run``: print what would be done, do nothing."""
@@ -198,20 +213,22 @@ def test_plan_and_dry_run_have_one_meaning_each() -> None:
         if "--dry-run" in flags:
             dry.append(where)
             assert flags["--dry-run"].nargs == 0 and re.match(r"print .*nothing", flags["--dry-run"].help), where
-    assert {"run", "launch slurm", "launch k8s", "node-status"} <= set(suites)
-    assert {"launch slurm", "isolate", "image build", "node-status"} <= set(dry)
+    assert {"run", "launch slurm", "launch k8s", "node-status label", "node-status daemonset",
+            "node-status npd"} <= set(suites)
+    assert {"launch slurm", "isolate", "image build", "node-status label"} <= set(dry)
 
 
 def test_launch_and_node_status_print_the_suite_plan(tmp_path: Path) -> None:
     from tests.helpers import gpuaccept
 
-    for argv in (["launch", "slurm", "--results-dir", str(tmp_path), "--plan"], ["node-status", "--plan"]):
+    for argv in (["launch", "slurm", "--results-dir", str(tmp_path), "--plan"], ["node-status", "label", "--plan"],
+                 ["node-status", "daemonset", "--image", "i", "--plan"], ["node-status", "npd", "d", "--plan"]):
         proc = gpuaccept(*argv, "--profile", "quick", "--device", "cpu", "--budget", "2m", PATH="/nonexistent")
         assert proc.returncode == 0, proc.stderr
         plan = json.loads(proc.stdout)
         assert plan["profile"] == "quick" and plan["checks"], argv  # no sbatch needed: nothing is submitted
-    assert "goes without --report" in run_main("node-status", "--plan", "--report", "x.json").one_line_error()
-    assert "give one" in run_main("node-status", "--profile", "quick", "--dry-run", "--apply").one_line_error()
+    assert "goes without --report" in run_main("node-status", "label", "--plan", "--report", "x.json").one_line_error()
+    assert "give one" in run_main("node-status", "label", "--profile", "quick", "--dry-run", "--apply").one_line_error()
     r = run_main("launch", "local", "--results-dir", str(tmp_path), "--plan", "--", "true")
     assert "with a command after -- there is none" in r.one_line_error()
 

@@ -53,7 +53,8 @@ def report_file(tmp_path: Path, fail: bool = False, host: str = "gpu-1") -> Path
 
 
 def node_status(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return gpuaccept("node-status", *args, timeout=180, **env)
+    """``gpuaccept node-status label ARGS``."""
+    return gpuaccept("node-status", "label", *args, timeout=180, **env)
 
 
 def one_line(proc: subprocess.CompletedProcess[str]) -> str:
@@ -178,7 +179,7 @@ def test_forbidden_patch_names_the_rbac(api: FakeKubeAPI, kubeconfig: Path, tmp_
     assert proc.returncode == 2
     line = one_line(proc)
     assert line.startswith("gpuaccept: error: patching node gpu-1: HTTP 403: nodes \"gpu-1\" is forbidden")
-    assert line.endswith("(the service account needs get and patch on nodes: see node-status --daemonset)")
+    assert line.endswith("(the service account needs get and patch on nodes: see node-status daemonset)")
     assert json.loads(proc.stdout)["verdict"]["health"] == "pass"
     assert api.nodes["gpu-1"] == node("gpu-1")
 
@@ -253,49 +254,67 @@ def test_without_the_kubernetes_package(tmp_path: Path) -> None:
     report = str(report_file(tmp_path))
     proc = node_status("--apply", "--report", report, "--node", "gpu-1", **env)
     assert proc.returncode == 2
-    assert one_line(proc) == ("gpuaccept: error: node-status --apply patches the node through the kubernetes Python "
-                              "client, which is not installed: pip install 'gpuaccept[k8s]'")
+    assert one_line(proc) == ("gpuaccept: error: node-status label --apply patches the node through the kubernetes "
+                              "Python client, which is not installed: pip install 'gpuaccept[k8s]'")
     assert node_status("--report", report, "--node", "gpu-1", **env).returncode == 0  # a dry run needs no client
 
 
 # ---- bad input -----------------------------------------------------------------------------------------------------
-
-STRAY = ", which is not given: it would be ignored"
-
 
 @pytest.mark.parametrize(("args", "message"), [
     ([], "give --report PATH (a report to judge) or --profile quick|standard|full (run the suite)"),
     (["--report", "R", "--profile", "quick"], "--profile is a suite option; --report judges a report and runs nothing"),
     (["--report", "R", "--server-dry-run"], "--server-dry-run goes with --apply"),
     (["--report", "/no/such/report.json"], "--report /no/such/report.json: no such file or directory"),
-    (["--daemonset", "--npd-config", "d", "--profile", "quick"], "--daemonset and --npd-config are separate modes: "
-                                                                   "give one"),
-    (["--daemonset", "--image", "i", "--report", "R"], "--report does not apply to --daemonset: its pods run the "
-                                                       "suite (give --profile)"),
-    (["--daemonset", "--image", "i", "--profile", "quick", "--apply"], "--apply is for a verdict; --daemonset only "
-                                                                       "writes configuration"),
-    (["--npd-config", "d", "--report", "R", "--taint"], "--taint does not apply to --npd-config: NPD sets a node "
-                                                        "condition, it does not patch"),
     (["--report", "R", "--node", "bad name"], "--node 'bad name': not a Kubernetes node name"),
-    # an option of the other mode is refused, not ignored
-    (["--report", "R", "--image", "i"], "--image is an option of --daemonset, which is not given: it would be "
-                                        "ignored"),
-    (["--profile", "quick", "--interval", "60"], "--interval is an option of --daemonset" + STRAY),
-    (["--report", "R", "--apply", "--node-selector", "a=b"], "--node-selector is an option of --daemonset" + STRAY),
-    (["--report", "R", "--namespace", "gpuaccept-health"], "--namespace is an option of --daemonset" + STRAY),
-    (["--report", "R", "--gpus-per-node", "0"], "--gpus-per-node is an option of --daemonset" + STRAY),
-    (["--report", "R", "--no-admission-policy"], "--no-admission-policy is an option of --daemonset" + STRAY),
-    (["--npd-config", "d", "--report", "R", "--toleration", "x"], "--toleration is an option of --daemonset" + STRAY),
-    (["--report", "R", "--npd-interval", "5m"], "--npd-interval is an option of --npd-config, which is not given: "
-                                                "it would be ignored"),
-    (["--daemonset", "--image", "i", "--profile", "quick", "--npd-plugin-path", "/p"],
-     "--npd-plugin-path is an option of --npd-config" + STRAY),
+    (["--report", "R", "--plan"], "--plan shows the plan of the suite run with --profile; it goes without --report"),
 ])
 def test_bad_usage_is_one_line(tmp_path: Path, args: list[str], message: str) -> None:
     report = str(report_file(tmp_path))
     proc = node_status(*[report if a == "R" else a for a in args])
     assert proc.returncode == 2
     assert one_line(proc) == f"gpuaccept: error: {message}"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ([], "gpuaccept node-status needs an action: label, daemonset, npd (see 'gpuaccept node-status --help')"),
+    (["daemonset", "--profile", "quick"], "the following arguments are required: --image (see 'gpuaccept "
+                                          "node-status daemonset --help')"),
+    (["daemonset", "--image", "i"], "give --profile quick|standard|full: the suite the pods run"),
+    (["daemonset", "--image", "i", "--profile", "quick", "--report", "R"], "--report does not apply to daemonset: "
+                                                                           "its pods run the suite (give --profile)"),
+    (["npd", "D", "--report", "R", "--profile", "quick"], "--profile is a suite option; --report judges a report "
+                                                          "and runs nothing"),
+    (["npd", "D"], "give --report PATH (a report to judge) or --profile quick|standard|full (run the suite)"),
+])
+def test_bad_usage_of_the_other_actions_is_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    report = str(report_file(tmp_path))
+    given = {"R": report, "D": str(tmp_path / "d")}
+    proc = gpuaccept("node-status", *[given.get(a, a) for a in args])
+    assert proc.returncode == 2
+    assert one_line(proc) == f"gpuaccept: error: {message}"
+
+
+@pytest.mark.parametrize(("args", "stray"), [
+    (["daemonset", "--image", "i", "--profile", "quick", "--apply"], "--apply"),
+    (["npd", "D", "--report", "R", "--taint"], "--taint"),
+    (["label", "--report", "R", "--image", "i"], "--image"),
+    (["label", "--profile", "quick", "--interval", "60"], "--interval"),
+    (["label", "--report", "R", "--apply", "--node-selector", "a=b"], "--node-selector"),
+    (["label", "--report", "R", "--no-admission-policy"], "--no-admission-policy"),
+    (["label", "--report", "R", "--invoke-interval", "5m"], "--invoke-interval"),
+    (["daemonset", "--image", "i", "--profile", "quick", "--plugin-path", "/p"], "--plugin-path"),
+])
+def test_an_option_of_another_action_is_refused_not_ignored(tmp_path: Path, args: list[str], stray: str) -> None:
+    """Each action has only its own options: one of another action is an error naming it and the right help."""
+    report = str(report_file(tmp_path))
+    given = {"R": report, "D": str(tmp_path / "d")}
+    proc = gpuaccept("node-status", *[given.get(a, a) for a in args])
+    assert proc.returncode == 2
+    line = one_line(proc)
+    assert line.startswith(f"gpuaccept: error: unrecognized arguments: {stray}"), line
+    assert line.endswith(f"(see 'gpuaccept node-status {args[0]} --help')"), line
+    assert not (tmp_path / "d").exists()  # nothing written
 
 
 def test_malformed_report(tmp_path: Path) -> None:
@@ -365,8 +384,8 @@ def test_sigterm_stops_the_run_and_changes_nothing(api: FakeKubeAPI, kubeconfig:
     api.nodes["gpu-1"] = node("gpu-1")
     scratch = tmp_path / "tmp"
     scratch.mkdir()
-    argv = [sys.executable, "-m", "gpuaccept", "node-status", "--apply", "--profile", "quick", "--device", "cpu",
-            "--checks", "nap", "--node", "gpu-1", "--kubeconfig", str(kubeconfig), "--summary"]
+    argv = [sys.executable, "-m", "gpuaccept", "node-status", "label", "--apply", "--profile", "quick", "--device",
+            "cpu", "--checks", "nap", "--node", "gpu-1", "--kubeconfig", str(kubeconfig), "--summary"]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
                             env=cli_env(TMPDIR=str(scratch)))
     try:

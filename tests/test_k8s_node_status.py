@@ -332,7 +332,7 @@ def test_loop_runs_node_status_every_interval_and_stops_on_sigterm(tmp_path: Pat
         proc.kill()
     assert proc.returncode == 0, out
     calls = log.read_text().splitlines()
-    assert len(calls) >= 2 and set(calls) == {"node-status --apply --profile quick --taint"}
+    assert len(calls) >= 2 and set(calls) == {"node-status label --apply --profile quick --taint"}
     assert "[HEALTH] gpuaccept node-status exited 1; next check in 1 s" in out  # a failure does not stop it
 
 
@@ -356,7 +356,7 @@ def test_loop_passes_sigterm_to_a_running_check(tmp_path: Path) -> None:
 
 
 def test_daemonset_cli(tmp_path: Path) -> None:
-    proc = gpuaccept("node-status", "--daemonset", "--image", "reg/gpuaccept:1", "--profile", "quick", "--checks",
+    proc = gpuaccept("node-status", "daemonset", "--image", "reg/gpuaccept:1", "--profile", "quick", "--checks",
                      "env,memory", "--taint", "--interval", "300", "--toleration", "nvidia.com/gpu:NoSchedule",
                      "--node-selector", "nvidia.com/gpu.present=true")
     assert proc.returncode == 0, proc.stderr
@@ -371,16 +371,16 @@ def test_daemonset_cli(tmp_path: Path) -> None:
     assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert spec["tolerations"][1] == {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
     assert [d["kind"] for d in docs][3:5] == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
-    cpu = gpuaccept("node-status", "--daemonset", "--image", "i", "--profile", "quick", "--device", "cpu",
+    cpu = gpuaccept("node-status", "daemonset", "--image", "i", "--profile", "quick", "--device", "cpu",
                     "--no-admission-policy", "--name", "h2", "--namespace", "ops")
     cpu_docs = list(yaml.safe_load_all(cpu.stdout))
     assert "--require-gpu" not in pod_spec(cpu_docs)["containers"][0]["command"]
     assert [d["kind"] for d in cpu_docs] == ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet"]
     assert {(d["metadata"]["name"], d["metadata"].get("namespace")) for d in cpu_docs} == {
         ("h2", "ops"), ("h2", None)}
-    bad = gpuaccept("node-status", "--daemonset", "--profile", "quick")
-    assert (bad.returncode, bad.stderr.strip()) == (2, "gpuaccept: error: --daemonset needs --image (an image "
-                                                       "with gpuaccept[k8s] installed)")
+    bad = gpuaccept("node-status", "daemonset", "--profile", "quick")
+    assert (bad.returncode, bad.stderr.strip()) == (2, "gpuaccept: error: the following arguments are required: "
+                                                       "--image (see 'gpuaccept node-status daemonset --help')")
 
 
 # ---- node-problem-detector ---------------------------------------------------------------------------------------
@@ -405,9 +405,9 @@ def test_npd_config_has_the_documented_fields() -> None:
     json.dumps(cfg)
 
 
-@pytest.mark.parametrize(("kw", "flag"), [({"interval": "soon"}, "--npd-interval"),
-                                          ({"timeout": "1h"}, "--npd-timeout"),
-                                          ({"timeout": "0s"}, "--npd-timeout")])
+@pytest.mark.parametrize(("kw", "flag"), [({"interval": "soon"}, "--invoke-interval"),
+                                          ({"timeout": "1h"}, "--timeout"),
+                                          ({"timeout": "0s"}, "--timeout")])
 def test_npd_config_bad_durations(kw: dict[str, str], flag: str) -> None:
     with pytest.raises(ConfigError) as exc:
         npd_config("/p.sh", [], **kw)
@@ -424,7 +424,7 @@ def test_npd_plugin_maps_exit_codes(tmp_path: Path, node_status_rc: int, npd_rc:
     env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
     proc = subprocess.run([str(script), "--profile", "quick"], capture_output=True, text=True, env=env)
     assert proc.returncode == npd_rc
-    assert proc.stdout == f"node gpu-1: rc {node_status_rc} (node-status --summary --profile quick)\n"
+    assert proc.stdout == f"node gpu-1: rc {node_status_rc} (node-status label --summary --profile quick)\n"
 
 
 def test_npd_plugin_without_output_says_why(tmp_path: Path) -> None:
@@ -437,15 +437,15 @@ def test_npd_plugin_without_output_says_why(tmp_path: Path) -> None:
 
 
 def test_npd_plugin_with_the_real_cli(tmp_path: Path) -> None:
-    """The files --npd-config writes, the plugin run as NPD would, on a passing and a failing report."""
+    """The files ``node-status npd`` writes, the plugin run as NPD would, on a passing and a failing report."""
     from tests.report_data import write_json
 
     out = tmp_path / "npd"
-    proc = gpuaccept("node-status", "--npd-config", str(out), "--report", "/var/lib/gpuaccept/latest")
+    proc = gpuaccept("node-status", "npd", str(out), "--report", "/var/lib/gpuaccept/latest")
     assert proc.returncode == 0, proc.stderr
     cfg = json.loads((out / "gpuaccept-monitor.json").read_text())
     assert cfg["rules"][0]["args"] == ["--report", "/var/lib/gpuaccept/latest"]
-    suite = gpuaccept("node-status", "--npd-config", str(tmp_path / "npd2"), "--profile", "quick")
+    suite = gpuaccept("node-status", "npd", str(tmp_path / "npd2"), "--profile", "quick")
     assert suite.returncode == 0, suite.stderr
     assert json.loads((tmp_path / "npd2" / "gpuaccept-monitor.json").read_text())["rules"][0]["args"] == [
         "--profile", "quick", "--require-gpu"]

@@ -26,7 +26,7 @@ ENV = CheckResult("env", Status.PASS, "8 GPUs", details={"nvml": {"gpus": [
 def _metric_for(rule: Rule) -> str:
     """A metric the check declares that the rule's glob names (a glob that names none fails here)."""
     declared = BUILTIN[rule.check].metrics or ()
-    glob = rule.kind.split(":", 1)[1]
+    glob = rule.kind.split("|")[0].split(":", 1)[1]
     names = [d for d in declared if "*" not in d and fnmatch.fnmatchcase(d, glob)]
     assert names, f"{rule.check} {rule.kind}: names no metric the check declares ({declared})"
     return names[0]
@@ -35,17 +35,20 @@ def _metric_for(rule: Rule) -> str:
 def _failing(rule: Rule) -> CheckResult:
     """A result of ``rule.check`` that fails the way ``rule.kind`` says, on CUDA device 2 (NVML index 5)."""
     name = rule.check if rule.check != "*" else "ddp_train"  # its own rule names one metric, not the first
-    kind = rule.kind.split(":", 1)
+    kind = rule.kind.split("|")[0].split(":", 1)  # of several kinds, the first
     if kind[0] == "metric":
         bad = Metric(_metric_for(rule), 7.0, "count", device="cuda:2", threshold=Threshold("<=", 0.0))
         return CheckResult(name, Status.FAIL, "missed", metrics=[bad])
-    if kind[0] == "reason":
-        return CheckResult(name, Status.FAIL, f"problem: {kind[1].upper()} missing")
+    if kind[0] == "reason":  # the GPU named as the health check's reasons name it
+        return CheckResult(name, Status.FAIL, f"cuda:2: problem: {kind[1].upper()} missing")
     if kind[0] == "timeout":
         return CheckResult(name, Status.ERROR, "timed out", details={"timeout": True, "log": "/r/logs/x.log"})
     if kind[0] == "error":
         return CheckResult(name, Status.ERROR, "raised", details={"log": "/r/logs/x.log"})
-    concrete = [d for d in BUILTIN[name].metrics or () if "*" not in d][:1]  # the check's first metric missed
+    others = [r for r in RULES if r.check == name and r.kind != "any"]
+    concrete = [d for d in BUILTIN[name].metrics or () if "*" not in d and not any(  # a miss no other rule names
+        fnmatch.fnmatchcase(d, k.split(":", 1)[1]) for r in others for k in r.kind.split("|") if k[:7] == "metric:")
+    ][:1]
     bad = [Metric(n, 7.0, "count", device="cuda:2", threshold=Threshold("<=", 0.0)) for n in concrete]
     return CheckResult(name, Status.FAIL, "failed", metrics=bad, details={"log": "/r/logs/x.log"})
 
@@ -102,7 +105,8 @@ def test_pass_warn_and_skip_get_none_and_a_warn_bound_is_no_cause() -> None:
         assert next_steps(CheckResult("health", status, "x", metrics=[warm])) is None
     # a FAIL whose only missed bound is a WARN one falls back to the check's generic steps
     steps = next_steps(CheckResult("health", Status.FAIL, "x", metrics=[warm], details={"log": "/l"}))
-    assert steps is not None and steps["commands"] == ["less /l", "gpuaccept run --checks health --verbose"]
+    assert steps is not None and steps["commands"] == ["nvidia-smi -q -d ECC,PERFORMANCE", "dmesg -T | grep -i xid",
+                                                       "less /l", "gpuaccept run --checks health --verbose"]
 
 
 def test_report_json_carries_next_steps_per_failed_check_and_validates() -> None:
@@ -146,3 +150,31 @@ def test_the_terminal_table_is_followed_by_the_steps_the_directory_and_the_verdi
     assert tail[at + 1].startswith("likely: GPU memory returned wrong data on GPU 5")
     assert "next:   nvidia-smi -q -d ECC -i 5" in tail[at:]
     assert tail[-2:] == ["report directory: /r/run-1 (report.json, report.html)", "[RESULT] FAILURE: memtest"]
+
+
+@pytest.mark.parametrize(("reason", "cause", "command"), [
+    ("cuda:2: 2 volatile uncorrectable ECC error(s)", "uncorrectable ECC errors",
+     "nvidia-smi -q -d ECC -i 5"),
+    ("cuda:2: XID 79 x2 (GPU has fallen off the bus)", "Xid errors", "dmesg -T | grep -i -e xid -e nvrm"),
+    ("cuda:2: HW thermal slowdown, HW power brake", "HW thermal slowdown",
+     "nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER -i 5"),
+    ("cuda:0: HW slowdown (9/10 samples)", "clocks held down", "nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER -i 0"),
+    ("cuda:2: page retirement pending (reset the GPU)", "retired memory pages",
+     "nvidia-smi -q -d PAGE_RETIREMENT -i 5"),
+    ("cuda:2: row remapping failed (no spare rows: RMA candidate)", "RMA candidate",
+     "nvidia-smi -q -d ROW_REMAPPER -i 5"),
+    ("cuda:2: NVML: GPU is lost", "fell off the bus", "lspci -d 10de:"),
+    ("cuda:2: PCIe x8 < x16 max", "PCIe link", "nvidia-smi -q -d PCI -i 5"),
+    ("cuda:2: NVLink 2/18 link(s) down (3,7)", "NVLink", "nvidia-smi nvlink --status -i 5"),
+    ("cuda:2: something no rule names", "Xid errors, hardware throttling", "nvidia-smi -q -d ECC,PERFORMANCE -i 5"),
+    ("GPU required (--require-gpu): NVML not available: NVML Shared Library Not Found", "no NVIDIA driver loaded",
+     "lsmod | grep nvidia"),
+])
+def test_a_health_failure_says_the_causes_and_commands_of_its_kind(reason: str, cause: str, command: str) -> None:
+    """The health check's reasons (as it writes them, often with no metric over a bound): concrete causes and
+    commands for the GPU the reason names, never the bare fallback "see the reason above"."""
+    steps = next_steps(CheckResult("health", Status.FAIL, reason), _report())
+    assert steps is not None
+    assert any(cause in c for c in steps["causes"]), steps
+    assert command in steps["commands"], steps
+    assert "see the reason above" not in steps["causes"]

@@ -11,7 +11,7 @@ import pytest
 from gpuaccept import argtypes
 from tests.helpers import gpuaccept, one_line_error
 
-DAEMONSET = ("node-status", "--daemonset", "--image", "reg.example.com/gpuaccept:1", "--profile", "quick")
+DAEMONSET = ("node-status", "daemonset", "--image", "reg.example.com/gpuaccept:1", "--profile", "quick")
 BCP = ("launch", "bcp", "--image", "img", "--instance", "i", "--run-id", "r1", "--dry-run")
 
 
@@ -22,7 +22,7 @@ BCP = ("launch", "bcp", "--image", "img", "--instance", "i", "--run-id", "r1", "
     ([*DAEMONSET, "--cpus", "-1"], "a request is a quantity more than 0"),
     ([*DAEMONSET, "--memory", "1e999"], "a request is a quantity more than 0"),
     ([*DAEMONSET, "--run-as-user", "99999999999999999999"], "must be a whole number from 0 to 4294967294"),
-    (["node-status", "--daemonset", "--image", "Reg/X;id", "--profile", "quick"], "is not an image reference"),
+    (["node-status", "daemonset", "--image", "Reg/X;id", "--profile", "quick"], "is not an image reference"),
     (["launch", "slurm", "--device", "cpu", "--dry-run", "--nodes", "99999999999"], "--nodes: must be at most"),
     ([*BCP, "--result-mount", "/results; rm -rf /"], "--result-mount"),
     ([*BCP, "--dataset", "123:/data;id"], "--dataset"),

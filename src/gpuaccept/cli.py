@@ -313,9 +313,10 @@ def _negative_values(argv: Sequence[str], options: tuple[str, ...] = DURATION_FL
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    from gpuaccept.health.nodestatus_legacy import legacy_form
     from gpuaccept.nccltests.cli import default_action
 
-    args = parser.parse_args(default_action(_negative_values(sys.argv[1:] if argv is None else argv)))
+    args = parser.parse_args(legacy_form(default_action(_negative_values(sys.argv[1:] if argv is None else argv))))
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
@@ -326,9 +327,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gpuaccept: error: {exc} (the environment, not the node)", file=sys.stderr)
         return EXIT_REPORT_WRITE
     except GpuacceptError as exc:
+        from gpuaccept.cliargs import bare_json_hint
         from gpuaccept.inputs import one_line
 
-        print(f"gpuaccept: error: {one_line(str(exc))}", file=sys.stderr)
+        line = one_line(str(exc))
+        value = getattr(args, "bare_json_value", None)
+        if value and value in line:  # e.g. `compare --json out.json A B`: out.json was read as a report
+            line += bare_json_hint(value)
+        print(f"gpuaccept: error: {line}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("gpuaccept: interrupted", file=sys.stderr)

@@ -34,6 +34,11 @@ def add_json_option(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH|-", help=f"{what} as JSON{JSON_HELP}")
 
 
+def bare_json_hint(value: str) -> str:
+    """What an error adds when the word after a bare ``--json`` (taken as a positional argument) is in it."""
+    return f" (a bare --json prints to stdout where positional arguments follow; to write {value}: --json={value})"
+
+
 def bare_json(parser: argparse.ArgumentParser, argv: Sequence[str]) -> list[str]:
     """A bare ``--json`` as ``--json=-`` in a parser with positional arguments, so that ``compare --json A B``
     does not take A for the JSON path (a path is then written ``--json=PATH``)."""
@@ -94,29 +99,44 @@ class Parser(argparse.ArgumentParser):
             self.epilog = epilog
         return text + (f"\n{epilog}\n" if epilog else "")
 
+    #: the word after a bare ``--json`` that :func:`bare_json` left as a positional argument (for the hint)
+    bare_json_value: str | None = None
+
     def error(self, message: str) -> None:  # type: ignore[override]
         m = _CHOICE.search(message)
         if m:
             message += close(m.group(1), re.findall(r"'([^']*)'", m.group(2)))
+        if self.bare_json_value is not None:
+            message += bare_json_hint(self.bare_json_value)
         self.exit(EXIT_USAGE, f"gpuaccept: error: {message} (see '{self.prog} --help')\n")
 
     def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
                          namespace: Any = None) -> tuple[argparse.Namespace, list[str]]:
-        return super().parse_known_args(None if args is None else bare_json(self, args), namespace)
+        if args is None:
+            return super().parse_known_args(None, namespace)
+        given = list(args)
+        converted = bare_json(self, given)
+        if converted != given:
+            k = given.index("--json")
+            after = given[k + 1] if k + 1 < len(given) else ""
+            self.bare_json_value = after if after and not after.startswith("-") else None
+        return super().parse_known_args(converted, namespace)
 
     def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
                    namespace: Any = None) -> argparse.Namespace:
         """As argparse, but an unknown argument is reported by the sub-command that was given, e.g.
         ``(see 'gpuaccept run --help')``, with the flag it is close to."""
         ns, extras = self.parse_known_args(args, namespace)
+        target = self
+        while True:
+            chosen = [a for a in target._actions if isinstance(a, argparse._SubParsersAction)
+                      and getattr(ns, a.dest, None) in a.choices]
+            if not chosen:
+                break
+            target = chosen[0].choices[getattr(ns, chosen[0].dest)]
+        if isinstance(target, Parser) and target.bare_json_value is not None:
+            ns.bare_json_value = target.bare_json_value  # for the hint on an error of the command (cli.main)
         if extras:
-            target = self
-            while True:
-                chosen = [a for a in target._actions if isinstance(a, argparse._SubParsersAction)
-                          and getattr(ns, a.dest, None) in a.choices]
-                if not chosen:
-                    break
-                target = chosen[0].choices[getattr(ns, chosen[0].dest)]
             target.error(f"unrecognized arguments: {' '.join(extras)}{flag_hints(target, extras)}")
         return ns
 

@@ -112,9 +112,18 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "sweep k8s": ("gpuaccept sweep k8s --image ghcr.io/example/gpuaccept:1.0 --db-secret gpuaccept-db --nodes 8",
                   "gpuaccept sweep k8s --image ghcr.io/example/gpuaccept:1.0 --schedule '*/30 * * * *' "
                   "--node-selector nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3"),
-    "node-status": ("gpuaccept node-status --report gpuaccept-reports/RUN_ID --apply --taint",
-                    "gpuaccept node-status --profile quick --plan",
-                    "gpuaccept node-status --daemonset --image ghcr.io/example/gpuaccept:1.0 --profile quick"),
+    "node-status": ("gpuaccept node-status label --report gpuaccept-reports/RUN_ID --apply --taint",
+                    "gpuaccept node-status daemonset --image ghcr.io/example/gpuaccept:1.0 --profile quick --taint",
+                    "gpuaccept node-status npd npd/ --profile quick"),
+    "node-status label": ("gpuaccept node-status label --profile quick --node gpu-07",
+                          "gpuaccept node-status label --report gpuaccept-reports/RUN_ID --apply --taint",
+                          "gpuaccept node-status label --profile quick --plan"),
+    "node-status daemonset": ("gpuaccept node-status daemonset --image ghcr.io/example/gpuaccept:1.0 --profile quick "
+                              "--taint",
+                              "gpuaccept node-status daemonset --image ghcr.io/example/gpuaccept:1.0 --profile "
+                              "standard --interval 1h --node-selector nvidia.com/gpu.present=true"),
+    "node-status npd": ("gpuaccept node-status npd npd/ --profile quick",
+                        "gpuaccept node-status npd npd/ --report /var/lib/gpuaccept/latest --invoke-interval 1h"),
     "completion": ("gpuaccept completion bash > /etc/bash_completion.d/gpuaccept",
                    "gpuaccept completion zsh > \"${fpath[1]}/_gpuaccept\""),
 }

@@ -6,7 +6,8 @@
 - ``reason:<text>``: the check's reason contains the text (case-insensitive);
 - ``timeout``: the runner killed the check at its timeout (``details.timeout``);
 - ``error``: the check ended in ERROR (it crashed or raised);
-- ``any``: the check failed, whatever the kind (the check's fallback).
+- ``any``: the check failed, whatever the kind (the check's fallback, used when no other rule of it matched);
+- several kinds joined by ``|``: any of them.
 
 The check ``*`` matches every check. For one failed check, :func:`next_steps` collects every rule that matches,
 in table order, and the first ``*`` rule that matches (a ``timeout`` or ``error`` one always, ``any`` only when
@@ -51,23 +52,41 @@ _COLL_COMMANDS = ("gpuaccept isolate --nodes {nodes} --per-rail", "nvidia-smi to
 _WRONG_RESULTS = ("gpuaccept run --checks agreement,memtest,stress --profile full[ --gpus {ordinal}]",
                   "dmesg -T | grep -i -e xid -e nvrm")
 
+_ECC = ("uncorrectable ECC errors in GPU memory[ (GPU {gpu})]: failing HBM, or errors since the last reset",)
+_ECC_COMMANDS = ("nvidia-smi -q -d ECC[ -i {gpu}]", "nvidia-smi -q -d ROW_REMAPPER[ -i {gpu}]",
+                 "dmesg -T | grep -i -e xid -e nvrm")
+_RETIRED = ("retired memory pages pending until the GPU is reset",)
+_RETIRED_COMMANDS = ("nvidia-smi -q -d PAGE_RETIREMENT[ -i {gpu}]",
+                     "nvidia-smi -r[ -i {gpu}]  # when idle; then run again")
+_XID = ("the driver logged Xid errors: a GPU fault, a GPU that fell off the bus (Xid 79), a driver or firmware "
+        "problem (the Xid numbers are in the reason; NVIDIA's Xid catalog says what each means)",)
+_XID_COMMANDS = ("dmesg -T | grep -i -e xid -e nvrm", "nvidia-bug-report.sh")
+_THROTTLE = ("clocks held down by the hardware (HW thermal slowdown, HW power brake): too hot (fans, airflow, a "
+             "failed cooling loop) or an external power brake signal from the PSU or the BMC",)
+_THROTTLE_COMMANDS = ("nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER[ -i {gpu}]", "ipmitool sdr type Temperature")
+
+_NO_GPU = ("no GPU seen (--require-gpu): no NVIDIA driver loaded (NVML cannot be loaded), the GPUs not given to "
+           "this container (the NVIDIA runtime, --gpus), or a machine without GPUs",)
+_NO_GPU_COMMANDS = ("nvidia-smi -L", "lsmod | grep nvidia", "ls -l /dev/nvidia*")
+
 RULES: tuple[Rule, ...] = (
-    Rule("health", "metric:ecc_*uncorrectable",
-         ("uncorrectable ECC errors in GPU memory[ (GPU {gpu})]: failing HBM, or errors since the last reset",),
-         ("nvidia-smi -q -d ECC[ -i {gpu}]", "nvidia-smi -q -d ROW_REMAPPER[ -i {gpu}]")),
-    Rule("health", "metric:remapped_rows_*",
+    Rule("health", "reason:GPU required (--require-gpu)", _NO_GPU, _NO_GPU_COMMANDS),
+    Rule("health", "metric:ecc_*uncorrectable|reason:uncorrectable ECC", _ECC, _ECC_COMMANDS),
+    Rule("health", "metric:remapped_rows_*|reason:row remap",
          ("row remapping failed (no spare rows: an RMA candidate) or is pending until the GPU is reset",),
          ("nvidia-smi -q -d ROW_REMAPPER[ -i {gpu}]", "nvidia-smi -r[ -i {gpu}]  # when idle; then run again")),
-    Rule("health", "metric:retired_pages_*",
-         ("retired memory pages pending until the GPU is reset",),
-         ("nvidia-smi -q -d PAGE_RETIREMENT[ -i {gpu}]", "nvidia-smi -r[ -i {gpu}]  # when idle; then run again")),
-    Rule("health", "metric:xid_*",
-         ("the driver logged Xid errors: a GPU fault, a GPU that fell off the bus, a driver or firmware problem",),
-         ("dmesg -T | grep -i -e xid -e nvrm", "nvidia-bug-report.sh")),
-    Rule("health", "metric:pcie_link_*",
+    Rule("health", "metric:retired_pages_*|reason:page retirement", _RETIRED, _RETIRED_COMMANDS),
+    Rule("health", "metric:xid_*|reason:XID ", _XID, _XID_COMMANDS),
+    Rule("health", "reason:HW thermal slowdown|reason:HW power brake|reason:HW slowdown", _THROTTLE,
+         _THROTTLE_COMMANDS),
+    Rule("health", "reason:GPU is lost|reason:GPU requires restart|reason:NVML cannot open",
+         ("NVML cannot reach the GPU: it fell off the bus (Xid 79), a driver fault, or it needs a reset or a "
+          "power cycle",),
+         ("nvidia-smi -L", "lspci -d 10de:", "dmesg -T | grep -i -e xid -e nvrm -e 'fallen off'")),
+    Rule("health", "metric:pcie_link_*|reason:PCIe x",
          ("a PCIe link narrower or slower than the GPU and slot allow: riser, slot, retimer or a badly seated card",),
          ("nvidia-smi -q -d PCI[ -i {gpu}]",)),
-    Rule("health", "metric:nvlink_*",
+    Rule("health", "metric:nvlink_*|reason:NVLink",
          ("an NVLink down or erroring: the link, an NVSwitch, or the fabric manager",),
          ("nvidia-smi nvlink --status[ -i {gpu}]", "nvidia-smi nvlink -e[ -i {gpu}]",
           "systemctl status nvidia-fabricmanager")),
@@ -77,6 +96,11 @@ RULES: tuple[Rule, ...] = (
     Rule("health", "metric:power_*",
          ("power draw or cap outside the expected range: a power-limited PSU or a lowered power limit",),
          ("nvidia-smi -q -d POWER[ -i {gpu}]",)),
+    Rule("health", "any",
+         ("a GPU fault in the NVML snapshot (the reason names it): uncorrectable ECC errors, Xid errors, hardware "
+          "throttling, retired pages or row remapping pending a reset",),
+         ("nvidia-smi -q -d ECC,PERFORMANCE[ -i {gpu}]", "dmesg -T | grep -i xid", "less {log}",
+          "gpuaccept run --checks health --verbose")),
     Rule("memtest", "metric:memtest_errors",
          ("GPU memory returned wrong data[ on GPU {gpu}]: failing HBM cells (an RMA candidate when it repeats)",),
          ("nvidia-smi -q -d ECC[ -i {gpu}]", "nvidia-smi -q -d ROW_REMAPPER[ -i {gpu}]",
@@ -123,6 +147,7 @@ RULES: tuple[Rule, ...] = (
          ("nvidia-smi -L", "lspci -d 10de:", "dmesg -T | grep -i -e xid -e nvrm")),
     Rule("disk", "any", ("a slow or full scratch file system",), ("df -h", "gpuaccept run --checks disk --verbose")),
     Rule("disk_space", "any", ("a file system nearly full",), ("df -h",)),
+    Rule("*", "reason:GPU required (--require-gpu)", _NO_GPU, _NO_GPU_COMMANDS),
     Rule("*", "timeout",
          ("the check ran past its timeout: a hung GPU or driver (Xid), a slower node than planned, or a timeout "
           "too short for it",),
@@ -138,6 +163,8 @@ FAILED = ("fail", "error")
 """The statuses (:class:`gpuaccept.model.Status` values) that get next steps."""
 _FIELD = re.compile(r"\{(\w+)\}")
 _OPTIONAL = re.compile(r"\[([^\]]*)\]")
+_REASON_DEVICE = re.compile(r"(?:^|; )(cuda:[0-9]+): ")
+"""A GPU a reason names (``cuda:3: PCIe x8 < x16 max; cuda:5: HW slowdown``): the GPUs when no metric missed."""
 
 
 def missed(result: CheckResult) -> list[Metric]:
@@ -149,6 +176,8 @@ def missed(result: CheckResult) -> list[Metric]:
 def matches(rule: Rule, result: CheckResult, missed_names: list[str]) -> bool:
     """Whether ``rule``'s kind describes how ``result`` failed."""
     timeout = isinstance(result.details, dict) and result.details.get("timeout") is True
+    if "|" in rule.kind:
+        return any(matches(Rule(rule.check, k, (), ()), result, missed_names) for k in rule.kind.split("|"))
     kind, _, arg = rule.kind.partition(":")
     if kind == "metric":
         return any(fnmatch.fnmatchcase(name, arg) for name in missed_names)
@@ -191,7 +220,8 @@ def values_for(result: CheckResult, report: NodeReport | None, hosts: list[str] 
     """The real values of one failed check's templates (see the module docstring); ``run_dir``, where known,
     gives the log of a check whose details name none (``<run_dir>/logs/<check>.log``)."""
     host = result.host or (report.host if report is not None else "")
-    devices = sorted({m.device for m in missed(result) if m.device and m.device.startswith("cuda:")},
+    devices = sorted({m.device for m in missed(result) if m.device and m.device.startswith("cuda:")}
+                     or set(_REASON_DEVICE.findall(result.reason)),
                      key=lambda d: int(d[5:]) if d[5:].isdigit() else 0)
     index = _nvml_index(report)
     log = result.details.get("log") if isinstance(result.details, dict) else None
@@ -217,7 +247,8 @@ def next_steps(result: CheckResult, report: NodeReport | None = None, hosts: lis
     if result.status not in FAILED:
         return None
     names = [m.name for m in missed(result)]
-    own = [r for r in rules if r.check == result.name and matches(r, result, names)]
+    own = [r for r in rules if r.check == result.name and r.kind != "any" and matches(r, result, names)]
+    own = own or [r for r in rules if r.check == result.name and r.kind == "any"]
     fallback = [r for r in rules if r.check == "*" and matches(r, result, names)][:1]
     chosen = own + [r for r in fallback if not own or r.kind in ("timeout", "error")]
     values = values_for(result, report, hosts, run_dir)

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import gpuaccept
-from gpuaccept.docsgen import checks_md, cli_md, prometheus_md, schema_md
+from gpuaccept.docsgen import checks_md, cli_md, man_roff, prometheus_md, schema_md
 from gpuaccept.docsgen.markdown import GENERATED
 
 PACKAGE = Path(gpuaccept.__file__).resolve().parent
@@ -37,7 +37,7 @@ def pages() -> dict[str, str]:
     """Relative path under docs/ -> content of every generated page."""
     for name in _ENV_CLEARED + tuple(n for n in os.environ if n.startswith("GPUACCEPT_")):
         os.environ.pop(name, None)
-    out = {"reference/cli.md": cli_md.page(),
+    out = {"reference/cli.md": cli_md.page(), "reference/gpuaccept.1": man_roff.page(),
            "reference/report-schema.md": schema_md.page(PACKAGE / "data" / "report.schema.json"),
            "reference/prometheus.md": prometheus_md.page()}
     out.update(checks_md.pages(PACKAGE))

@@ -1,10 +1,10 @@
-"""The health DaemonSet of ``gpuaccept node-status --daemonset``: pure functions, deterministic output.
+"""The health DaemonSet of ``gpuaccept node-status daemonset``: pure functions, deterministic output.
 
 Six objects: a ServiceAccount, a ClusterRole that may only ``get`` and ``patch`` nodes (what
-``node-status --apply`` calls: it reads the node's taints, then patches its label, annotations and
+``node-status label --apply`` calls: it reads the node's taints, then patches its label, annotations and
 taint), a ClusterRoleBinding of the two, a ValidatingAdmissionPolicy and its binding
 (:func:`own_node_policy`) that let that service account change only the node its pod runs on, and
-a DaemonSet whose pod runs :data:`LOOP_SCRIPT`: ``gpuaccept node-status --apply`` with the suite
+a DaemonSet whose pod runs :data:`LOOP_SCRIPT`: ``gpuaccept node-status label --apply`` with the suite
 options, then a pause of ``interval_s``, forever.
 
 RBAC cannot name "the caller's own node", so the ClusterRole alone lets a stolen pod token patch
@@ -53,7 +53,7 @@ ADMISSION_API = "admissionregistration.k8s.io/v1"
 NODE_NAME_CLAIM = "authentication.kubernetes.io/node-name"
 """The user-info extra key that holds the node of the pod a service-account token is bound to."""
 LOOP_SCRIPT = """\
-# gpuaccept health loop: node-status --apply with the arguments given, then a pause, until SIGTERM.
+# gpuaccept health loop: node-status label --apply with the arguments given, then a pause, until SIGTERM.
 stop() {
   # $! (not a variable set after the fork): a signal may come before such an assignment runs
   if [ -n "$!" ]; then
@@ -65,7 +65,7 @@ stop() {
 trap stop TERM INT
 interval="${GPUACCEPT_HEALTH_INTERVAL:?}"
 while :; do
-  gpuaccept node-status --apply "$@" &
+  gpuaccept node-status label --apply "$@" &
   wait "$!"
   rc=$?
   echo "[HEALTH] gpuaccept node-status exited $rc; next check in $interval s" >&2
@@ -79,7 +79,7 @@ background and the shell waits for them, so SIGTERM (a rollout, a drain) stops t
 
 @dataclass(frozen=True)
 class HealthDaemonOptions:
-    """What ``--daemonset`` builds; :meth:`validate` refuses what the API server would."""
+    """What ``node-status daemonset`` builds; :meth:`validate` refuses what the API server would."""
 
     image: str
     node_status_args: list[str] = field(default_factory=list)

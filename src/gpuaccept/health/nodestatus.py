@@ -165,7 +165,7 @@ def apply_change(api: Any, change: NodeChange, *, server_dry_run: bool = False) 
     ``test``) is made again from a new read, :data:`ATTEMPTS` times in all. InputError when the node does
     not exist; NodeUpdateError for any other refusal or when the API cannot be reached.
     """
-    k8s = kubernetes_module("node-status --apply patches the node")
+    k8s = kubernetes_module("node-status label --apply patches the node")
     core = k8s.client.CoreV1Api(api)
     ops: list[dict[str, Any]] = []
     for attempt in range(1, ATTEMPTS + 1):
@@ -201,5 +201,5 @@ def _api_error(exc: Any) -> str:
     if status == 403 and "ValidatingAdmissionPolicy" in text:
         text += " (the health DaemonSet's policy lets its service account patch only the node its pod runs on)"
     elif status == 403:
-        text += " (the service account needs get and patch on nodes: see node-status --daemonset)"
+        text += " (the service account needs get and patch on nodes: see node-status daemonset)"
     return f"HTTP {status}: {text}" if status else text

@@ -1,21 +1,22 @@
 """``gpuaccept node-status``: a node's health verdict as a Kubernetes node label (and taint).
 
-Three modes:
+Three actions, each its own command with its own options:
 
-- the verdict (the default): from ``--report PATH`` or from the suite run now with ``--profile P``;
-  a dry run prints the change (label, annotations, taint) and changes nothing; ``--apply`` reads the
-  node and sends the change as one JSON patch;
-- ``--daemonset --image IMG``: prints the DaemonSet that runs ``node-status --apply`` on every node,
-  with its ServiceAccount, minimal RBAC and an admission policy that keeps each pod to its own node;
-- ``--npd-config DIR``: writes a node-problem-detector custom plugin monitor and its plugin script.
+- ``label``: the verdict, from ``--report PATH`` or from the suite run now with ``--profile P``; a dry run
+  (the default) prints the change (label, annotations, taint) and changes nothing; ``--apply`` reads the node and
+  sends the change as one JSON patch;
+- ``daemonset --image IMG``: prints the DaemonSet that runs ``node-status label --apply`` on every node, with its
+  ServiceAccount, minimal RBAC and an admission policy that keeps each pod to its own node;
+- ``npd DIR``: writes a node-problem-detector custom plugin monitor and its plugin script.
 
-An option of one mode given without it is refused (exit 2), not ignored.
+The forms before these actions (``node-status --report R``, ``--daemonset``, ``--npd-config DIR``) still parse for
+one release (:func:`gpuaccept.health.nodestatus_legacy.legacy_form`), with a deprecation line on stderr.
 
 Exit codes (the CLI's map): 0 the node passed, 1 it failed a check, 2 bad usage or input (no such
 node, an unreadable report, a report of another host) or the API refused or could not be reached
 (the verdict is printed first, on stdout), 4 the suite could not write its report, 5 nothing was
 measured (the node is left as it is), 130 interrupted (the node is left as it is). Nothing here
-imports torch or, before ``--apply``, the kubernetes client.
+imports torch or, before ``label --apply``, the kubernetes client.
 """
 
 from __future__ import annotations
@@ -31,30 +32,55 @@ from gpuaccept.argtypes import count, go_duration, whole_seconds
 from gpuaccept.cliargs import add_suite_options
 from gpuaccept.errors import GpuacceptError, UsageError
 from gpuaccept.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NOTHING_MEASURED, EXIT_OK, EXIT_USAGE
+from gpuaccept.health.nodestatus_legacy import ACTIONS
 from gpuaccept.suiteplan import add_plan_option, show_plan
 
-HELP = "label (and taint) this Kubernetes node with its health verdict"
+HELP = "label (and taint) Kubernetes nodes with their health verdict: label, daemonset, npd"
 DEFAULT_NAME = "gpuaccept-health"
 NPD_PLUGIN_PATH = "/config/plugin/gpuaccept-plugin.sh"
 NPD_INTERVAL = "30m"
 NPD_TIMEOUT = "10m"
-#: Flags that only --daemonset uses (their argparse dests): refused in the other modes rather than ignored.
-DAEMONSET_DESTS = ("image", "namespace", "name", "interval", "node_selector", "toleration", "gpus_per_node",
-                   "gpu_resource", "runtime_class", "image_pull_secret", "image_pull_policy", "cpus", "memory",
-                   "priority_class", "run_as_user", "no_admission_policy")
-#: Flags that only --npd-config uses.
-NPD_DESTS = ("npd_plugin_path", "npd_interval", "npd_timeout")
 DESCRIPTION = """\
+A GPU node's health as a Kubernetes node label gpuaccept.io/health=pass|fail (and, with --taint, the taint
+gpuaccept.io/health=fail:NoSchedule). 'label' judges this node (a report, or the suite run now) and patches it;
+'daemonset' prints the manifests that run 'label --apply' on every node; 'npd' writes a node-problem-detector
+plugin that reports the verdict as a node condition.
+"""
+LABEL_DESCRIPTION = """\
 Label a Kubernetes node gpuaccept.io/health=pass|fail from a report (--report) or from the suite run
 now (--profile), with annotations saying when and why; with --taint a failed node is also tainted
 gpuaccept.io/health=fail:NoSchedule, and a passing node loses that taint (only ours: no other label,
-annotation or taint is touched). Without --apply nothing is sent: the change is printed. --daemonset
-prints the manifests that do this on every node; --npd-config writes a node-problem-detector plugin.
+annotation or taint is touched). Without --apply nothing is sent: the change is printed.
+"""
+DAEMONSET_DESCRIPTION = """\
+Print (run nothing) a ServiceAccount, a ClusterRole (get, patch nodes), its ClusterRoleBinding, a
+ValidatingAdmissionPolicy that lets that service account patch only the node its pod runs on, and a DaemonSet
+whose pods run 'gpuaccept node-status label --apply' with these suite options (and --taint) every --interval.
+Pipe it to 'kubectl apply -f -'.
+"""
+NPD_DESCRIPTION = """\
+Write gpuaccept-monitor.json (a node-problem-detector custom plugin monitor) and gpuaccept-plugin.sh (the plugin,
+which runs 'gpuaccept node-status label --summary' with --report or these suite options) into DIR.
 """
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("node-status", help=HELP, description=DESCRIPTION)
+    actions = p.add_subparsers(dest="node_status_action", metavar="ACTION", parser_class=type(p))
+    p.set_defaults(handler=lambda args: _missing_action(p))
+    _label_parser(actions.add_parser("label", help="judge this node and label it (a dry run unless --apply)",
+                                     description=LABEL_DESCRIPTION))
+    _daemonset_parser(actions.add_parser("daemonset", help="print the DaemonSet (and RBAC) that labels every node",
+                                         description=DAEMONSET_DESCRIPTION))
+    _npd_parser(actions.add_parser("npd", help="write a node-problem-detector plugin that reports the verdict",
+                                   description=NPD_DESCRIPTION))
+
+
+def _missing_action(parser: argparse.ArgumentParser) -> int:
+    raise UsageError(f"{parser.prog} needs an action: {', '.join(ACTIONS)} (see '{parser.prog} --help')")
+
+
+def _label_parser(p: argparse.ArgumentParser) -> None:
     add_suite_options(p)
     v = p.add_argument_group("verdict and node")
     v.add_argument("--report", default=None, metavar="PATH",
@@ -63,9 +89,7 @@ def register(sub: Any) -> None:
                    help="the Kubernetes node (default: $NODE_NAME, which the DaemonSet sets, else the host name)")
     v.add_argument("--any-host", action="store_true",
                    help="use a node report for --node even when the report names another host")
-    v.add_argument("--taint", action="store_true",
-                   help="on a failure also add the taint gpuaccept.io/health=fail:NoSchedule (a pass always "
-                        "removes it)")
+    _taint_option(v)
     v.add_argument("--apply", action="store_true", help="send the change (default: print it and send nothing)")
     v.add_argument("--dry-run", action="store_true", help="print the change and send nothing (the default)")
     add_plan_option(v, " (with --profile; the verdict is not made)")
@@ -76,13 +100,23 @@ def register(sub: Any) -> None:
     v.add_argument("--context", default=None, help="kubeconfig context (default: the current one)")
     v.add_argument("--summary", action="store_true",
                    help="print one line (the verdict and why) instead of the JSON document")
-    d = p.add_argument_group("--daemonset (print the manifests, run nothing)")
-    d.add_argument("--daemonset", action="store_true",
-                   help="print a ServiceAccount, ClusterRole (get, patch nodes), ClusterRoleBinding, a "
-                        "ValidatingAdmissionPolicy that lets that service account patch only the node its pod runs "
-                        "on, and a DaemonSet that runs node-status --apply with these suite options and --taint on "
-                        "every node")
-    d.add_argument("--image", default=None, help="image with gpuaccept[k8s] (required with --daemonset)")
+    p.set_defaults(handler=run_label)
+
+
+def _taint_option(g: Any) -> None:
+    g.add_argument("--taint", action="store_true",
+                   help="on a failure also add the taint gpuaccept.io/health=fail:NoSchedule (a pass always "
+                        "removes it)")
+
+
+def _daemonset_parser(p: argparse.ArgumentParser) -> None:
+    add_suite_options(p)
+    add_plan_option(p, " (of the suite the pods run, planned on this machine; nothing is printed)")
+    d = p.add_argument_group("the manifests")
+    d.add_argument("--image", required=True, help="image with gpuaccept[k8s] installed")
+    # not an option here, but named so that argparse does not take it for an abbreviation of --report-dir
+    d.add_argument("--report", default=None, help=argparse.SUPPRESS)
+    _taint_option(d)
     d.add_argument("--namespace", default=None, help=f"default: {DEFAULT_NAME}")
     d.add_argument("--name", default=None, help=f"name of the objects (default: {DEFAULT_NAME})")
     d.add_argument("--interval", type=whole_seconds, default=None, metavar="DURATION",
@@ -107,18 +141,26 @@ def register(sub: Any) -> None:
                    help="leave out the ValidatingAdmissionPolicy and its binding (clusters before Kubernetes 1.30, "
                         "which have neither admissionregistration.k8s.io/v1 policies nor the node name in pod "
                         "tokens); the service account may then patch any node")
-    n = p.add_argument_group("--npd-config (write node-problem-detector files)")
-    n.add_argument("--npd-config", default=None, metavar="DIR",
-                   help="write gpuaccept-monitor.json and gpuaccept-plugin.sh into DIR; the plugin runs "
-                        "node-status --summary with --report or these suite options")
-    n.add_argument("--npd-plugin-path", default=None, metavar="PATH",
-                   help=f"where the plugin script is in NPD's container (default: {NPD_PLUGIN_PATH})")
-    n.add_argument("--npd-interval", type=go_duration, default=None, metavar="DURATION",
-                   help=f"invoke_interval (default: {NPD_INTERVAL})")
-    n.add_argument("--npd-timeout", type=go_duration, default=None, metavar="DURATION",
-                   help=f"plugin timeout (default: {NPD_TIMEOUT})")
-    p.set_defaults(handler=run)
+    p.set_defaults(handler=run_daemonset)
 
+
+def _npd_parser(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", metavar="DIR", help="where gpuaccept-monitor.json and gpuaccept-plugin.sh are written")
+    add_suite_options(p)
+    add_plan_option(p, " (of the suite the plugin runs, planned on this machine; nothing is written)")
+    n = p.add_argument_group("the plugin")
+    n.add_argument("--report", default=None, metavar="PATH",
+                   help="the plugin judges this report (a path on the node) instead of running the suite")
+    n.add_argument("--plugin-path", default=None, metavar="PATH",
+                   help=f"where the plugin script is in NPD's container (default: {NPD_PLUGIN_PATH})")
+    n.add_argument("--invoke-interval", type=go_duration, default=None, metavar="DURATION",
+                   help=f"the monitor's invoke_interval (default: {NPD_INTERVAL})")
+    n.add_argument("--timeout", type=go_duration, default=None, metavar="DURATION",
+                   help=f"the plugin's timeout (default: {NPD_TIMEOUT})")
+    p.set_defaults(handler=run_npd)
+
+
+# ---- label ------------------------------------------------------------------------------------------------------
 
 def _suite_args(args: argparse.Namespace) -> list[str]:
     from gpuaccept.launch.cli import suite_args
@@ -145,23 +187,8 @@ def _flag(dest: str) -> str:
     return "--" + dest.replace("_", "-")
 
 
-def _check_modes(args: argparse.Namespace) -> None:
-    modes = [m for m, on in (("--daemonset", args.daemonset), ("--npd-config", args.npd_config is not None)) if on]
-    if len(modes) > 1:
-        raise UsageError("--daemonset and --npd-config are separate modes: give one")
-    if modes:
-        for dest in ("apply", "server_dry_run", "summary", "any_host", "node", "kubeconfig", "context"):
-            if getattr(args, dest):
-                raise UsageError(f"{_flag(dest)} is for a verdict; {modes[0]} only writes configuration")
-    for dests, on, mode in ((DAEMONSET_DESTS, args.daemonset, "--daemonset"),
-                            (NPD_DESTS, args.npd_config is not None, "--npd-config")):
-        stray = [d for d in dests if getattr(args, d) is not None]
-        if stray and not on:
-            raise UsageError(f"{_flag(stray[0])} is an option of {mode}, which is not given: it would be ignored")
-    if args.daemonset and args.report:
-        raise UsageError("--report does not apply to --daemonset: its pods run the suite (give --profile)")
-    if args.server_dry_run and not args.apply:
-        raise UsageError("--server-dry-run goes with --apply")
+def _report_or_suite(args: argparse.Namespace) -> None:
+    """``--report`` (judge a report, run nothing) or ``--profile`` (run the suite): exactly one."""
     given = _given_suite_options(args)
     if args.report and given:
         raise UsageError(f"{_flag(given[0])} is a suite option; --report judges a report and runs nothing")
@@ -169,23 +196,19 @@ def _check_modes(args: argparse.Namespace) -> None:
         raise UsageError("give --report PATH (a report to judge) or --profile quick|standard|full (run the suite)")
 
 
-def run(args: argparse.Namespace) -> int:
+def run_label(args: argparse.Namespace) -> int:
+    """``node-status label``."""
     if args.dry_run and args.apply:
         raise UsageError("--dry-run sends nothing, --apply sends the change: give one")
-    if args.plan and (args.report or args.daemonset or args.npd_config is not None):
-        raise UsageError("--plan shows the plan of the suite run with --profile; it goes without --report, "
-                         "--daemonset and --npd-config")
-    _check_modes(args)
+    if args.plan and args.report:
+        raise UsageError("--plan shows the plan of the suite run with --profile; it goes without --report")
+    if args.server_dry_run and not args.apply:
+        raise UsageError("--server-dry-run goes with --apply")
+    _report_or_suite(args)
     if args.plan:
         return show_plan(_gpu_suite_args(args))
-    if args.daemonset:
-        return _daemonset(args)
-    if args.npd_config is not None:
-        return _npd(args)
     return _verdict(args)
 
-
-# ---- the verdict ------------------------------------------------------------------------------------------------
 
 def _verdict(args: argparse.Namespace) -> int:
     from gpuaccept.health.nodepatch import NoVerdict, node_report_for, verdict_from_report
@@ -244,7 +267,7 @@ def _apply(args: argparse.Namespace, change: Any) -> list[dict[str, Any]]:
     from gpuaccept.health.nodestatus import apply_change
     from gpuaccept.launch.k8s.client import kubernetes_module, new_api_client
 
-    k8s = kubernetes_module("node-status --apply patches the node")
+    k8s = kubernetes_module("node-status label --apply patches the node")
     kubeconfig = os.path.abspath(os.path.expanduser(args.kubeconfig)) if args.kubeconfig else None
     api = new_api_client(k8s, kubeconfig, args.context)
     return apply_change(api, change, server_dry_run=args.server_dry_run)
@@ -267,18 +290,23 @@ def _quote(arg: str) -> str:
     return shlex.quote(arg)
 
 
-# ---- --daemonset and --npd-config ------------------------------------------------------------------------------
+# ---- daemonset and npd ------------------------------------------------------------------------------------------
 
-def _daemonset(args: argparse.Namespace) -> int:
+def run_daemonset(args: argparse.Namespace) -> int:
+    """``node-status daemonset``: the manifests on stdout (or with ``--plan`` the suite's plan)."""
     from gpuaccept.health.daemonset import HealthDaemonOptions, health_manifests
     from gpuaccept.launch.k8s.manifests import to_yaml
     from gpuaccept.launch.k8s.options import parse_key_values, parse_toleration
 
-    if not args.image:
-        raise UsageError("--daemonset needs --image (an image with gpuaccept[k8s] installed)")
+    if args.report is not None:
+        raise UsageError("--report does not apply to daemonset: its pods run the suite (give --profile)")
+    if args.profile is None:
+        raise UsageError("give --profile quick|standard|full: the suite the pods run")
     if args.report_dir:
-        raise UsageError("--report-dir does not apply to --daemonset: each run's report is kept in the pod's /tmp "
+        raise UsageError("--report-dir does not apply to daemonset: each run's report is kept in the pod's /tmp "
                          "only while it is judged")
+    if args.plan:
+        return show_plan(_gpu_suite_args(args))
     _validate_suite_options(args)
     inner = [*_gpu_suite_args(args), *(["--taint"] if args.taint else [])]
     given = {field: value for field, value in (
@@ -313,21 +341,26 @@ def _validate_suite_options(args: argparse.Namespace) -> None:
                 "the pods plan on their nodes")
 
 
-def _npd(args: argparse.Namespace) -> int:
+def run_npd(args: argparse.Namespace) -> int:
+    """``node-status npd DIR``: the monitor and the plugin script in DIR (or with ``--plan`` the suite's plan)."""
     from gpuaccept.health.npd import CONFIG_FILE, PLUGIN_FILE, PLUGIN_SCRIPT, npd_config
 
-    if args.taint:
-        raise UsageError("--taint does not apply to --npd-config: NPD sets a node condition, it does not patch")
+    if args.plan and args.report:
+        raise UsageError("--plan shows the plan of the suite run with --profile; it goes without --report")
+    _report_or_suite(args)
+    if args.plan:
+        return show_plan(_gpu_suite_args(args))
     if not args.report:
         _validate_suite_options(args)
     plugin_args = ["--report", args.report] if args.report else _gpu_suite_args(args)
+
     def pick(value: str | None, default: str) -> str:
         return value if value is not None else default
 
-    plugin_path = pick(args.npd_plugin_path, NPD_PLUGIN_PATH)
-    config = npd_config(plugin_path, plugin_args, interval=pick(args.npd_interval, NPD_INTERVAL),
-                        timeout=pick(args.npd_timeout, NPD_TIMEOUT))
-    out = Path(args.npd_config)
+    plugin_path = pick(args.plugin_path, NPD_PLUGIN_PATH)
+    config = npd_config(plugin_path, plugin_args, interval=pick(args.invoke_interval, NPD_INTERVAL),
+                        timeout=pick(args.timeout, NPD_TIMEOUT))
+    out = Path(args.dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
         (out / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
@@ -335,6 +368,6 @@ def _npd(args: argparse.Namespace) -> int:
         script.write_text(PLUGIN_SCRIPT)
         script.chmod(0o755)
     except OSError as exc:
-        raise UsageError(f"--npd-config {out}: cannot write: {exc.strerror or exc}") from None
+        raise UsageError(f"node-status npd {out}: cannot write: {exc.strerror or exc}") from None
     print(f"wrote {out / CONFIG_FILE} and {script} (the plugin goes to {plugin_path} in NPD's container)")
     return EXIT_OK

@@ -1,6 +1,6 @@
 """node-problem-detector (NPD) custom-plugin monitor for gpuaccept: pure functions.
 
-``gpuaccept node-status --npd-config DIR`` writes two files:
+``gpuaccept node-status npd DIR`` writes two files:
 
 - ``gpuaccept-monitor.json``: a custom plugin monitor config (NPD's ``--config.custom-plugin-monitor``).
   Its format is NPD's ``CustomPluginConfig`` (kubernetes/node-problem-detector,
@@ -11,7 +11,7 @@
   ``message``) of the node conditions it sets; each rule has ``type`` (``permanent`` sets the
   condition named by ``condition``, ``temporary`` only emits an event), ``reason``, ``path`` of the
   plugin, ``args`` and a ``timeout`` that NPD refuses when it is longer than the global one.
-- ``gpuaccept-plugin.sh``: the plugin. It runs ``gpuaccept node-status --summary`` with the rule's
+- ``gpuaccept-plugin.sh``: the plugin. It runs ``gpuaccept node-status label --summary`` with the rule's
   ``args`` (``--profile quick``, or ``--report PATH`` to judge a report something else wrote) and
   maps its exit code to NPD's plugin protocol: 0 OK (healthy), 1 NonOK (a check failed), anything
   else Unknown (2: no verdict, bad input, nothing measured, interrupted). The first line of its
@@ -41,11 +41,11 @@ _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, 
 
 PLUGIN_SCRIPT = """\
 #!/bin/sh
-# node-problem-detector custom plugin (written by gpuaccept node-status --npd-config).
-# Runs gpuaccept node-status --summary with the rule's args and maps its exit code to NPD's
+# node-problem-detector custom plugin (written by gpuaccept node-status npd).
+# Runs gpuaccept node-status label --summary with the rule's args and maps its exit code to NPD's
 # plugin protocol: 0 OK (the node passed), 1 NonOK (a check failed), 2 Unknown (anything else:
 # no verdict, bad input, nothing measured, interrupted). The first output line is the message.
-out=$("${GPUACCEPT_BIN:-gpuaccept}" node-status --summary "$@" 2>/dev/null)
+out=$("${GPUACCEPT_BIN:-gpuaccept}" node-status label --summary "$@" 2>/dev/null)
 rc=$?
 line=$(printf '%s\\n' "$out" | head -n 1)
 if [ -z "$line" ]; then
@@ -70,14 +70,14 @@ def go_duration_s(text: str, flag: str) -> float:
 def npd_config(plugin_path: str, args: list[str], *, interval: str = "30m", timeout: str = "10m",
                max_output_length: int = 200) -> dict[str, Any]:
     """The custom plugin monitor config: one permanent rule that sets condition :data:`CONDITION`."""
-    if go_duration_s(interval, "--npd-interval") <= 0:
-        raise ConfigError("--npd-interval", interval, "must be more than 0")
-    limit = go_duration_s(timeout, "--npd-timeout")
-    if limit <= 0 or limit > go_duration_s(interval, "--npd-interval"):
-        raise ConfigError("--npd-timeout", timeout, f"must be more than 0 and at most --npd-interval ({interval}): "
+    if go_duration_s(interval, "--invoke-interval") <= 0:
+        raise ConfigError("--invoke-interval", interval, "must be more than 0")
+    limit = go_duration_s(timeout, "--timeout")
+    if limit <= 0 or limit > go_duration_s(interval, "--invoke-interval"):
+        raise ConfigError("--timeout", timeout, f"must be more than 0 and at most --invoke-interval ({interval}): "
                                                     "a run longer than the interval would overlap the next")
     if not plugin_path.startswith("/"):
-        raise ConfigError("--npd-plugin-path", plugin_path, "must be an absolute path in NPD's container")
+        raise ConfigError("--plugin-path", plugin_path, "must be an absolute path in NPD's container")
     if not 1 <= max_output_length <= 4096:
         raise ConfigError("--npd-max-output", str(max_output_length), "1 to 4096 characters")
     return {

@@ -15,6 +15,7 @@ from gpuaccept.model import NOT_JUDGED, CheckResult, Metric, NodeReport, Status,
 from gpuaccept.nextsteps import next_steps, step_lines
 from gpuaccept.report.views import (
     bound_text,
+    failed_names,
     headline_metric,
     reference_text,
     shown_name,
@@ -88,11 +89,11 @@ def result_line(report: NodeReport) -> str:
     if report.verdict is Verdict.SUCCESS:
         return "[RESULT] SUCCESS" + tail
     if report.verdict is Verdict.INTERRUPTED:
-        return ("[RESULT] INTERRUPTED: " + (", ".join(report.failed_checks()) or "no check failed before the stop")
+        return ("[RESULT] INTERRUPTED: " + (", ".join(failed_names(report)) or "no check failed before the stop")
                 + tail)
     if report.verdict is Verdict.NOTHING_MEASURED:
         return "[RESULT] NOTHING MEASURED: every check skipped (see the reasons above); not a pass" + tail
-    return "[RESULT] FAILURE: " + ", ".join(report.failed_checks()) + tail
+    return "[RESULT] FAILURE: " + ", ".join(failed_names(report)) + tail
 
 
 class PlainConsole:

@@ -159,8 +159,17 @@ def next_steps_of(nodes: Sequence[NodeView]) -> list[tuple[str, CheckResult, dic
 
 
 def shown_name(result: CheckResult) -> str:
-    """The check's name, marked ``(re-run)`` for a deeper re-run of ``run --budget``'s second pass."""
-    return f"{result.name} (re-run)" if result.is_rerun else result.name
+    """The check's name, with the rank and host of a distributed run's per-rank result (``collectives (rank 1 on
+    gpu02)``), marked ``(re-run)`` for a deeper re-run of ``run --budget``'s second pass."""
+    where = ""
+    if result.rank is not None:
+        where = f" (rank {result.rank}" + (f" on {result.host}" if result.host else "") + ")"
+    return f"{result.name}{where}" + (" (re-run)" if result.is_rerun else "")
+
+
+def failed_names(report: NodeReport) -> list[str]:
+    """The failed checks as :func:`shown_name` names them (each rank of a distributed run apart), in order, once."""
+    return list(dict.fromkeys(shown_name(c) for c in report.checks if c.status.is_failure))
 
 
 def tags_key(tags: dict[str, Any]) -> str:
