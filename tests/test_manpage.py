@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 
 from gpuaccept.docsgen import man_roff
 from gpuaccept.docsgen.cli_md import _walk
+from tests.launch_support import require
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "reference" / "gpuaccept.1"
@@ -49,8 +49,7 @@ def test_text_is_escaped_for_roff(raw: str, roff: str) -> None:
 
 
 def test_groff_renders_it_without_a_warning() -> None:
-    if shutil.which("groff") is None:
-        pytest.skip("groff is not installed here")
+    require("groff")
     proc = subprocess.run(["groff", "-man", "-Tutf8", "-ww", str(PAGE)], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "LC_ALL": "C.UTF-8"})
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
@@ -61,8 +60,7 @@ def test_groff_renders_it_without_a_warning() -> None:
 
 
 def test_man_shows_it() -> None:
-    if shutil.which("man") is None:
-        pytest.skip("man is not installed here")
+    require("man")
     proc = subprocess.run(["man", "-l", str(PAGE)], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "MANPAGER": "cat", "PAGER": "cat", "MANWIDTH": "100", "LC_ALL": "C.UTF-8"})
     assert proc.returncode == 0, proc.stderr
