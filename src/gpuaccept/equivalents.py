@@ -29,10 +29,10 @@ class ProfileInfo:
 
 PROFILES: dict[str, ProfileInfo] = {
     "quick": ProfileInfo("r1", "dcgmi diag -r 1 (seconds): deployment and software checks", 178),
-    "standard": ProfileInfo("r2", "dcgmi diag -r 2 (about 2 min): adds PCIe and memory", 794),
+    "standard": ProfileInfo("r2", "dcgmi diag -r 2 (about 2 min): adds PCIe and memory", 803),
     "full": ProfileInfo("r3", "dcgmi diag -r 3 (about 15 min): adds targeted stress and power, memory "
-                              "bandwidth, diagnostic GEMM", 4705),
-    "burnin": ProfileInfo("r4", "dcgmi diag -r 4 (an hour or more): extended stress and memtest", 1521),
+                              "bandwidth, diagnostic GEMM", 4809),
+    "burnin": ProfileInfo("r4", "dcgmi diag -r 4 (an hour or more): extended stress and memtest", 1856),
 }
 
 
@@ -68,6 +68,9 @@ CHECKS: dict[str, Equivalent] = {
                          "sustained GEMM; results compared with the first and with fp64, throughput drop"),
     "agreement": Equivalent("", "gpu-burn's error count (result comparison)",
                             "the same seeded GEMM chain on every GPU, hashes compared bitwise"),
+    "reference_train": Equivalent("", "a short MaxText, Megatron-LM or TorchTitan run per GPU, loss curves "
+                                  "compared", "a seeded GPT-style decoder: loss under the task's bound, per-step "
+                                  "bits identical across GPUs, model TFLOP/s against the bf16 peak"),
     "throughput": Equivalent("", "small MLPerf-style training benchmarks", "samples/s of a CNN and a transformer"),
     "disk": Equivalent("", "fio (sequential and 4k random)", "MB/s and IOPS of a scratch path"),
     "collectives": Equivalent("pcie (peer-to-peer and NVLink bandwidth)",

@@ -30,6 +30,7 @@ BUILTIN_MODULES = (
     "gpuaccept.checks.nbody",
     "gpuaccept.checks.stress",
     "gpuaccept.checks.agreement",
+    "gpuaccept.checks.reference_train",
     "gpuaccept.checks.throughput",
     "gpuaccept.checks.disk",
     "gpuaccept.checks.collectives",
