@@ -23,8 +23,10 @@ Judged:
 
 Metrics per device: ``reftrain_loss_final`` (loss, threshold ``<=`` the bound), ``reftrain_loss_bound``,
 ``reftrain_match`` (bool, ``min 1``), ``reftrain_tokens_per_s``, ``reftrain_tflops`` and, with an SKU,
-``reftrain_mfu``. The equivalent by hand: a short MaxText, Megatron-LM or TorchTitan run per GPU with
-deterministic settings, comparing the logged loss curves.
+``reftrain_mfu``; judged against a baseline with curves (:mod:`gpuaccept.results.baseline_curves`),
+``reftrain_fleet_match`` per device (its digests equal the fleet's for the same configuration and stack:
+GPU model, driver, CUDA, torch, cuBLAS; ``min 1``). The equivalent by hand: a short MaxText, Megatron-LM or
+TorchTitan run per GPU with deterministic settings, comparing the logged loss curves.
 
 Tests only: ``GPUACCEPT_TEST_REFTRAIN_FAULT=cuda:1@5`` (or ``cpu#1@5``: run 1 of a single device) flips one
 bit of one gradient element at step 5 on that device.
@@ -34,6 +36,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import hashlib
+import json
 import math
 import os
 import statistics
@@ -90,6 +94,46 @@ def shape_of(p: Mapping[str, Any], on_gpu: bool) -> ModelShape:
                       heads=int(p["heads"]), seq=int(p[pre + "seq"]))
 
 
+def config_key(p: Mapping[str, Any], on_gpu: bool) -> str:
+    """12 hex digits naming everything that sets a run's bits: task, model, steps, batch, lr, seed, dtype."""
+    pre = "" if on_gpu else "cpu_"
+    keys = ("vocab", "order", "branch", "heads", "seed", "progress", pre + "d_model", pre + "layers", pre + "seq",
+            pre + "batch", ("steps" if on_gpu else "cpu_steps"), ("lr" if on_gpu else "cpu_lr"))
+    data = {k.removeprefix("cpu_"): p[k] for k in keys if k != "progress"}
+    data["dtype"] = "bf16-autocast" if on_gpu else "fp32"
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def software_stack(models: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """``{device: {gpu, driver, cuda, torch, cublas}}``: what a device's bits depend on besides the run's
+    configuration (on the CPU: ``gpu`` is ``cpu <torch's CPU capability>``, the kernels' instruction set)."""
+    import torch
+
+    driver = cublas = "-"
+    if any(d.startswith("cuda") for d in models):
+        driver = cublas = "unknown"
+        try:
+            from gpuaccept.hw.nvml import open_nvml
+
+            nvml = open_nvml()
+            try:
+                raw = nvml.nvmlSystemGetDriverVersion()
+                driver = raw.decode() if isinstance(raw, bytes) else str(raw)
+            finally:
+                nvml.nvmlShutdown()
+        except Exception:  # no NVML: the key says unknown rather than guessing
+            pass
+        try:
+            from importlib.metadata import version
+
+            cublas = version(f"nvidia-cublas-cu{(torch.version.cuda or '0').split('.')[0]}")
+        except Exception:  # cuBLAS not from a wheel: the CUDA version stands for it
+            cublas = f"cuda {torch.version.cuda}"
+    cpu = f"cpu {torch.backends.cpu.get_cpu_capability()}"
+    return {dev: {"gpu": cpu if name == "cpu" else name, "driver": driver, "cuda": str(torch.version.cuda or "-"),
+                  "torch": torch.__version__, "cublas": cublas} for dev, name in models.items()}
+
+
 def noise_margin(task: MarkovTask, tokens: int) -> float:
     """``NOISE_SIGMAS`` standard errors of the true chain's mean loss over ``tokens`` tokens (nats)."""
     var = sum(q * math.log(q) ** 2 for q in task.probs) - task.floor_nats ** 2
@@ -106,7 +150,7 @@ class ReferenceTrainCheck(Check):
                "named), tokens/s and model TFLOP/s against the bf16 peak")
     key_metric = "reftrain_tflops"
     metrics = ("reftrain_loss_final", "reftrain_loss_bound", "reftrain_match", "reftrain_tokens_per_s",
-               "reftrain_tflops", "reftrain_mfu")
+               "reftrain_tflops", "reftrain_mfu", "reftrain_fleet_match")
     profiles: ClassVar[tuple[str, ...]] = ("standard", "full", "burnin")
     params = (
         Param("steps", "int", 300, "optimizer steps on a GPU (one fresh batch each)", minimum=2, maximum=100_000),
@@ -135,7 +179,8 @@ class ReferenceTrainCheck(Check):
         Param("cpu_threads", "int", 1, "CPU only: torch threads (0 keeps torch's default)", minimum=0, maximum=4096),
     )
     profile_params: ClassVar[dict[str, dict[str, Any]]] = {
-        "standard": {"steps": 60, "d_model": 1024, "layers": 8},
+        "standard": {"steps": 60, "d_model": 1024, "layers": 8, "cpu_steps": 30, "cpu_d_model": 64, "cpu_seq": 32,
+                     "cpu_lr": 1e-2},
         "full": {},
         "burnin": {"steps": 1000, "cpu_steps": 200},
     }
@@ -230,7 +275,10 @@ class ReferenceTrainCheck(Check):
             with concurrent.futures.ThreadPoolExecutor(max_workers=len(devices)) as pool:
                 futures = {str(d): pool.submit(one, d, str(d), faults.get(str(d))) for d in devices}
                 results = {label: f.result() for label, f in futures.items()}
-        return judge(results, models, task, shape, p, single=single, on_gpu=on_gpu)
+        out = judge(results, models, task, shape, p, single=single, on_gpu=on_gpu)
+        out.details["config_key"] = config_key(p, on_gpu)
+        out.details["stack"] = software_stack(models)
+        return out
 
 
 def _sku_peaks(models: Mapping[str, str]) -> dict[str, tuple[str, float]]:
