@@ -223,7 +223,8 @@ def test_burnin_profile_holds_the_long_checks_and_quick_standard_do_not() -> Non
         assert reg[name].profiles == ("full", "burnin"), name
     burnin = [c.name for c in plan_suite(RunOptions(profile="burnin"), Config(), reg, "cpu").checks]
     # reference_train is in burnin too, and its short form in standard (issue 31)
-    assert burnin == ["env", "conformance", "health", "stress", "agreement", "reference_train", "throughput", "disk"]
+    assert burnin == ["env", "conformance", "health", "stress", "agreement", "reference_train", "throughput", "disk",
+                      "reference_train_ddp"]
     assert reg["reference_train"].profiles == ("standard", "full", "burnin")
     for profile in ("quick", "standard"):
         names = {c.name for c in plan_suite(RunOptions(profile=profile), Config(), reg, "cpu").checks}

@@ -31,8 +31,8 @@ PROFILES: dict[str, ProfileInfo] = {
     "quick": ProfileInfo("r1", "dcgmi diag -r 1 (seconds): deployment and software checks", 178),
     "standard": ProfileInfo("r2", "dcgmi diag -r 2 (about 2 min): adds PCIe and memory", 803),
     "full": ProfileInfo("r3", "dcgmi diag -r 3 (about 15 min): adds targeted stress and power, memory "
-                              "bandwidth, diagnostic GEMM", 4809),
-    "burnin": ProfileInfo("r4", "dcgmi diag -r 4 (an hour or more): extended stress and memtest", 1856),
+                              "bandwidth, diagnostic GEMM", 4881),
+    "burnin": ProfileInfo("r4", "dcgmi diag -r 4 (an hour or more): extended stress and memtest", 1993),
 }
 
 
@@ -77,6 +77,9 @@ CHECKS: dict[str, Equivalent] = {
                               "nccl-tests all_reduce_perf, all_gather_perf, reduce_scatter_perf, alltoall_perf, "
                               "broadcast_perf, sendrecv_perf", "busbw per size and #wrong, through torch.distributed"),
     "ddp_train": Equivalent("", "a PyTorch DDP smoke test", "loss falls, parameters bit-identical on all ranks"),
+    "reference_train_ddp": Equivalent("", "a short torchrun MaxText/Megatron-LM/TorchTitan data-parallel run "
+                                      "compared with a one-GPU run", "the DDP loss curve within tolerance of one "
+                                      "device's, tokens/s per rank, the straggler named"),
     "nccl_tests": Equivalent("", "nccl-tests all_reduce_perf etc. (runs them)", "#wrong = 0, busbw vs the fabric"),
 }
 """Each built-in check's counterpart (a test holds that every registered built-in check has one)."""

@@ -35,6 +35,7 @@ BUILTIN_MODULES = (
     "gpuaccept.checks.disk",
     "gpuaccept.checks.collectives",
     "gpuaccept.checks.ddp",
+    "gpuaccept.checks.reference_train_ddp",
     "gpuaccept.checks.nccl_tests",
 )
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -109,14 +108,16 @@ def make_batches(task: MarkovTask, steps: int, batch: int, seq: int) -> list[tor
 
 
 def train(model: Decoder, batches: list[torch.Tensor], device: torch.device, *, lr: float, bf16: bool,
-          fault_step: int | None = None, after_step: Callable[[int], None] | None = None) -> RunResult:
+          fault_step: int | None = None, shards: int = 1, warm: int | None = None) -> RunResult:
     """Train ``model`` (moved to ``device``) on ``batches``, one AdamW step each (lr warmed up linearly over
     the first 10 % of steps, gradients clipped to norm 1). Records each step's loss and digest; the device
     is synchronized per step so ``step_s`` covers the work. ``fault_step`` flips one gradient bit at that
-    step; ``after_step(i)`` is called after each step (a distributed run's straggler sleep)."""
+    step. ``shards > 1`` splits each batch's rows into that many equal parts and accumulates their gradients
+    (``loss_k / shards``), the mathematics of DDP over ``shards`` ranks; the loss is then the parts' mean.
+    ``warm``: the warm-up's steps when ``batches`` are the first steps of a longer run."""
     model.to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
-    warm = max(1, len(batches) // 10)
+    warm = warm or max(1, len(batches) // 10)
     result = RunResult(tokens_per_step=int(batches[0][:, 1:].numel()) if batches else 0)
     cuda = device.type == "cuda"
     for i, cpu_batch in enumerate(batches):
@@ -124,11 +125,15 @@ def train(model: Decoder, batches: list[torch.Tensor], device: torch.device, *, 
         tokens = cpu_batch.to(device, non_blocking=True)
         for group in opt.param_groups:
             group["lr"] = lr * min(1.0, (i + 1) / warm)
-        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=bf16):
-            logits = model(tokens[:, :-1])
-        loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        parts = []
+        for part in tokens.chunk(shards) if shards > 1 else (tokens,):
+            with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=bf16):
+                logits = model(part[:, :-1])
+            loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), part[:, 1:].reshape(-1))
+            (loss / shards if shards > 1 else loss).backward()
+            parts.append(loss.detach())
+        loss = torch.stack(parts).mean() if shards > 1 else parts[0]
         if fault_step == i:
             flip_one_grad_bit(model)
         checksum = grad_checksum(model)
@@ -140,6 +145,4 @@ def train(model: Decoder, batches: list[torch.Tensor], device: torch.device, *, 
         result.step_s.append(time.perf_counter() - t0)
         result.losses.append(value)
         result.digests.append(step_digest(value, checksum))
-        if after_step is not None:
-            after_step(i)
     return result
