@@ -58,7 +58,7 @@ def test_a_later_run_departing_from_the_fleet_curve_fails_naming_device_and_step
     assert fleet == {"cuda:0": (1.0, None), "cuda:1": (0.0, 6)}
     assert check.details["baseline_curves"]["departed"] == ["cuda:1 departs from the fleet's curve (6 devices) "
                                                             "at step 6"]
-    assert "reftrain_fleet_match on cuda:1" in check.reason
+    assert "reftrain_fleet_match on cuda:1" in check.reason and "curves, departs at step 6" in check.reason
     # judged twice (run --baseline, then baseline apply): one figure per device, not two
     twice = apply_baseline(judged, base).checks[0]
     assert sum(m.name == "reftrain_fleet_match" for m in twice.metrics) == 2

@@ -148,8 +148,9 @@ def judge_curves(check: CheckResult, curves: Iterable[CurveEntry], label: str) -
         if step is not None:
             tags["departs_at_step"] = step
             departed.append(f"{dev} departs from the fleet's curve ({entry.devices} devices) at step {step}")
+        where = f", departs at step {step}" if step is not None else ""
         m = Metric("reftrain_fleet_match", 0.0 if step is not None else 1.0, "bool", dev, tags=tags,
-                   threshold=Threshold(">=", 1.0, Status.FAIL, f"baseline:{label}:curves"))
+                   threshold=Threshold(">=", 1.0, Status.FAIL, f"baseline:{label}:curves{where}"))
         check.metrics.append(m)
         added.append(m)
     if added:
