@@ -49,3 +49,21 @@ def test_straggler_math_and_the_fault_variable() -> None:
     spread, none = stragglers([0.0, 0.0], 1.5)
     assert math.isnan(spread) and none == []
     assert slow_rank({SLOW_ENV: "1:0.25"}) == (1, 0.25) and slow_rank({SLOW_ENV: "x"}) is None
+
+
+def test_two_local_nodes_through_launch_local(tmp_path: Path) -> None:
+    """One rank per "node" (launch local: two agents, torchrun-style rendezvous): rank 0's node judges the curve."""
+    import json
+
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(SMALL % 100.0)
+    r = gpuaccept("launch", "local", "--results-dir", str(tmp_path), "--run-id", "run", "--poll-interval", "0.2",
+                  "--nodes", "2", "--device", "cpu", "--profile", "full", "--checks", "reference_train_ddp",
+                  "--config", str(cfg), timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    report = json.loads((tmp_path / "run" / "cluster-report.json").read_text())
+    checks = {n["host"]: c for n in report["nodes"] for c in n["report"]["checks"]}
+    assert set(checks) == {"local-0", "local-1"} and all(c["status"] == "pass" for c in checks.values())
+    err = [m for c in checks.values() for m in c["metrics"] if m["name"] == "reftrain_ddp_curve_error"]
+    assert len(err) == 1 and err[0]["value"] <= 1e-5
+    assert "[FABRIC] cross-node: SUCCESS - reference_train_ddp pass over 2 rank(s) on 2 node(s)" in r.stdout
