@@ -4,6 +4,7 @@ runs and processes, and an injected one-bit gradient fault is named by device an
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from typing import Any
@@ -118,3 +119,31 @@ def test_judge_names_the_departing_gpu_and_sets_sku_expectations():
     # the same four curves agreeing pass
     ok = judge({d: run(good) for d in models}, models, task, shape, p, single=False, on_gpu=True)
     assert ok.status is Status.PASS and "4 GPUs' per-step loss and gradient bits identical" in ok.reason
+
+
+GPU_SMALL = {"d_model": 256, "layers": 2, "seq": 128, "batch": 4, "steps": 40, "lr": 3e-3, "heads": 4}
+
+
+@pytest.mark.gpu
+def test_gpu_run_is_bit_identical_and_reports_tflops_and_mfu(monkeypatch):
+    from tests.conftest import cuda_available
+
+    assert cuda_available()
+    monkeypatch.delenv(FAULT_ENV, raising=False)
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    p = {**ReferenceTrainCheck.defaults("full"), **GPU_SMALL}
+    out = ReferenceTrainCheck().run(CheckContext(device="cuda", params=p, profile="full"))
+    assert out.status is Status.PASS, out.reason
+    assert out.details["dtype"] == "bf16" and all(m.value == 1.0 for m in by_name(out, "reftrain_match"))
+    assert all(m.value > 0 for m in by_name(out, "reftrain_tflops"))
+    assert set(out.details["stack"]["cuda:0"]) == {"gpu", "driver", "cuda", "torch", "cublas"}
+
+
+@pytest.mark.gpu
+def test_gpu_fault_is_named_by_device_and_step(monkeypatch):
+    monkeypatch.setenv(FAULT_ENV, "cuda:0#1@9,cuda:1@9")  # one GPU: its second run; several: cuda:1
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    p = {**ReferenceTrainCheck.defaults("full"), **GPU_SMALL, "runs": 3}
+    out = ReferenceTrainCheck().run(CheckContext(device="cuda", params=p, profile="full"))
+    assert out.status is Status.FAIL
+    assert re.search(r"cuda:(0#1|1) departs from the other .*curve at step 9", out.reason), out.reason
