@@ -147,3 +147,21 @@ def test_gpu_fault_is_named_by_device_and_step(monkeypatch):
     out = ReferenceTrainCheck().run(CheckContext(device="cuda", params=p, profile="full"))
     assert out.status is Status.FAIL
     assert re.search(r"cuda:(0#1|1) departs from the other .*curve at step 9", out.reason), out.reason
+
+
+def test_several_devices_train_at_once_and_the_odd_one_is_named(monkeypatch):
+    """The several-GPU path (one thread per device) on three CPU device labels: they vote, the faulty one loses."""
+    import torch
+
+    from gpuaccept.checks.reftrain_task import make_task
+
+    monkeypatch.setenv(FAULT_ENV, "cpu:1@4")
+    p = {**ReferenceTrainCheck.defaults("full"), **SMALL, "cpu_steps": 10, "progress": 1.0}
+    ctx = CheckContext(device="cpu", params=p, profile="full")
+    devices = [torch.device("cpu"), torch.device("cpu", 0), torch.device("cpu", 1)]
+    from gpuaccept.checks.reference_train import shape_of
+
+    out = ReferenceTrainCheck()._train_all(ctx, devices, make_task(32, 1, 4, p["seed"]), shape_of(p, False))
+    assert out.status is Status.FAIL
+    assert out.reason == "cpu:1 departs from the other cpus' curve at step 4"
+    assert {m.device: m.value for m in by_name(out, "reftrain_match")} == {"cpu": 1.0, "cpu:0": 1.0, "cpu:1": 0.0}
