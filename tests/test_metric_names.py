@@ -165,6 +165,8 @@ def _cpu_params(name: str, cls: type[Check], tmp: Path) -> dict[str, Any]:
         "nbody": {"cpu_bodies": 128, "steps": 1},
         "stress": {"duration_s": 0.6, "window_s": 0.15, "cpu_threads": 1, "max_drop": 0.99},
         "agreement": {"cpu_size": 64, "chain": 4},
+        "reference_train": {"cpu_d_model": 32, "cpu_layers": 1, "cpu_seq": 16, "cpu_batch": 4, "cpu_steps": 4,
+                            "heads": 4, "runs": 1},
         "throughput": {"measure_s": 0.2, "warmup_steps": 1, "min_steps": 2, "models": ["cnn"]},
         "disk": {"path": str(tmp), "size_mib": 8, "runtime_s": 0.5, "min_free_gib": 0.0, "engine": "python"},
         "disk_space": {"paths": [str(tmp)]},
@@ -174,7 +176,7 @@ def _cpu_params(name: str, cls: type[Check], tmp: Path) -> dict[str, Any]:
 
 
 CPU_CHECKS = ["env", "disk_space", "compute", "memory", "memtest", "train", "nbody", "stress", "agreement",
-              "throughput", "disk"]
+              "reference_train", "throughput", "disk"]
 
 
 @pytest.mark.parametrize("name", CPU_CHECKS)
@@ -221,7 +223,8 @@ def test_recorded_nccl_tests_and_disk_figures_are_flagged_as_decided() -> None:
     assert misflagged(out.metrics) == []
 
 
-GPU_CHECKS = ["health", "compute", "memory", "p2p", "memtest", "stress", "agreement", "nbody", "train"]
+GPU_CHECKS = ["health", "compute", "memory", "p2p", "memtest", "stress", "agreement", "nbody", "train",
+              "reference_train"]
 
 
 @pytest.mark.gpu
@@ -234,6 +237,7 @@ def test_what_a_check_produces_on_a_gpu_is_declared(name: str, tmp_path: Path) -
         "memtest": {"fraction": 0.02},
         "p2p": {"size_mib": 32, "host_mib": 32, "iterations": 2},
         "stress": {"duration_s": 3.0, "window_s": 0.5},
+        "reference_train": {"d_model": 256, "layers": 2, "seq": 128, "batch": 4, "steps": 20},
     }
     params = {k: v for k, v in {**cls.defaults("quick"), **small.get(name, {})}.items() if cls.param(k) is not None}
     out = cls().run(CheckContext(device="cuda", params=params, profile="quick"))

@@ -136,7 +136,7 @@ def test_the_checks_that_only_take_stock_let_the_warm_process_import_beside_them
     reg = registry()
     quiet = {"env", "conformance", "health", "fabric", "disk_space"}
     timed = {"compute", "memory", "p2p", "memtest", "train", "nbody", "collectives", "ddp_train", "stress", "agreement",
-             "throughput", "disk", "nccl_tests"}
+             "reference_train", "throughput", "disk", "nccl_tests", "reference_train_ddp"}
     assert quiet | timed <= set(reg), (quiet | timed) - set(reg)
     assert {n for n in quiet | timed if reg[n].imports_beside} == quiet
     assert not [n for n, c in reg.items() if c.imports_beside and n not in quiet], "a new quiet check: add it here"

@@ -29,10 +29,10 @@ class ProfileInfo:
 
 PROFILES: dict[str, ProfileInfo] = {
     "quick": ProfileInfo("r1", "dcgmi diag -r 1 (seconds): deployment and software checks", 178),
-    "standard": ProfileInfo("r2", "dcgmi diag -r 2 (about 2 min): adds PCIe and memory", 836),
+    "standard": ProfileInfo("r2", "dcgmi diag -r 2 (about 2 min): adds PCIe and memory", 845),
     "full": ProfileInfo("r3", "dcgmi diag -r 3 (about 15 min): adds targeted stress and power, memory "
-                              "bandwidth, diagnostic GEMM", 4894),
-    "burnin": ProfileInfo("r4", "dcgmi diag -r 4 (an hour or more): extended stress and memtest", 1521),
+                              "bandwidth, diagnostic GEMM", 5070),
+    "burnin": ProfileInfo("r4", "dcgmi diag -r 4 (an hour or more): extended stress and memtest", 1993),
 }
 
 
@@ -74,12 +74,18 @@ CHECKS: dict[str, Equivalent] = {
                          "sustained GEMM; results compared with the first and with fp64, throughput drop"),
     "agreement": Equivalent("", "gpu-burn's error count (result comparison)",
                             "the same seeded GEMM chain on every GPU, hashes compared bitwise"),
+    "reference_train": Equivalent("", "a short MaxText, Megatron-LM or TorchTitan run per GPU, loss curves "
+                                  "compared", "a seeded GPT-style decoder: loss under the task's bound, per-step "
+                                  "bits identical across GPUs, model TFLOP/s against the bf16 peak"),
     "throughput": Equivalent("", "small MLPerf-style training benchmarks", "samples/s of a CNN and a transformer"),
     "disk": Equivalent("", "fio (sequential and 4k random)", "MB/s and IOPS of a scratch path"),
     "collectives": Equivalent("pcie (peer-to-peer and NVLink bandwidth)",
                               "nccl-tests all_reduce_perf, all_gather_perf, reduce_scatter_perf, alltoall_perf, "
                               "broadcast_perf, sendrecv_perf", "busbw per size and #wrong, through torch.distributed"),
     "ddp_train": Equivalent("", "a PyTorch DDP smoke test", "loss falls, parameters bit-identical on all ranks"),
+    "reference_train_ddp": Equivalent("", "a short torchrun MaxText/Megatron-LM/TorchTitan data-parallel run "
+                                      "compared with a one-GPU run", "the DDP loss curve within tolerance of one "
+                                      "device's, tokens/s per rank, the straggler named"),
     "nccl_tests": Equivalent("", "nccl-tests all_reduce_perf etc. (runs them)", "#wrong = 0, busbw vs the fabric"),
 }
 """Each built-in check's counterpart (a test holds that every registered built-in check has one)."""

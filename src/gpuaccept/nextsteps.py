@@ -131,6 +131,9 @@ RULES: tuple[Rule, ...] = (
     Rule("ddp_train", "metric:ddp_param_mismatch_ranks",
          ("ranks ended with different parameters: a GPU computing wrong results, or a collective corrupting data",),
          ("gpuaccept run --checks agreement,collectives", *_WRONG_RESULTS[1:])),
+    Rule("reference_train", "metric:reftrain_*match",
+         ("a GPU[ ({gpu})] trains to different bits from the other GPUs of its model (or the fleet's curve): "
+          "silent data corruption",), ("gpuaccept run --checks agreement,memtest", *_WRONG_RESULTS[1:])),
     Rule("train", "any", ("training did not converge as expected: a GPU computing wrong results",), _WRONG_RESULTS),
     Rule("collectives", "any", _COLL_CAUSES, _COLL_COMMANDS),
     Rule("nccl_tests", "any", _COLL_CAUSES,

@@ -31,10 +31,12 @@ BUILTIN_MODULES = (
     "gpuaccept.checks.nbody",
     "gpuaccept.checks.stress",
     "gpuaccept.checks.agreement",
+    "gpuaccept.checks.reference_train",
     "gpuaccept.checks.throughput",
     "gpuaccept.checks.disk",
     "gpuaccept.checks.collectives",
     "gpuaccept.checks.ddp",
+    "gpuaccept.checks.reference_train_ddp",
     "gpuaccept.checks.nccl_tests",
 )
 

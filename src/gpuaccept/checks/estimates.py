@@ -226,3 +226,22 @@ def nccl_tests(params: dict[str, Any], device: str, gpus: int) -> float | None:
         return None
     sizes, ops = sweep
     return sum(5.0 + collective_sweep(sizes, 1, ops, device) for _ in params["tests"])
+
+
+#: a reference training run's sustained model FLOP/s (reftrain_task.flops_per_token x tokens/s): a 2-core
+#: CPU in fp32, and a GPU in bf16 with the written-out attention (well below a datacenter GPU's rate)
+REFTRAIN_FLOPS = {"cpu": 5e9, "cuda": 100e12}
+
+
+def reference_train(params: dict[str, Any], device: str, gpus: int) -> float:
+    """The corpus (Python sampling, about 1 us per token), then ``steps`` on every GPU at once (``runs``
+    times in turn on a single device), at :data:`REFTRAIN_FLOPS`."""
+    from gpuaccept.checks.reftrain_task import ModelShape, flops_per_token
+
+    pre = "" if device == "cuda" else "cpu_"
+    shape = ModelShape(int(params["vocab"]), int(params[pre + "d_model"]), int(params[pre + "layers"]),
+                       int(params["heads"]), int(params[pre + "seq"]))
+    steps = int(params["steps" if device == "cuda" else "cpu_steps"])
+    tokens = steps * int(params["batch" if device == "cuda" else "cpu_batch"]) * shape.seq
+    runs = int(params["runs"]) if device == "cpu" or gpus <= 1 else 1
+    return 2.0 + 1e-6 * tokens + runs * tokens * flops_per_token(shape) / REFTRAIN_FLOPS[device]

@@ -15,6 +15,7 @@ and optionally the declarative thresholds to judge by::
       - {metric: "*", max_z: 5}
       - {metric: "gemm_*_tflops", min_fraction: 0.95}
       - {metric: "train_step_ms", sku: "h100_*", max_fraction: 1.1, severity: warn}
+    curves: [...]                     # optional; reference_train's per-step digests (baseline_curves)
 
 An entry's ``value`` is the median and ``mad`` the median absolute deviation
 (same unit) of ``n`` samples left after outlier trimming; ``dtype`` and
@@ -47,11 +48,12 @@ import yaml
 
 from gpuaccept.errors import ConfigError
 from gpuaccept.model import Metric, Status
+from gpuaccept.results.baseline_curves import CurveEntry, parse_curves
 from gpuaccept.results.samples import direction
 from gpuaccept.results.stats import DEFAULT_REL_FLOOR, bound_at_z
 
 SCHEMA = 1
-_TOP_KEYS = ("schema", "source", "skus", "thresholds")
+_TOP_KEYS = ("schema", "source", "skus", "thresholds", "curves")
 _SOURCE_KEYS = ("created", "nodes", "runs", "tool", "from", "trim_z", "note")
 _ENTRY_KEYS = ("metric", "value", "unit", "mad", "n", "dtype", "size_bytes", "nodes", "runs", "dropped")
 _BOUND_KEYS = ("min", "max", "min_fraction", "max_fraction", "max_z")
@@ -200,6 +202,8 @@ class Baseline:
     note: str | None = None
     thresholds: tuple[BaselineRule, ...] = ()
     path: str = "<baseline>"
+    #: reference_train's per-step digest sequences per configuration and stack (:mod:`.baseline_curves`)
+    curves: tuple[CurveEntry, ...] = ()
     _index: dict[tuple[str, str], list[BaselineEntry]] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -238,6 +242,8 @@ class Baseline:
                                       for sku, entries in sorted(self.skus.items())}}
         if self.thresholds:
             d["thresholds"] = [r.to_dict() for r in self.thresholds]
+        if self.curves:
+            d["curves"] = [c.to_dict() for c in self.curves]
         return d
 
     def to_yaml(self) -> str:
@@ -380,6 +386,7 @@ def parse_baseline(data: Any, source: str) -> Baseline:
         note=_text(src["note"], source, "source.note") if "note" in src else None,
         thresholds=parse_rules(top["thresholds"], source) if "thresholds" in top else (),
         path=source,
+        curves=parse_curves(top["curves"], source) if "curves" in top else (),
     )
 
 

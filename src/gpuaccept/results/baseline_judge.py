@@ -9,6 +9,7 @@ from pathlib import Path
 
 from gpuaccept.model import CheckResult, Metric, NodeReport, Status, Threshold, Verdict, miss_text, worst
 from gpuaccept.results.baseline import Baseline, BaselineEntry, BaselineRule, rounded
+from gpuaccept.results.baseline_curves import judge_curves
 from gpuaccept.results.samples import SkuResolver, clamp_to_domain, direction
 
 
@@ -36,7 +37,8 @@ def overlay_baseline(check: CheckResult, node: NodeReport, baseline: Baseline,
     values the metric can take (:func:`~gpuaccept.results.samples.domain`: a
     bandwidth's ``max_z`` bound below 0 when the spread is wide) is moved to
     the domain's edge and marked ``clamped``. Metrics without an entry only
-    get absolute (``min``/``max``) rules. Returns what changed.
+    get absolute (``min``/``max``) rules. A reference_train result is also compared with the baseline's
+    curves (:func:`~gpuaccept.results.baseline_curves.judge_curves`). Returns what changed.
     """
     resolver = SkuResolver(node)
     active = baseline.rules(rules)
@@ -66,6 +68,8 @@ def overlay_baseline(check: CheckResult, node: NodeReport, baseline: Baseline,
         if bound is not None:
             m.threshold = bound
         changed.append(Overlaid(m, entry, bound))
+    for m in judge_curves(check, baseline.curves, label):
+        changed.append(Overlaid(m, None, m.threshold))
     return changed
 
 
@@ -104,7 +108,7 @@ def apply_baseline(report: NodeReport, baseline: Baseline, rules: Sequence[Basel
         not_excused: list[str] = []
         for ch in changes:
             m, bound = ch.metric, ch.bound
-            old_expected, old_source, old_threshold = before[id(m)]
+            old_expected, old_source, old_threshold = before.get(id(m), (None, None, None))
             if bound is None:
                 continue
             if old_threshold is not None and not old_threshold.met_by(m.value) and bound.met_by(m.value) \

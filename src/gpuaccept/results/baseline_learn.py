@@ -9,7 +9,8 @@ import numpy as np
 
 from gpuaccept.model import ClusterReport, NodeReport
 from gpuaccept.results.baseline import Baseline, BaselineEntry, as_int
-from gpuaccept.results.samples import collect
+from gpuaccept.results.baseline_curves import CurveLearner
+from gpuaccept.results.samples import collect, node_reports
 from gpuaccept.results.stats import trim_outliers
 
 
@@ -27,11 +28,13 @@ def learn_baseline(reports: Iterable[NodeReport | ClusterReport], *, trim_z: flo
     are dropped and the median recomputed until none is dropped; groups left
     with fewer than ``min_samples`` values are omitted. Metrics that are never
     judged (instantaneous power, ...), skipped or errored checks and
-    non-finite values are ignored. ``runs`` counts node reports.
+    non-finite values are ignored. ``runs`` counts node reports. reference_train's per-step digests become
+    the baseline's ``curves`` (:class:`~gpuaccept.results.baseline_curves.CurveLearner`).
     """
     if not trim_z > 0 or min_samples < 1:
         raise ValueError("trim_z must be > 0 and min_samples >= 1")
-    s = collect(reports)
+    learner = CurveLearner()
+    s = collect(learner.tap(node_reports(reports)))
     host_ids: dict[str, int] = {}
     host_of_node = np.array([host_ids.setdefault(h, len(host_ids)) for h, _ in s.nodes], dtype=np.int64)
     entries: dict[str, list[BaselineEntry]] = {}
@@ -85,7 +88,7 @@ def learn_baseline(reports: Iterable[NodeReport | ClusterReport], *, trim_z: flo
         skus[sku] = tuple(sorted(entries[sku], key=lambda e: (e.metric, e.dtype or "",
                                                               -1 if e.size_bytes is None else e.size_bytes)))
     return Baseline(skus=skus, created=created or _now(), nodes=len(host_ids), runs=len(s.nodes), tool=_tool(),
-                    origin=tuple(origin), trim_z=trim_z)
+                    origin=tuple(origin), trim_z=trim_z, curves=learner.entries())
 
 
 def _size_tag(tags: tuple[tuple[str, str | int | float], ...]) -> int:
