@@ -9,7 +9,7 @@ import numpy as np
 
 from gpuaccept.model import ClusterReport, NodeReport
 from gpuaccept.results.baseline import Baseline, BaselineEntry, as_int
-from gpuaccept.results.samples import collect
+from gpuaccept.results.samples import Samples, collect
 from gpuaccept.results.stats import trim_outliers
 
 
@@ -29,9 +29,16 @@ def learn_baseline(reports: Iterable[NodeReport | ClusterReport], *, trim_z: flo
     judged (instantaneous power, ...), skipped or errored checks and
     non-finite values are ignored. ``runs`` counts node reports.
     """
+    return learn_baseline_samples(collect(reports), trim_z=trim_z, min_samples=min_samples, origin=origin,
+                                  created=created)
+
+
+def learn_baseline_samples(s: Samples, *, trim_z: float = 3.5, min_samples: int = 3, origin: Sequence[str] = (),
+                           created: str | None = None) -> Baseline:
+    """:func:`learn_baseline` of already collected samples (one node per node report, e.g. a cluster report's
+    metrics table, :mod:`gpuaccept.results.columns`)."""
     if not trim_z > 0 or min_samples < 1:
         raise ValueError("trim_z must be > 0 and min_samples >= 1")
-    s = collect(reports)
     host_ids: dict[str, int] = {}
     host_of_node = np.array([host_ids.setdefault(h, len(host_ids)) for h, _ in s.nodes], dtype=np.int64)
     entries: dict[str, list[BaselineEntry]] = {}
