@@ -87,7 +87,7 @@ def test_a_v3_history_holding_reruns_is_migrated_and_flagged(url: str) -> None:
     reps = _runs(2)
     write_old_history(url, reps, 3, "2026-11-24T00:00:00Z")
     with open_store(url) as store:
-        assert store.schema_version() == migrations.LATEST == 4
+        assert store.schema_version() == migrations.LATEST == 5
         first = store.metric_points(metric="train_loss_drop")
         both = store.metric_points(metric="train_loss_drop", reruns=True)
         assert store.get_run(reps[1].run_id).report.to_dict() == reps[1].to_dict()
@@ -97,6 +97,6 @@ def test_a_v3_history_holding_reruns_is_migrated_and_flagged(url: str) -> None:
     try:
         assert ex("SELECT name FROM checks WHERE rerun = 1 ORDER BY id", ()) == [("train",), ("train",)]
         assert ex("SELECT COUNT(*) FROM metrics WHERE rerun = 1", ()) == [(2 * len(reps[0].checks[-1].metrics),)]
-        assert ex("SELECT version FROM schema_version ORDER BY version", ()) == [(1,), (2,), (3,), (4,)]
+        assert ex("SELECT version FROM schema_version ORDER BY version", ()) == [(1,), (2,), (3,), (4,), (5,)]
     finally:
         close()

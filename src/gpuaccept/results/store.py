@@ -39,10 +39,10 @@ from gpuaccept.errors import GpuacceptError, InputError
 from gpuaccept.model import ClusterReport, NodeReport
 from gpuaccept.results import migrations
 from gpuaccept.results.dburl import DbUrl
+from gpuaccept.results.metricrows import VALUE_COLUMNS, value_rows
 from gpuaccept.results.rows import (
     CHECK_COLUMNS,
     HARDWARE_COLUMNS,
-    METRIC_COLUMNS,
     RUN_COLUMNS,
     FlatRun,
     flatten_cluster,
@@ -304,7 +304,7 @@ class Store(abc.ABC):
         given = set(pks)
         pks = [p for p in children if p not in given] + pks
         marks = ",".join("?" * len(pks))
-        self._execute(f"DELETE FROM metrics WHERE run IN ({marks})", pks)
+        self._execute(f"DELETE FROM metric_values WHERE run IN ({marks})", pks)
         self._execute(f"DELETE FROM hardware WHERE run IN ({marks})", pks)
         self._execute(f"DELETE FROM checks WHERE run IN ({marks})", pks)
         self._execute(f"UPDATE runs SET parent = NULL WHERE id IN ({marks})", pks)
@@ -329,7 +329,8 @@ class Store(abc.ABC):
 
     def _flush(self, bulk: dict[str, list[tuple[Any, ...]]]) -> None:
         if bulk["metrics"]:
-            self._bulk_insert("metrics", ("run", "check_id", *METRIC_COLUMNS), bulk["metrics"])
+            self._bulk_insert("metric_values", VALUE_COLUMNS,
+                              value_rows(bulk["metrics"], self._execute, self._bulk_insert))
         if bulk["hardware"]:
             self._bulk_insert("hardware", ("run", *HARDWARE_COLUMNS), bulk["hardware"])
 

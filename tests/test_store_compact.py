@@ -1,0 +1,109 @@
+"""History schema v5 (issue #27): a metric row holds ids and numbers; names and places are stored once each."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuaccept.results import migrations
+from gpuaccept.results.history import open_store
+from tests.pg_server import shared_server
+from tests.store_reports import T0, cluster_report, metrics_per_node
+from tests.test_store import _raw, write_old_history
+
+HOSTS = [f"n{i:03d}" for i in range(12)]
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'history.db'}"
+    return shared_server().new_database()
+
+
+def _points(url: str) -> list[dict[str, Any]]:
+    with open_store(url) as store:
+        return [p.to_dict() for p in store.metric_points(reruns=True)]
+
+
+def _count(url: str, sql: str) -> int:
+    ex, close, _ = _raw(url)
+    try:
+        return int(ex(sql, ())[0][0])
+    finally:
+        close()
+
+
+def test_each_name_and_place_is_stored_once_however_many_nodes_and_runs(url: str) -> None:
+    with open_store(url) as store:
+        store.add_cluster_report(cluster_report("c1", HOSTS))
+    keys, places = _count(url, "SELECT COUNT(*) FROM metric_keys"), _count(url, "SELECT COUNT(*) FROM metric_places")
+    values = _count(url, "SELECT COUNT(*) FROM metric_values")
+    assert values == metrics_per_node() * len(HOSTS) == _count(url, "SELECT COUNT(*) FROM metrics")
+    per_node_places = places // len(HOSTS)
+    assert places == per_node_places * len(HOSTS) and 1 <= per_node_places < metrics_per_node()
+    assert keys < metrics_per_node()  # shared by the nodes: the same metrics on each
+    with open_store(url) as store:   # a second run of the same fleet adds values only
+        store.add_cluster_report(cluster_report("c2", HOSTS, T0 + 3600))
+    assert _count(url, "SELECT COUNT(*) FROM metric_keys") == keys
+    assert _count(url, "SELECT COUNT(*) FROM metric_places") == places
+    assert _count(url, "SELECT COUNT(*) FROM metric_values") == 2 * values
+    with open_store(url) as store:   # stored again: replaced, not doubled
+        store.add_cluster_report(cluster_report("c2", HOSTS, T0 + 3600))
+    assert _count(url, "SELECT COUNT(*) FROM metric_values") == 2 * values
+
+
+def test_a_v4_history_migrates_to_the_same_points_as_a_new_one(url: str, tmp_path: Path) -> None:
+    reports = [n.report for n in cluster_report("old", HOSTS[:4]).nodes if n.report is not None]
+    write_old_history(url, reports, 4)
+    assert _count(url, "SELECT COUNT(*) FROM metrics") == metrics_per_node() * 4  # the v4 table
+    migrated = _points(url)
+    fresh = f"sqlite:///{tmp_path / 'fresh.db'}" if url.startswith("sqlite") else shared_server().new_database()
+    with open_store(fresh) as store:
+        for rep in reports:
+            store.add_node_report(rep)
+    assert len(migrated) == metrics_per_node() * 4
+    assert migrated == _points(fresh)
+    ex, close, _ = _raw(url)
+    try:
+        assert [r[0] for r in ex("SELECT version FROM schema_version ORDER BY version", ())] == [1, 2, 3, 4, 5]
+    finally:
+        close()
+    assert migrations.LATEST == 5
+
+
+def test_trend_and_gpu_history_queries_use_the_indexes(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    with open_store(url) as store:
+        store.add_cluster_report(cluster_report("c1", HOSTS))
+    db = sqlite3.connect(tmp_path / "h.db")
+    try:
+        def plan(where: str) -> str:
+            rows = db.execute("EXPLAIN QUERY PLAN SELECT m.value FROM metrics m JOIN runs r ON r.id = m.run "
+                              f"WHERE {where}").fetchall()
+            return " | ".join(str(r[-1]) for r in rows)
+        by_name = plan("m.name = 'gemm_bf16_tflops'")
+        assert "metric_keys_name" in by_name and "metric_values_key_place" in by_name, by_name
+        by_host = plan("m.host = 'n001' AND m.name = 'gemm_bf16_tflops'")
+        assert "USING INDEX" in by_host and "SCAN v" not in by_host, by_host
+        by_gpu = plan("m.hw_id = 'GPU-x'")
+        assert "metric_places_hw_id" in by_gpu and "SCAN v" not in by_gpu, by_gpu
+    finally:
+        db.close()
+
+
+def test_a_value_row_is_ids_and_numbers(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    with open_store(url):
+        pass
+    db = sqlite3.connect(tmp_path / "h.db")
+    try:
+        cols = {r[1]: r[2] for r in db.execute("PRAGMA table_info(metric_values)")}
+    finally:
+        db.close()
+    assert cols == {"id": "INTEGER", "run": "BIGINT", "check_id": "BIGINT", "key": "BIGINT", "place": "BIGINT",
+                    "value": "DOUBLE PRECISION", "expected": "DOUBLE PRECISION", "threshold_op": "TEXT",
+                    "threshold_value": "DOUBLE PRECISION", "rerun": "SMALLINT"}
