@@ -76,23 +76,30 @@ def test_a_v4_history_migrates_to_the_same_points_as_a_new_one(url: str, tmp_pat
 
 
 def test_trend_and_gpu_history_queries_use_the_indexes(tmp_path: Path) -> None:
+    """The queries ``trend --host``, ``history --gpu`` and baselines make look values up through indexes,
+    never by walking every value (SQLite's plan of the store's own statements)."""
     url = f"sqlite:///{tmp_path / 'h.db'}"
+    plans: list[str] = []
     with open_store(url) as store:
         store.add_cluster_report(cluster_report("c1", HOSTS))
-    db = sqlite3.connect(tmp_path / "h.db")
-    try:
-        def plan(where: str) -> str:
-            rows = db.execute("EXPLAIN QUERY PLAN SELECT m.value FROM metrics m JOIN runs r ON r.id = m.run "
-                              f"WHERE {where}").fetchall()
-            return " | ".join(str(r[-1]) for r in rows)
-        by_name = plan("m.name = 'gemm_bf16_tflops'")
-        assert "metric_keys_name" in by_name and "metric_values_key_place" in by_name, by_name
-        by_host = plan("m.host = 'n001' AND m.name = 'gemm_bf16_tflops'")
-        assert "USING INDEX" in by_host and "SCAN v" not in by_host, by_host
-        by_gpu = plan("m.hw_id = 'GPU-x'")
-        assert "metric_places_hw_id" in by_gpu and "SCAN v" not in by_gpu, by_gpu
-    finally:
-        db.close()
+        execute = store._execute
+
+        def explained(sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
+            if "metric_values" in sql or "FROM metrics" in sql:
+                plans.append(" | ".join(str(r[-1]) for r in execute("EXPLAIN QUERY PLAN " + sql, params)))
+            return execute(sql, params)
+
+        store._execute = explained  # type: ignore[method-assign]
+        series = store.metric_series("n001", "gemm_bf16_tflops")
+        by_gpu = store.metric_points(hw_ids=["GPU-x"])
+        fleet = store.metric_points(metric="gemm_bf16_tflops", sku="h100-sxm5-80gb")
+    assert len(series) == 2 and by_gpu == [] and len(fleet) == 2 * len(HOSTS)
+    host_plan, gpu_plan, fleet_plan = plans
+    assert "metric_values_key_place (key=? AND place=?)" in host_plan, host_plan
+    assert "metric_places_hw_id" in gpu_plan and "metric_values_place_key (place=?)" in gpu_plan, gpu_plan
+    assert "metric_keys_name" in fleet_plan, fleet_plan
+    for plan in plans:
+        assert "SCAN" not in plan, plan
 
 
 def test_a_value_row_is_ids_and_numbers(tmp_path: Path) -> None:

@@ -236,11 +236,11 @@ _V5 = (
     "CREATE INDEX metric_places_hw_id ON metric_places (hw_id)",
     "CREATE INDEX metric_values_run ON metric_values (run)",
     "CREATE INDEX metric_values_key_place ON metric_values (key, place)",
-    "CREATE INDEX metric_values_place ON metric_values (place)",
+    "CREATE INDEX metric_values_place_key ON metric_values (place, key)",
     # The rows as before, for every reader (trend, history --gpu, baselines, compare, people with sqlite3).
     """CREATE VIEW metrics AS SELECT v.id, v.run, v.check_id, p.host, k.check_name, k.name, p.device, v.value,
         k.unit, v.expected, v.threshold_op, v.threshold_value, k.dtype, k.size_bytes, k.tags_json, v.rerun,
-        p.hw_kind, p.hw_id, p.hw_serial
+        p.hw_kind, p.hw_id, p.hw_serial, v.key, v.place
         FROM metric_values v JOIN metric_keys k ON k.id = v.key JOIN metric_places p ON p.id = v.place""",
 )
 

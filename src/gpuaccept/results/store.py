@@ -501,17 +501,30 @@ class Store(abc.ABC):
         """
         where: list[str] = [] if reruns else ["m.rerun = 0"]
         params: list[Any] = []
-        for col, value in (("m.name", metric), ("m.check_name", check), ("m.device", device), ("r.sku", sku)):
+        # What and where a value is are looked up in their own tables first (indexed), then the values by
+        # (key, place): without statistics SQLite would otherwise walk every value of a metric name.
+        sub: dict[str, tuple[list[str], list[Any]]] = {"metric_keys": ([], []), "metric_places": ([], []),
+                                                       "": ([], [])}
+        for table, col, value in (("metric_keys", "name", metric), ("metric_keys", "check_name", check),
+                                  ("metric_places", "device", device), ("", "r.sku", sku)):
             if value is not None:
-                where.append(f"{col} = ?")
-                params.append(value)
-        for col, values in (("m.host", hosts), ("r.run_id", run_ids), ("m.hw_id", hw_ids)):
+                sub[table][0].append(f"{col} = ?")
+                sub[table][1].append(value)
+        for table, col, values in (("metric_places", "host", hosts), ("", "r.run_id", run_ids),
+                                   ("metric_places", "hw_id", hw_ids)):
             if values is not None:
                 values = list(values)
                 if not values:
                     return []
-                where.append(f"{col} IN ({','.join('?' * len(values))})")
+                sub[table][0].append(f"{col} IN ({','.join('?' * len(values))})")
+                sub[table][1].extend(values)
+        for table, column in (("metric_keys", "m.key"), ("metric_places", "m.place")):
+            conds, values = sub[table]
+            if conds:
+                where.append(f"{column} IN (SELECT id FROM {table} WHERE {' AND '.join(conds)})")
                 params += values
+        where += sub[""][0]
+        params += sub[""][1]
         if since is not None:
             where.append("r.started_ts >= ?")
             params.append(float(since))
