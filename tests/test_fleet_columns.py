@@ -152,3 +152,14 @@ def test_merging_tables_keeps_every_row_and_its_names() -> None:
         assert [m.skus[k] for k in m.sku[rows]] == [s.skus[k] for k in s.sku]
         assert [m.devices[k] for k in m.device[rows]] == [s.devices[k] for k in s.device]
     assert set(m.skus) == {"h100_sxm", "a100_sxm4_80gb"}
+
+
+def test_a_table_that_unpacks_past_the_limit_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpuaccept.results.columns as columns
+
+    path = _gathered(tmp_path, _slow_fleet())
+    np.savez_compressed(table_path(path), meta=np.zeros(1, np.uint8), value=np.zeros(8 << 20))  # 64 MiB of zeros
+    assert table_path(path).stat().st_size < 1 << 20
+    monkeypatch.setattr(columns, "MAX_TABLE_BYTES", 16 << 20)
+    with pytest.raises(columns.InputError, match="once unpacked"):
+        read_table(path)

@@ -121,6 +121,8 @@ def read_table(report: Path) -> tuple[Samples, dict[str, dict[str, Any]]] | None
             return None
         try:
             with np.load(fh, allow_pickle=False) as z:
+                if sum(i.file_size for i in z.zip.infolist()) > MAX_TABLE_BYTES:
+                    raise ValueError(f"more than {MAX_TABLE_BYTES >> 20} MiB once unpacked")
                 meta = json.loads(bytes(z["meta"]).decode("utf-8"))
                 if not isinstance(meta, dict) or meta.get("format") != FORMAT:
                     return None
