@@ -28,6 +28,7 @@ def test_bench_fleet_smoke(tmp_path: Path) -> None:
     run = next((tmp_path / "n6").glob("*-fleet6"))
     cluster = json.loads((run / "cluster-report.json").read_text())
     assert [e["state"] for e in cluster["nodes"]] == ["reported"] * 6 and cluster["verdict"] == "success"
+    assert (run / "cluster-report.metrics.npz").stat().st_size > 0  # the columnar table analyze read
     node = json.loads((run / "gpu00003" / "report.json").read_text())
     coll = next(c for c in node["checks"] if c["name"] == "collectives")
     per_rank = {r: [m["name"] for m in coll["metrics"] if m["tags"]["rank"] == r] for r in range(4)}

@@ -32,7 +32,7 @@ from gpuaccept.errors import GpuacceptError, InputError, UsageError
 from gpuaccept.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNNING
 from gpuaccept.launch.collect import (
     CLUSTER_REPORT,
-    analysed,
+    analysed_table,
     backend_reports,
     progress,
     read_reports_tolerant,
@@ -434,7 +434,8 @@ def _finish(backend: Any, submission: Any, spec: Any, plan: Any, outcome: Any, s
                                 expected_nodes=spec.nodes, job_id=submission.job_id)
         cluster.analysis["job"] = {"state": state.state, "ok": state.ok, "detail": state.detail,
                                    "timed_out": outcome.timed_out, "interrupted": outcome.interrupted}
-        path = write_cluster(analysed(cluster), run_dir, args.cluster_report)
+        cluster, table = analysed_table(cluster)
+        path = write_cluster(cluster, run_dir, args.cluster_report, table)
         for line in summary_lines(cluster):
             print(line, flush=True)
         print(f"[RESULT] cluster report: {path}", flush=True)
@@ -588,7 +589,8 @@ def _cmd_gather(args: argparse.Namespace) -> int:
                             backend=str(job.get("backend") or "unknown"), started=str(job.get("started") or utc_now()),
                             finished=utc_now(), expected_hosts=hosts, expected_nodes=nodes,
                             job_id=job.get("job_id"))
-    path = write_cluster(analysed(cluster), run_dir, args.cluster_report)
+    cluster, table = analysed_table(cluster)
+    path = write_cluster(cluster, run_dir, args.cluster_report, table)
     for line in summary_lines(cluster):
         print(line)
     print(f"[RESULT] cluster report: {path}")

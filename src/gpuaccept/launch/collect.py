@@ -88,12 +88,21 @@ def backend_reports(backend: Any, submission: Any, spec: Any, run_dir: Path) -> 
 def analysed(cluster: Any) -> Any:
     """The cluster report with outlier analysis across its GPUs and nodes added (``analysis`` keys
     ``outliers`` and ``stats``); an outlier is evidence for the operator, not a verdict."""
-    from gpuaccept.results.analysis import analyze
+    return analysed_table(cluster)[0]
+
+
+def analysed_table(cluster: Any) -> tuple[Any, tuple[Any, dict[str, Any]]]:
+    """:func:`analysed`, and the metrics table it was computed from: ``(samples, configs)`` for
+    :func:`write_cluster` (:mod:`gpuaccept.results.columns`)."""
+    from gpuaccept.results.analysis import analyze_samples
     from gpuaccept.results.conformance_fleet import configs_of_reports, drift_lines, drift_summary, fleet_drift
     from gpuaccept.results.coverage import coverage_line, coverage_of, outlier_line
+    from gpuaccept.results.samples import collect
 
-    cluster.analysis.update(analyze(cluster))
-    drift = fleet_drift(configs_of_reports([cluster]))
+    samples = collect([cluster])
+    configs = configs_of_reports([cluster])
+    cluster.analysis.update(analyze_samples(samples))
+    drift = fleet_drift(configs)
     if drift["groups"]:
         cluster.analysis["conformance"] = drift
         if drift["odd"] or drift["split"]:
@@ -105,14 +114,18 @@ def analysed(cluster: Any) -> Any:
     if outliers or cov["fully"] < cov["groups"]:
         print(f"[RESULT] outlier analysis: {outlier_line(cluster.analysis, len(outliers))}; "
               f"{coverage_line(cluster.analysis)}; see 'gpuaccept report' or 'gpuaccept analyze'", flush=True)
-    return cluster
+    return cluster, (samples, configs)
 
 
-def write_cluster(cluster: Any, run_dir: Path, extra: str | None) -> Path:
+def write_cluster(cluster: Any, run_dir: Path, extra: str | None, table: tuple[Any, dict[str, Any]] | None = None
+                  ) -> Path:
     """Write ``<run_dir>/cluster-report.json`` (replaced atomically), and a copy at ``extra`` when given. A
     cluster of more than 64 nodes, or too big to read whole, is written a node at a time in the line layout
-    (:mod:`gpuaccept.results.clusterfile`), never as one string."""
+    (:mod:`gpuaccept.results.clusterfile`), never as one string. With ``table`` (from :func:`analysed_table`),
+    its metrics table is written beside each (``cluster-report.metrics.npz``, :mod:`gpuaccept.results.columns`);
+    without, a table left there by an earlier gather is removed."""
     from gpuaccept.results.clusterfile import write_cluster_file
+    from gpuaccept.results.columns import remove_table, write_table
 
     path = run_dir / CLUSTER_REPORT
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -120,10 +133,19 @@ def write_cluster(cluster: Any, run_dir: Path, extra: str | None) -> Path:
     with open(tmp, "w", encoding="utf-8") as fh:
         write_cluster_file(cluster, fh)
     os.replace(tmp, path)
+    try:
+        if table is not None:
+            write_table(table[0], table[1], path)
+        else:
+            remove_table(path)
+    except OSError as exc:
+        raise InputError(f"cannot write the metrics table beside {path}: {exc.strerror}") from None
     if extra:
         try:
             Path(extra).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, extra)
+            if table is not None:
+                write_table(table[0], table[1], Path(extra))
         except OSError as exc:
             raise InputError(f"cannot write --cluster-report {extra}: {exc.strerror}; "
                              f"the cluster report is in {path}") from None

@@ -46,17 +46,24 @@ def format_outlier(o: dict[str, Any]) -> str:
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     from gpuaccept.errors import InputError
-    from gpuaccept.results.analysis import OutlierPolicy, analyze
+    from gpuaccept.results.analysis import OutlierPolicy, analyze_samples
     from gpuaccept.results.baseline_cli import read_report_files, write_output
+    from gpuaccept.results.columns import tables_of
     from gpuaccept.results.conformance_fleet import configs_of_reports, drift_lines, drift_summary, fleet_drift
     from gpuaccept.results.coverage import coverage_line, outlier_line
+    from gpuaccept.results.samples import collect
 
-    items = read_report_files(args.paths)
-    if not items:
-        raise InputError(f"no gpuaccept reports found in {', '.join(args.paths)}")
     policy = OutlierPolicy(max_z=args.max_z, min_siblings=args.min_siblings, min_nodes=args.min_nodes)
-    result = analyze(items, policy)
-    drift = fleet_drift(configs_of_reports(items))
+    table = tables_of(args.paths)  # cluster reports with their metrics table beside them: no report re-read
+    if table is not None:
+        samples, configs = table
+    else:
+        items = read_report_files(args.paths)
+        if not items:
+            raise InputError(f"no gpuaccept reports found in {', '.join(args.paths)}")
+        samples, configs = collect(items), configs_of_reports(items)
+    result = analyze_samples(samples, policy)
+    drift = fleet_drift(configs)
     if drift["groups"]:  # the configuration first: a drifted node explains the outliers it causes
         result = {"conformance": drift, **result}
     text = json.dumps(result, indent=2) + "\n"

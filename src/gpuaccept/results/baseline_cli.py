@@ -169,7 +169,8 @@ def check_rule_names(rules: Sequence[Any], source: str, checks: Sequence[str] | 
 def cmd_create(args: argparse.Namespace) -> int:
     from gpuaccept.errors import InputError, UsageError
     from gpuaccept.results.baseline import load_rules
-    from gpuaccept.results.baseline_learn import learn_baseline
+    from gpuaccept.results.baseline_learn import learn_baseline, learn_baseline_samples
+    from gpuaccept.results.columns import tables_of
 
     if bool(args.paths) == bool(args.history):
         raise UsageError("baseline create needs --from PATH... or --history (one of them)")
@@ -184,11 +185,18 @@ def cmd_create(args: argparse.Namespace) -> int:
                 raise InputError("no node runs in the history match (see 'gpuaccept history --all-nodes')")
             baseline = learn_baseline(stream, trim_z=args.max_z, min_samples=args.min_samples, origin=origin)
     else:
-        items = read_report_files(args.paths)
         origin = [str(p) for p in args.paths]
-        if not items:
-            raise InputError(f"no gpuaccept reports found in {', '.join(args.paths)}")
-        baseline = learn_baseline(items, trim_z=args.max_z, min_samples=args.min_samples, origin=origin)
+        table = tables_of(args.paths)  # cluster reports with their metrics table beside them: no report re-read
+        if table is not None and any(k.check == "reference_train" for k in table[0].keys):
+            table = None  # reference_train's per-step digests (the baseline's curves) are in the reports only
+        if table is not None:
+            baseline = learn_baseline_samples(table[0], trim_z=args.max_z, min_samples=args.min_samples,
+                                              origin=origin)
+        else:
+            items = read_report_files(args.paths)
+            if not items:
+                raise InputError(f"no gpuaccept reports found in {', '.join(args.paths)}")
+            baseline = learn_baseline(items, trim_z=args.max_z, min_samples=args.min_samples, origin=origin)
     if not len(baseline):
         raise InputError(f"no metric had {args.min_samples} or more usable values in {baseline.runs} report(s) "
                          f"(lower --min-samples, or check the reports ran any measurement)")

@@ -9,8 +9,8 @@ import numpy as np
 
 from gpuaccept.model import ClusterReport, NodeReport
 from gpuaccept.results.baseline import Baseline, BaselineEntry, as_int
-from gpuaccept.results.baseline_curves import CurveLearner
-from gpuaccept.results.samples import collect, node_reports
+from gpuaccept.results.baseline_curves import CurveEntry, CurveLearner
+from gpuaccept.results.samples import Samples, collect, node_reports
 from gpuaccept.results.stats import trim_outliers
 
 
@@ -31,10 +31,18 @@ def learn_baseline(reports: Iterable[NodeReport | ClusterReport], *, trim_z: flo
     non-finite values are ignored. ``runs`` counts node reports. reference_train's per-step digests become
     the baseline's ``curves`` (:class:`~gpuaccept.results.baseline_curves.CurveLearner`).
     """
-    if not trim_z > 0 or min_samples < 1:
-        raise ValueError("trim_z must be > 0 and min_samples >= 1")
     learner = CurveLearner()
     s = collect(learner.tap(node_reports(reports)))
+    return learn_baseline_samples(s, trim_z=trim_z, min_samples=min_samples, origin=origin, created=created,
+                                  curves=learner.entries())
+
+
+def learn_baseline_samples(s: Samples, *, trim_z: float = 3.5, min_samples: int = 3, origin: Sequence[str] = (),
+                           created: str | None = None, curves: Sequence[CurveEntry] = ()) -> Baseline:
+    """:func:`learn_baseline` of already collected samples (one node per node report, e.g. a cluster report's
+    metrics table, :mod:`gpuaccept.results.columns`); ``curves``: reference_train's learnt curves, if any."""
+    if not trim_z > 0 or min_samples < 1:
+        raise ValueError("trim_z must be > 0 and min_samples >= 1")
     host_ids: dict[str, int] = {}
     host_of_node = np.array([host_ids.setdefault(h, len(host_ids)) for h, _ in s.nodes], dtype=np.int64)
     entries: dict[str, list[BaselineEntry]] = {}
@@ -88,7 +96,7 @@ def learn_baseline(reports: Iterable[NodeReport | ClusterReport], *, trim_z: flo
         skus[sku] = tuple(sorted(entries[sku], key=lambda e: (e.metric, e.dtype or "",
                                                               -1 if e.size_bytes is None else e.size_bytes)))
     return Baseline(skus=skus, created=created or _now(), nodes=len(host_ids), runs=len(s.nodes), tool=_tool(),
-                    origin=tuple(origin), trim_z=trim_z, curves=learner.entries())
+                    origin=tuple(origin), trim_z=trim_z, curves=tuple(curves))
 
 
 def _size_tag(tags: tuple[tuple[str, str | int | float], ...]) -> int:

@@ -31,7 +31,6 @@ import random
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import asdict, dataclass, field
 from types import TracebackType
 from typing import Any, ClassVar, TypeVar
 
@@ -40,10 +39,11 @@ from gpuaccept.model import ClusterReport, NodeReport
 from gpuaccept.results import migrations
 from gpuaccept.results.config_history import CONFIG_COLUMNS
 from gpuaccept.results.dburl import DbUrl
+from gpuaccept.results.metricrows import VALUE_COLUMNS, value_rows
+from gpuaccept.results.records import MetricPoint, RunSummary, Sighting, StoredRun
 from gpuaccept.results.rows import (
     CHECK_COLUMNS,
     HARDWARE_COLUMNS,
-    METRIC_COLUMNS,
     RUN_COLUMNS,
     FlatRun,
     flatten_cluster,
@@ -56,98 +56,6 @@ T = TypeVar("T")
 
 class StoreError(GpuacceptError):
     """The history store could not be used: unreachable, busy too long, no permission, driver missing."""
-
-
-@dataclass(frozen=True)
-class RunSummary:
-    """One row of ``gpuaccept history``.
-
-    ``kind`` is ``node`` or ``cluster``; ``host`` is empty for a cluster run;
-    ``checks`` counts checks by status (for a cluster: over all its nodes);
-    ``failed`` names failed or errored checks (node) or nodes that did not
-    succeed (cluster); ``parent_run_id`` is the cluster run a node run belongs to.
-    """
-
-    run_id: str
-    kind: str
-    host: str
-    started: str
-    finished: str | None
-    verdict: str
-    profile: str | None
-    sku: str | None
-    backend: str | None
-    parent_run_id: str | None
-    nodes: int
-    expected_nodes: int | None
-    checks: dict[str, int] = field(default_factory=dict)
-    failed: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass
-class StoredRun:
-    """A run read back: its summary and the report (node or cluster, node reports attached)."""
-
-    summary: RunSummary
-    report: NodeReport | ClusterReport
-
-
-@dataclass(frozen=True)
-class MetricPoint:
-    """One stored metric value with where and when it was measured.
-
-    ``value`` is None where the report had NaN or infinity; ``started`` is the
-    run's start (ISO 8601 UTC) and ``started_ts`` the same in epoch seconds.
-    ``hw_kind``/``hw_id``/``hw_serial``: the hardware measured (gpu, nic or
-    node; GPU UUID, port GUID or board serial), None where unknown. ``rerun``: the value
-    is from a ``run --budget`` deeper re-run, not the run's first pass.
-    """
-
-    run_id: str
-    host: str
-    sku: str | None
-    started: str
-    started_ts: float
-    check: str
-    name: str
-    device: str | None
-    value: float | None
-    unit: str
-    expected: float | None
-    threshold_op: str | None
-    threshold_value: float | None
-    dtype: str | None
-    size_bytes: int | None
-    tags: dict[str, Any]
-    hw_kind: str | None = None
-    hw_id: str | None = None
-    hw_serial: str | None = None
-    rerun: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class Sighting:
-    """Where a piece of hardware was: in ``runs`` node runs on ``host`` as ``device`` (None: the node
-    itself) from ``first`` to ``last`` (run starts, ISO 8601 UTC; ``first_ts`` in epoch seconds)."""
-
-    kind: str
-    hw_id: str
-    serial: str | None
-    host: str
-    device: str | None
-    first: str
-    last: str
-    first_ts: float
-    runs: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 _SUMMARY_SQL = """SELECT r.id, r.run_id, r.kind, r.host, r.started, r.finished, r.verdict, r.profile, r.sku,
@@ -305,7 +213,7 @@ class Store(abc.ABC):
         given = set(pks)
         pks = [p for p in children if p not in given] + pks
         marks = ",".join("?" * len(pks))
-        self._execute(f"DELETE FROM metrics WHERE run IN ({marks})", pks)
+        self._execute(f"DELETE FROM metric_values WHERE run IN ({marks})", pks)
         self._execute(f"DELETE FROM hardware WHERE run IN ({marks})", pks)
         self._execute(f"DELETE FROM config WHERE run IN ({marks})", pks)
         self._execute(f"DELETE FROM checks WHERE run IN ({marks})", pks)
@@ -332,7 +240,8 @@ class Store(abc.ABC):
 
     def _flush(self, bulk: dict[str, list[tuple[Any, ...]]]) -> None:
         if bulk["metrics"]:
-            self._bulk_insert("metrics", ("run", "check_id", *METRIC_COLUMNS), bulk["metrics"])
+            self._bulk_insert("metric_values", VALUE_COLUMNS,
+                              value_rows(bulk["metrics"], self._execute, self._bulk_insert))
         if bulk["hardware"]:
             self._bulk_insert("hardware", ("run", *HARDWARE_COLUMNS), bulk["hardware"])
         if bulk["config"]:
@@ -509,17 +418,30 @@ class Store(abc.ABC):
         """
         where: list[str] = [] if reruns else ["m.rerun = 0"]
         params: list[Any] = []
-        for col, value in (("m.name", metric), ("m.check_name", check), ("m.device", device), ("r.sku", sku)):
+        # What and where a value is are looked up in their own tables first (indexed), then the values by
+        # (key, place): without statistics SQLite would otherwise walk every value of a metric name.
+        sub: dict[str, tuple[list[str], list[Any]]] = {"metric_keys": ([], []), "metric_places": ([], []),
+                                                       "": ([], [])}
+        for table, col, value in (("metric_keys", "name", metric), ("metric_keys", "check_name", check),
+                                  ("metric_places", "device", device), ("", "r.sku", sku)):
             if value is not None:
-                where.append(f"{col} = ?")
-                params.append(value)
-        for col, values in (("m.host", hosts), ("r.run_id", run_ids), ("m.hw_id", hw_ids)):
+                sub[table][0].append(f"{col} = ?")
+                sub[table][1].append(value)
+        for table, col, values in (("metric_places", "host", hosts), ("", "r.run_id", run_ids),
+                                   ("metric_places", "hw_id", hw_ids)):
             if values is not None:
                 values = list(values)
                 if not values:
                     return []
-                where.append(f"{col} IN ({','.join('?' * len(values))})")
+                sub[table][0].append(f"{col} IN ({','.join('?' * len(values))})")
+                sub[table][1].extend(values)
+        for table, column in (("metric_keys", "m.key"), ("metric_places", "m.place")):
+            conds, values = sub[table]
+            if conds:
+                where.append(f"{column} IN (SELECT id FROM {table} WHERE {' AND '.join(conds)})")
                 params += values
+        where += sub[""][0]
+        params += sub[""][1]
         if since is not None:
             where.append("r.started_ts >= ?")
             params.append(float(since))

@@ -1,0 +1,64 @@
+"""Metric rows as the history stores them since schema v6: ids and numbers (issue #27: fleet scale).
+
+A flattened metric row (``run``, ``check_id``, then :data:`~gpuaccept.results.rows.METRIC_COLUMNS`) is split
+into its *key* (what was measured: check, name, unit, tags, dtype, size; a ``metric_keys`` row shared by
+every node and run), its *place* (host, device and the hardware measured; a ``metric_places`` row shared by
+every run of that device) and a ``metric_values`` row of ids and numbers. The ``metrics`` view joins them back
+into the rows as before. Keys and places are looked up, and the missing ones bulk-inserted, once per batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from operator import itemgetter
+from typing import Any
+
+from gpuaccept.results.rows import METRIC_COLUMNS
+
+KEY_COLUMNS = ("check_name", "name", "unit", "tags_json", "dtype", "size_bytes")
+PLACE_COLUMNS = ("host", "device", "hw_kind", "hw_id", "hw_serial")
+VALUE_COLUMNS = ("run", "check_id", "key", "place", "value", "expected", "threshold_op", "threshold_value", "rerun")
+
+_FLAT = ("run", "check_id", *METRIC_COLUMNS)
+_key_of = itemgetter(*(_FLAT.index(c) for c in KEY_COLUMNS))
+_place_of = itemgetter(*(_FLAT.index(c) for c in PLACE_COLUMNS))
+_numbers_of = itemgetter(*(_FLAT.index(c) for c in ("value", "expected", "threshold_op", "threshold_value")))
+_RERUN = _FLAT.index("rerun")
+
+Execute = Callable[[str, Sequence[Any]], list[tuple[Any, ...]]]
+BulkInsert = Callable[[str, Sequence[str], Sequence[Sequence[Any]]], None]
+
+
+def _ids(execute: Execute, bulk_insert: BulkInsert, table: str, cols: tuple[str, ...],
+         wanted: set[tuple[Any, ...]]) -> dict[tuple[Any, ...], int]:
+    """Id of every tuple in ``wanted`` (``cols`` of ``table``), inserting those not there yet. Looked up by the
+    first column (indexed), 500 values a query."""
+    def fetch() -> dict[tuple[Any, ...], int]:
+        firsts = sorted({w[0] for w in wanted})
+        found: dict[tuple[Any, ...], int] = {}
+        for i in range(0, len(firsts), 500):
+            part = firsts[i:i + 500]
+            rows = execute(f"SELECT id, {', '.join(cols)} FROM {table} WHERE {cols[0]} IN "
+                           f"({', '.join('?' * len(part))}) ORDER BY id", part)
+            for row in rows:
+                found.setdefault(tuple(row[1:]), int(row[0]))
+        return found
+
+    ids = fetch()
+    missing = [w for w in wanted if w not in ids]
+    if missing:
+        bulk_insert(table, cols, missing)
+        ids = fetch()
+    return ids
+
+
+def value_rows(flat: Iterable[Sequence[Any]], execute: Execute, bulk_insert: BulkInsert) -> list[tuple[Any, ...]]:
+    """``metric_values`` rows (:data:`VALUE_COLUMNS`) of flattened metric rows, their keys and places looked up
+    or inserted (inside the caller's transaction)."""
+    rows = list(flat)
+    if not rows:
+        return []
+    keys = _ids(execute, bulk_insert, "metric_keys", KEY_COLUMNS, {_key_of(r) for r in rows})
+    places = _ids(execute, bulk_insert, "metric_places", PLACE_COLUMNS, {_place_of(r) for r in rows})
+    return [(r[0], r[1], keys[_key_of(r)], places[_place_of(r)], *_numbers_of(r), int(bool(r[_RERUN])))
+            for r in rows]
