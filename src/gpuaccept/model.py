@@ -232,6 +232,15 @@ class CheckResult:
     details: dict[str, Any] = field(default_factory=dict)
     rank: int | None = None
     host: str | None = None
+    fault: dict[str, Any] | None = None
+    """A FAIL's or ERROR's catalogued fault (:func:`gpuaccept.faults.describe`): ``code`` (``GA-XID-079``),
+    title, severity, part, origin (``node`` or ``job``), ladder and the ``action`` to take now. None for any other
+    status, and in reports written before codes existed."""
+
+    @property
+    def code(self) -> str:
+        """The fault code (``GA-MEM-001``), "" when there is none."""
+        return str(self.fault.get("code", "")) if isinstance(self.fault, dict) else ""
 
     @property
     def is_rerun(self) -> bool:
@@ -266,6 +275,8 @@ class CheckResult:
             d["rank"] = self.rank
         if self.host is not None:
             d["host"] = self.host
+        if self.fault:
+            d["fault"] = dict(self.fault)
         return d
 
     @classmethod
@@ -279,6 +290,7 @@ class CheckResult:
             details=dict(d.get("details", {})),
             rank=d.get("rank"),
             host=d.get("host"),
+            fault=dict(d["fault"]) if isinstance(d.get("fault"), dict) else None,
         )
 
 
