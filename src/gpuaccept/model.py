@@ -294,6 +294,29 @@ class CheckResult:
         )
 
 
+def fault_tag(result: CheckResult) -> str:
+    """`` [GA-MEM-001, now: reset_gpu]``: what a console line adds after a FAIL's or ERROR's reason; "" without a
+    fault."""
+    f = result.fault
+    if not isinstance(f, dict) or not f.get("code"):
+        return ""
+    return f" [{f['code']}, now: {f.get('action', '?')}]"
+
+
+def fault_text(fault: dict[str, Any] | None) -> str:
+    """``GA-MEM-001 uncorrectable ECC (critical, gpu, the node's fault): now reset_gpu; then reboot_node, ...``;
+    "" for none."""
+    if not isinstance(fault, dict) or not fault.get("code"):
+        return ""
+    origin = "caused by a job" if fault.get("origin") == "job" else "the node's fault"
+    ladder = [str(s) for s in fault.get("ladder", [])]
+    action = str(fault.get("action", ladder[0] if ladder else "?"))
+    then = [s for s in ladder if s != action]
+    rest = f"; then {', '.join(then)}" if then else ""
+    return (f"{fault['code']} {fault.get('title', '')} ({fault.get('severity', '?')}, {fault.get('part', '?')}, "
+            f"{origin}): now {action}{rest}")
+
+
 @dataclass
 class NodeReport:
     """Everything one ``gpuaccept run`` measured on one node."""
