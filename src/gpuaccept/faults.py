@@ -106,7 +106,7 @@ class Fault:
     rules: tuple[Rule, ...]
 
 
-_XID_IN_REASON = re.compile(r"(?:XID |, )(\d{1,4})(?: x\d+)? \(")
+_XID_IN_REASON = re.compile(r"(?:XID |, )(\d{1,4})\b")
 
 
 def xids_in(reason: str) -> list[int]:
