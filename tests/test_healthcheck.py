@@ -278,7 +278,8 @@ def test_injected_fault_is_a_node_fault_in_every_mode(tmp_path: Path) -> None:
         code, lines, _ = _hc(tmp_path, "--skip", "env,compute", "--mode", mode,
                              **{FAULT_ENV: "disk_space:no room on /scratch"})
         assert code == 1 and len(lines) == 1
-        assert lines[0].startswith(f"[HEALTHCHECK] FAULT GA-DSK-001 disk_space: injected fault ({FAULT_ENV}): no room on /scratch")
+        assert lines[0].startswith(f"[HEALTHCHECK] FAULT GA-DSK-001 disk_space: injected fault ({FAULT_ENV}): "
+                                   "no room on /scratch")
 
 
 def test_the_budget_bounds_the_run_and_running_out_of_time_is_no_fault(tmp_path: Path) -> None:

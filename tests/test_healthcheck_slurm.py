@@ -110,7 +110,8 @@ def test_a_fault_drains_the_node_with_our_reason_and_recovery_resumes_it(slurm: 
         assert "[HEALTHCHECK] FAULT GA-DSK-001 disk_space: injected fault" in (slurm.base / "hc-node1.log").read_text()
         (slurm.base / "fault-node1").unlink()
         n = _wait(slurm, "node1", lambda n: not n.drained, "back in service")
-        assert "resumed (was: GA-DSK-001 gpuaccept:job disk_space: injected fault" in (slurm.base / "hc-node1.log").read_text()
+        log = (slurm.base / "hc-node1.log").read_text()
+        assert "resumed (was: GA-DSK-001 gpuaccept:job disk_space: injected fault" in log
     finally:
         _cleanup(slurm, "node1")
 
@@ -180,7 +181,8 @@ def test_print_mode_says_what_it_would_run_and_runs_nothing(slurm: LocalSlurm, t
     r = _direct(slurm, tmp_path, "--slurm", "print", "--node", "node2", **{FAULT_ENV: "health:XID 48"})
     assert r.returncode == 1, (r.stdout, r.stderr)
     assert "would run: " in r.stdout
-    assert (f"scontrol update NodeName=node2 State=DRAIN Reason=GA-XID-048 gpuaccept:node health: injected fault ({FAULT_ENV}): "
+    assert (f"scontrol update NodeName=node2 State=DRAIN Reason=GA-XID-048 gpuaccept:node health: injected fault "
+            f"({FAULT_ENV}): "
             "XID 48") in r.stdout
     assert not _node(slurm, "node2").drained
 
