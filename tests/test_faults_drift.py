@@ -86,3 +86,20 @@ def test_the_runners_errors_and_the_judges_fails_have_codes() -> None:
               [ThresholdRule("gemm_*_tflops", min_fraction=0.5)], device="cuda", check="compute")
     judged = faults.with_fault(CheckResult("compute", j.status, j.reason, metrics=j.metrics))
     assert judged.status is Status.FAIL and judged.code == "GA-PERF-010"
+
+
+def test_a_real_run_writes_the_fault_of_a_real_check_failure(tmp_path: Path) -> None:
+    """``gpuaccept run`` end to end: disk_space below an impossible floor fails, and report.json (the runner's
+    record) carries its code; a passing check carries none."""
+    import json
+
+    from tests.helpers import gpuaccept
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"checks:\n  disk_space:\n    params: {{paths: [{tmp_path}], min_free_gib: 1048576}}\n")
+    r = gpuaccept("run", "--checks", "disk_space", "--device", "cpu", "--config", str(cfg),
+                  "--report-dir", str(tmp_path / "reports"), "--no-history", "--json", "-")
+    assert r.returncode == 1, r.stderr
+    check = json.loads(r.stdout)["checks"][0]
+    assert check["status"] == "fail" and check["fault"]["code"] == "GA-DSK-001", check
+    assert check["fault"]["action"] == "drain_for_service" and check["fault"]["origin"] == "job"
