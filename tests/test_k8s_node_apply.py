@@ -349,8 +349,8 @@ def test_profile_runs_the_suite_and_applies(api: FakeKubeAPI, kubeconfig: Path, 
 def test_profile_failure_without_apply(tmp_path: Path) -> None:
     proc = node_status(*SUITE, "--expect-gpus", "1", "--node", "gpu-1", "--summary", TMPDIR=str(tmp_path))
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert proc.stdout == ("node gpu-1: fail: env: fail: expected 1 GPUs, found 0 (dry run: nothing sent; --apply "
-                           "sends it)\n")
+    assert proc.stdout == ("node gpu-1: fail: GA-GPU-006 env: fail: expected 1 GPUs, found 0 (dry run: nothing sent; "
+                           "--apply sends it)\n")
     assert list(tmp_path.iterdir()) == []  # the temporary report directory is gone
 
 
