@@ -278,7 +278,8 @@ def test_injected_fault_is_a_node_fault_in_every_mode(tmp_path: Path) -> None:
         code, lines, _ = _hc(tmp_path, "--skip", "env,compute", "--mode", mode,
                              **{FAULT_ENV: "disk_space:no room on /scratch"})
         assert code == 1 and len(lines) == 1
-        assert lines[0].startswith(f"[HEALTHCHECK] FAULT disk_space: injected fault ({FAULT_ENV}): no room on /scratch")
+        assert lines[0].startswith(f"[HEALTHCHECK] FAULT GA-DSK-001 disk_space: injected fault ({FAULT_ENV}): "
+                                   "no room on /scratch")
 
 
 def test_the_budget_bounds_the_run_and_running_out_of_time_is_no_fault(tmp_path: Path) -> None:
@@ -306,7 +307,7 @@ def test_a_fault_found_is_still_a_fault_when_time_ran_out(tmp_path: Path) -> Non
     cfg.write_text("checks:\n  compute: {params: {cpu_size: 1024, warmup_s: 60, warmup_max_s: 60}}\n")
     code, lines, _ = _hc(tmp_path, "--deadline", "15", "--skip", "env,health", "--config", str(cfg), timeout=60,
                          **{FAULT_ENV: "disk_space:full"})
-    assert code == 1 and lines[0].startswith("[HEALTHCHECK] FAULT disk_space: injected fault"), lines
+    assert code == 1 and lines[0].startswith("[HEALTHCHECK] FAULT GA-DSK-001 disk_space: injected fault"), lines
 
 
 def test_keep_prunes_old_runs(tmp_path: Path) -> None:

@@ -143,7 +143,7 @@ def test_a_failing_prolog_holds_the_job_and_drains_the_node_with_our_reason(clea
     n = _node(c)
     assert n.drained and n.ours, n
     assert c.run("sinfo", "-h", "-n", NODE, "-o", "%T").stdout.strip() == "drained"
-    assert n.reason == f"gpuaccept: disk_space: injected fault ({FAULT_ENV}): no room on /scratch", n
+    assert n.reason == f"GA-DSK-001 gpuaccept:job disk_space: injected fault ({FAULT_ENV}): no room on /scratch", n
     assert f"prolog job={job} node={NODE} exit 1" in _log(c, "prolog")
     assert f"[job {job}] prolog failed status=1:0" in (c.base / "log" / f"slurmd-{NODE}.log").read_text()
     # slurmd ran the epilog for the held job too; it sees the same fault and leaves our drain as it is
@@ -160,7 +160,7 @@ def test_a_failing_epilog_drains_the_node_after_the_job_ran(clean: LocalSlurm, t
     assert out.read_text() == f"job ran on {NODE}\n"
     _until(lambda: _epilog_done(c, job) and _node(c).drained, "the node drained after the epilog", c)
     n = _node(c)
-    assert n.reason == f"gpuaccept: health: injected fault ({FAULT_ENV}): XID 79" and n.ours, n
+    assert n.reason == f"GA-XID-079 gpuaccept:node health: injected fault ({FAULT_ENV}): XID 79" and n.ours, n
     assert f"JobId={job} epilog error on {NODE}, draining the node" in \
         (c.base / "log" / "slurmctld.log").read_text()
     # a drained node takes no new job: the next one waits
@@ -177,6 +177,6 @@ def test_a_fault_only_the_prolog_saw_is_cleared_by_the_epilog_and_the_job_stays_
     (c.base / "fault-prolog").write_text("disk_space:transient\n")
     job = _submit(c, tmp_path / "job.out")
     _until(lambda: _epilog_done(c, job) and not _node(c).drained, "the epilog resumed the node", c)
-    assert "node1 resumed (was: gpuaccept: disk_space: injected fault" in _log(c, "epilog")
+    assert "node1 resumed (was: GA-DSK-001 gpuaccept:job disk_space: injected fault" in _log(c, "epilog")
     assert _job(c, job)["Reason"] == "launch_failed_requeued_held"  # the job waits for scontrol release
     assert not (tmp_path / "job.out").exists()

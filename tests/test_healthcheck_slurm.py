@@ -104,13 +104,14 @@ def test_a_fault_drains_the_node_with_our_reason_and_recovery_resumes_it(slurm: 
     (slurm.base / "fault-node1").write_text("disk_space:no room on /scratch\n")
     try:
         n = _wait(slurm, "node1", lambda n: n.drained, "DRAIN")
-        assert n.reason == f"gpuaccept: disk_space: injected fault ({FAULT_ENV}): no room on /scratch", n
+        assert n.reason == f"GA-DSK-001 gpuaccept:job disk_space: injected fault ({FAULT_ENV}): no room on /scratch", n
         assert n.ours and n.reason_by == "root"
         assert not _node(slurm, "node2").drained  # slurmd's SLURMD_NODENAME named the node
-        assert "[HEALTHCHECK] FAULT disk_space: injected fault" in (slurm.base / "hc-node1.log").read_text()
+        assert "[HEALTHCHECK] FAULT GA-DSK-001 disk_space: injected fault" in (slurm.base / "hc-node1.log").read_text()
         (slurm.base / "fault-node1").unlink()
         n = _wait(slurm, "node1", lambda n: not n.drained, "back in service")
-        assert "resumed (was: gpuaccept: disk_space: injected fault" in (slurm.base / "hc-node1.log").read_text()
+        log = (slurm.base / "hc-node1.log").read_text()
+        assert "resumed (was: GA-DSK-001 gpuaccept:job disk_space: injected fault" in log
     finally:
         _cleanup(slurm, "node1")
 
@@ -167,7 +168,7 @@ def test_a_failed_drain_is_exit_6_and_keeps_the_results(slurm: LocalSlurm, tmp_p
     assert r.returncode == 6, (r.stdout, r.stderr)
     assert "cannot drain node1: update NodeName=node1 failed: slurm_update error: Access/permission denied" in r.stderr
     line, = r.stdout.splitlines()
-    assert line.startswith("[HEALTHCHECK] FAULT disk_space: injected fault") and "node1 NOT drained" in line
+    assert line.startswith("[HEALTHCHECK] FAULT GA-DSK-001 disk_space: injected fault") and "node1 NOT drained" in line
     assert Path(line.rsplit("report: ", 1)[1]).exists()
     assert not _node(slurm, "node1").drained
     # the same in prolog mode: exit 1 (the node's fault), so that Slurm drains it itself
@@ -180,7 +181,8 @@ def test_print_mode_says_what_it_would_run_and_runs_nothing(slurm: LocalSlurm, t
     r = _direct(slurm, tmp_path, "--slurm", "print", "--node", "node2", **{FAULT_ENV: "health:XID 48"})
     assert r.returncode == 1, (r.stdout, r.stderr)
     assert "would run: " in r.stdout
-    assert (f"scontrol update NodeName=node2 State=DRAIN Reason=gpuaccept: health: injected fault ({FAULT_ENV}): "
+    assert (f"scontrol update NodeName=node2 State=DRAIN Reason=GA-XID-048 gpuaccept:node health: injected fault "
+            f"({FAULT_ENV}): "
             "XID 48") in r.stdout
     assert not _node(slurm, "node2").drained
 

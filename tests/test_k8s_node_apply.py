@@ -368,8 +368,8 @@ def test_profile_runs_the_suite_and_applies(api: FakeKubeAPI, kubeconfig: Path, 
 def test_profile_failure_without_apply(tmp_path: Path) -> None:
     proc = node_status(*SUITE, "--expect-gpus", "1", "--node", "gpu-1", "--summary", TMPDIR=str(tmp_path))
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert proc.stdout == ("node gpu-1: fail: env: fail: expected 1 GPUs, found 0 (dry run: nothing sent; --apply "
-                           "sends it)\n")
+    assert proc.stdout == ("node gpu-1: fail: GA-GPU-006 env: fail: expected 1 GPUs, found 0 (dry run: nothing sent; "
+                           "--apply sends it)\n")
     assert list(tmp_path.iterdir()) == []  # the temporary report directory is gone
 
 
@@ -440,3 +440,40 @@ def test_daemonset_pod_command_end_to_end(api: FakeKubeAPI, kubeconfig: Path, tm
     assert stored["spec"]["taints"] == [OURS]
     assert looped in lines  # one loop: node-status exited 1 (the node failed) and the pod waits for the next
     assert len(api.calls("PATCH")) == 1
+
+
+# ---- the fault's ladder -----------------------------------------------------------------------------------------
+
+def _faulted(tmp_path: Path, reason: str, check: str = "health") -> Path:
+    from gpuaccept.faults import with_fault
+    from gpuaccept.model import CheckResult, Status
+
+    rep = node_report("gpu-1", "r1", fail=True)
+    rep.checks = [with_fault(CheckResult(check, Status.FAIL, reason))]
+    return write_json(tmp_path / "report-faulted.json", rep)
+
+
+def test_a_fault_that_leaves_service_taints_with_its_code(api: FakeKubeAPI, kubeconfig: Path, tmp_path: Path) -> None:
+    api.nodes["gpu-1"] = node("gpu-1", taints=[GPU_TAINT])
+    proc = node_status("--apply", "--taint", "--report", str(_faulted(tmp_path, "cuda:2: XID 79 (GPU has fallen "
+                       "off the bus)")), "--node", "gpu-1", "--kubeconfig", str(kubeconfig))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    stored = api.nodes["gpu-1"]
+    assert stored["spec"]["taints"] == [GPU_TAINT, OURS]
+    notes = stored["metadata"]["annotations"]
+    assert notes["gpuaccept.io/health-code"] == "GA-XID-079" and notes["gpuaccept.io/health-origin"] == "node"
+    assert notes["gpuaccept.io/health-reason"].startswith("GA-XID-079 health: fail: cuda:2: XID 79")
+    assert json.loads(proc.stdout)["verdict"]["leaves_service"] == "true"
+
+
+def test_a_rerun_first_fault_labels_but_does_not_taint(api: FakeKubeAPI, kubeconfig: Path, tmp_path: Path) -> None:
+    api.nodes["gpu-1"] = node("gpu-1", taints=[GPU_TAINT])
+    proc = node_status("--apply", "--taint", "--report", str(_faulted(tmp_path, "GPU held by a leftover process",
+                                                                      "compute")),
+                       "--node", "gpu-1", "--kubeconfig", str(kubeconfig))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    stored = api.nodes["gpu-1"]
+    assert stored["spec"]["taints"] == [GPU_TAINT]  # not tainted
+    assert stored["metadata"]["labels"][HEALTH_LABEL] == "fail"
+    assert stored["metadata"]["annotations"]["gpuaccept.io/health-origin"] == "job"
+    assert "not tainted: GA-GPU-008 says re-run first" in proc.stderr

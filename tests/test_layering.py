@@ -29,6 +29,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "model": frozenset(),
     "errors": frozenset(),
     "nextsteps": frozenset(),  # the FAIL next-steps table: model's report writes it, so it imports nothing of ours
+    "faults": frozenset({"errors", "model"}),  # the fault catalogue's loader and pure functions
     "equivalents": frozenset(),  # DCGM/nccl-tests/gpu-burn counterparts and profile durations, as data
     "argtypes": frozenset({"errors"}),
     "safefs": frozenset({"errors"}),
@@ -43,7 +44,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "checks": frozenset({"errors", "model", "argtypes", "inputs", "hw", "distributed", "nccltests"}),
     "distributed": frozenset({"errors", "model", "hw", "checks"}),
     "node": frozenset({"errors", "model", "argtypes", "inputs", "checks", "hw", "distributed", "results",
-                       "__init__"}),
+                       "__init__", "faults"}),
     "results": frozenset({"errors", "model", "argtypes", "inputs", "cliargs"}),
     "report": frozenset({"errors", "model", "argtypes", "inputs", "results", "nextsteps", "__init__", "cliargs"}),
     "nccltests": frozenset({"errors", "model", "argtypes", "inputs", "hw", "cliargs", "outputs"}),
@@ -53,13 +54,13 @@ ALLOWED: dict[str, frozenset[str]] = {
     "isolate": frozenset({"errors", "model", "argtypes", "inputs", "results", "cliargs", "exitcodes", "launch",
                           "nccltests", "perftest", "distributed.hostlist"}),
     "health": frozenset({"errors", "model", "argtypes", "inputs", "checks", "node", "cliargs", "exitcodes", "suiteplan",
-                         "launch.k8s"}),
+                         "launch.k8s", "faults"}),
     "containers": frozenset({"errors", "model", "argtypes", "cliargs", "exitcodes", "safefs", "outputs"}),
     # continuous validation of idle nodes: plans over the Slurm clients and Kubernetes manifests, like launch
     "sweep": frozenset({"errors", "argtypes", "safefs"}),
     # the documentation's generated pages (python -m gpuaccept.docsgen): the registry at import, the parser and
     # the exporters inside functions; nothing imports it
-    "docsgen": frozenset({"errors", "model", "checks", "equivalents", "__init__"}),
+    "docsgen": frozenset({"errors", "model", "checks", "equivalents", "__init__", "faults"}),
 }
 
 # package -> the packages its modules never import, not even inside a function: the engine stays below
@@ -69,6 +70,7 @@ NEVER: dict[str, frozenset[str]] = {
     "model": frozenset({"node", "launch", "isolate", "health", "report", "results", "cli", "checks"}),
     "nextsteps": frozenset({"node", "launch", "isolate", "health", "report", "results", "cli", "checks"}),
     "equivalents": frozenset({"node", "launch", "isolate", "health", "report", "results", "cli", "checks"}),
+    "faults": frozenset({"node", "launch", "isolate", "health", "report", "results", "cli", "checks", "hw"}),
     "hw": frozenset({"node", "launch", "isolate", "health", "report", "results", "cli", "checks", "distributed"}),
     "checks": frozenset({"node", "launch", "isolate", "health", "report", "cli"}),
     "distributed": frozenset({"node", "launch", "isolate", "health", "report", "cli"}),

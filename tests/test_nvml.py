@@ -146,7 +146,9 @@ H100_SPEC: dict[str, Any] = {
     "nvmlDeviceGetNvLinkErrorCounter": lambda link, counter: {
         pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT: 0, pynvml.NVML_NVLINK_ERROR_DL_REPLAY: link,
         pynvml.NVML_NVLINK_ERROR_DL_RECOVERY: 0}[counter] if link != 2 else Err(pynvml.NVML_ERROR_INVALID_ARGUMENT),
-    "nvmlDeviceGetFieldValues": lambda ids: [field_value(pynvml.NVML_SUCCESS, 47) for _ in ids],
+    # memory temperature 47 C; recovery action 0 (none)
+    "nvmlDeviceGetFieldValues": lambda ids: [field_value(pynvml.NVML_SUCCESS, 47 * (
+        i != pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)) for i in ids],
     "events": None,  # nvmlDeviceRegisterEvents: None accepts; an Err rejects; absent: Not Supported
 }
 
@@ -286,6 +288,7 @@ def test_reader_values_and_unsupported(monkeypatch: pytest.MonkeyPatch) -> None:
     assert set(g.unsupported_fields()) == {"retired_pages_pending", "retired_pages_sbe", "retired_pages_dbe",
                                            "pcie_link_gen_gpu_max", "xid_kernel_log"}  # the kernel log is not NVML's
     assert g.memory_temperature_c == 47 and g.xid_events == [] and g.ordinal is None and g.device == "cuda:0"
+    assert g.gpu_recovery_action == 0
     assert g.nvlink_replay_errors == {"0": 0, "1": 1, "3": 3}  # active links only; link 2 is down
     assert g.nvlink_crc_flit_errors == {"0": 0, "1": 0, "3": 0} and g.nvlink_recovery_errors == g.nvlink_crc_flit_errors
     assert g.clocks_event_reasons_samples == [0x88]  # sample_s=0: the single read
@@ -475,3 +478,19 @@ def test_visible_mapping_agrees_with_torch() -> None:
         assert g.ordinal is not None
         assert str(g.uuid).removeprefix("GPU-") == str(torch.cuda.get_device_properties(g.ordinal).uuid)
         assert isinstance(g.clocks_event_reasons_samples, list) and g.clocks_event_reasons_samples
+
+
+def test_gpu_recovery_action_read_from_its_field(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``nvmlDeviceGetGpuRecoveryAction`` as field 230: 2 (node reboot) kept; a value NVML does not define, or the
+    field's error, reads as unsupported with the reason."""
+    def fields(action: int, ret: int = pynvml.NVML_SUCCESS) -> Any:
+        return lambda ids: [field_value(ret, action) if i == pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+                            else field_value(pynvml.NVML_SUCCESS, 47) for i in ids]
+
+    FakeNvml([h100(0, nvmlDeviceGetFieldValues=fields(2)), h100(1, nvmlDeviceGetFieldValues=fields(99)),
+              h100(2, nvmlDeviceGetFieldValues=fields(0, pynvml.NVML_ERROR_NOT_SUPPORTED))]).install(monkeypatch)
+    g0, g1, g2 = nvml.read_snapshot().gpus
+    assert g0.gpu_recovery_action == 2 and g0.memory_temperature_c == 47
+    assert g1.gpu_recovery_action == UNSUPPORTED and "unknown recovery action" in g1.errors["gpu_recovery_action"]
+    assert g2.gpu_recovery_action == UNSUPPORTED and g2.errors["gpu_recovery_action"] == "Not Supported"
+    assert nvml.gpu_from_dict(g0.to_dict()).gpu_recovery_action == 2

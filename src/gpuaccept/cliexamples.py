@@ -100,7 +100,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
                 "gpuaccept isolate --backend local --nodes 4 --device cpu --json verdicts.json"),
     "constraints": ("gpuaccept constraints -o constraints.txt", "gpuaccept constraints --urls -o -"),
     "healthcheck": ("gpuaccept healthcheck --deadline 45s", "gpuaccept healthcheck --budget 2m --slurm drain",
-                    "gpuaccept healthcheck --mode prolog --slurm print"),
+                    "gpuaccept healthcheck --mode prolog --slurm print",
+                    "gpuaccept healthcheck --slurm drain --breaker-limit 2 --breaker-window 1h"),
     "sweep": ("gpuaccept sweep slurm --partition gpu --qos scavenger --report-dir /shared/sweeps "
               "--db postgresql://gpuaccept@db/gpuaccept",
               "gpuaccept sweep flag --db postgresql://gpuaccept@db/gpuaccept --since 30d"),

@@ -232,6 +232,15 @@ class CheckResult:
     details: dict[str, Any] = field(default_factory=dict)
     rank: int | None = None
     host: str | None = None
+    fault: dict[str, Any] | None = None
+    """A FAIL's or ERROR's catalogued fault (:func:`gpuaccept.faults.describe`): ``code`` (``GA-XID-079``),
+    title, severity, part, origin (``node`` or ``job``), ladder and the ``action`` to take now. None for any other
+    status, and in reports written before codes existed."""
+
+    @property
+    def code(self) -> str:
+        """The fault code (``GA-MEM-001``), "" when there is none."""
+        return str(self.fault.get("code", "")) if isinstance(self.fault, dict) else ""
 
     @property
     def is_rerun(self) -> bool:
@@ -266,6 +275,8 @@ class CheckResult:
             d["rank"] = self.rank
         if self.host is not None:
             d["host"] = self.host
+        if self.fault:
+            d["fault"] = dict(self.fault)
         return d
 
     @classmethod
@@ -279,7 +290,31 @@ class CheckResult:
             details=dict(d.get("details", {})),
             rank=d.get("rank"),
             host=d.get("host"),
+            fault=dict(d["fault"]) if isinstance(d.get("fault"), dict) else None,
         )
+
+
+def fault_tag(result: CheckResult) -> str:
+    """`` [GA-MEM-001, now: reset_gpu]``: what a console line adds after a FAIL's or ERROR's reason; "" without a
+    fault."""
+    f = result.fault
+    if not isinstance(f, dict) or not f.get("code"):
+        return ""
+    return f" [{f['code']}, now: {f.get('action', '?')}]"
+
+
+def fault_text(fault: dict[str, Any] | None) -> str:
+    """``GA-MEM-001 uncorrectable ECC (critical, gpu, the node's fault): now reset_gpu; then reboot_node, ...``;
+    "" for none."""
+    if not isinstance(fault, dict) or not fault.get("code"):
+        return ""
+    origin = "caused by a job" if fault.get("origin") == "job" else "the node's fault"
+    ladder = [str(s) for s in fault.get("ladder", [])]
+    action = str(fault.get("action", ladder[0] if ladder else "?"))
+    then = [s for s in ladder if s != action]
+    rest = f"; then {', '.join(then)}" if then else ""
+    return (f"{fault['code']} {fault.get('title', '')} ({fault.get('severity', '?')}, {fault.get('part', '?')}, "
+            f"{origin}): now {action}{rest}")
 
 
 @dataclass

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import gpuaccept
-from gpuaccept.docsgen import checks_md, cli_md, man_roff, prometheus_md, schema_md
+from gpuaccept.docsgen import checks_md, cli_md, faults_md, man_roff, prometheus_md, schema_md
 from gpuaccept.docsgen.markdown import GENERATED
 
 PACKAGE = Path(gpuaccept.__file__).resolve().parent
@@ -39,7 +39,8 @@ def pages() -> dict[str, str]:
         os.environ.pop(name, None)
     out = {"reference/cli.md": cli_md.page(), "reference/gpuaccept.1": man_roff.page(),
            "reference/report-schema.md": schema_md.page(PACKAGE / "data" / "report.schema.json"),
-           "reference/prometheus.md": prometheus_md.page()}
+           "reference/prometheus.md": prometheus_md.page(),
+           "reference/fault-codes.md": faults_md.page()}
     out.update(checks_md.pages(PACKAGE))
     return out
 

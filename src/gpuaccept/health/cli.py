@@ -68,6 +68,16 @@ def register(subparsers: Any) -> None:
                         "run directories healthcheck made (with its marker file) are ever removed")
     p.add_argument("--db", default=None, metavar="URL",
                    help="also store the run in this history database; --budget estimates from its past runs here")
+    p.add_argument("--breaker", choices=("reset",), default=None,
+                   help="reset: a person's reset of the circuit breaker: mark gpuaccept's drains of the window as "
+                        "seen (their reason gets ,ack; they stay drained and gpuaccept's to resume) and run no check")
+    p.add_argument("--breaker-limit", type=nonneg_int, default=0, metavar="N",
+                   help="with --slurm drain: drain no node while N nodes stand drained by gpuaccept within "
+                        "--breaker-window (Slurm's own reasons and their times, sinfo -R); 0: no limit (default)")
+    p.add_argument("--breaker-percent", type=float, default=0.0, metavar="P",
+                   help="as --breaker-limit, as a percentage of the cluster's nodes (at least one node); 0: none")
+    p.add_argument("--breaker-window", type=duration, default=3600.0, metavar="DURATION",
+                   help="the breaker's sliding window (default 1h)")
     p.add_argument("--verbose", "-v", action="store_true", help="a line per check as well")
     p.set_defaults(handler=cmd_healthcheck)
 
@@ -221,10 +231,14 @@ def _usage(args: argparse.Namespace) -> tuple[float, Any, list[int] | None, list
 
 
 def cmd_healthcheck(args: argparse.Namespace) -> int:
+    from gpuaccept.health.breaker import check_breaker
     from gpuaccept.health.plan import SLURM_RESERVE_S, Ending, exit_code, out_of_time
     from gpuaccept.health.slurm import this_node
 
     started = time.monotonic()
+    args.breaker_conf = check_breaker(args.breaker_limit, args.breaker_percent, args.breaker_window)
+    if args.breaker == "reset":
+        return _breaker_reset(args)
     budget, cfg, gpus, skip = _usage(args)
     node = scontrol = None
     if args.slurm:
@@ -248,9 +262,9 @@ def cmd_healthcheck(args: argparse.Namespace) -> int:
     report, report_path, run_end = _run(args, cfg, gpus, skip, deadline)
     verdict = report.verdict if report is not None and not run_end else None
     late = bool(verdict is not None and out_of_time(report.checks))
-    line, slurm_failed = _slurm_step(args, scontrol, node, report, started + budget)
+    line, slurm_failed, held = _slurm_step(args, scontrol, node, report, started + budget)
     end = Ending(verdict, out_of_time=late, report_write_failed=run_end == "write",
-                 interrupted=run_end == "interrupted", slurm_failed=slurm_failed)
+                 interrupted=run_end == "interrupted", slurm_failed=slurm_failed, breaker_held=held)
     code = exit_code(args.mode, end)
     elapsed = time.monotonic() - started
     print(_summary(report, elapsed, line, report_path), flush=True)
@@ -356,38 +370,91 @@ def _planned(args: argparse.Namespace, plan: Any, cfg: Any, reg: Any, raw: list[
 
 
 def _slurm_step(args: argparse.Namespace, scontrol: str | None, node: str | None, report: Any,
-                end_by: float) -> tuple[str, bool]:
-    """Drain, resume or leave the node; (what was done, in words; whether scontrol failed)."""
+                end_by: float) -> tuple[str, bool, bool]:
+    """Drain, resume or leave the node, by the fault's ladder and the circuit breaker; (what was done, in words;
+    whether scontrol failed; whether the breaker held a drain back)."""
     if not args.slurm or scontrol is None or node is None:
-        return "", False
-    from gpuaccept.health.plan import faulty, first_problem, out_of_time
+        return "", False, False
+    from gpuaccept.health.ladder import decide_ladder
+    from gpuaccept.health.plan import faulty, out_of_time
     from gpuaccept.health.slurm import decide, reason_text
     from gpuaccept.model import Verdict
 
     if report is None or report.verdict in (Verdict.INTERRUPTED, Verdict.RUNNING):
-        return f"slurm: {node} left as it was (the run did not finish)", False
+        return f"slurm: {node} left as it was (the run did not finish)", False, False
     if out_of_time(report.checks) and report.verdict is not Verdict.FAILURE:
-        return f"slurm: {node} left as it was (the checks did not finish in the budget)", False
+        return f"slurm: {node} left as it was (the checks did not finish in the budget)", False, False
     healthy = not faulty(report.verdict)
-    check, why = first_problem(report.checks)
-    if not healthy and not check:
-        check, why = "", "nothing measured (every check skipped)"
-    reason = reason_text(check, why)
+    reason = ""
+    if not healthy:
+        ladder = decide_ladder(report.checks)
+        if ladder.check and not ladder.leave:
+            return f"slurm: {node} {ladder.why}", False, False
+        reason = (reason_text(ladder.check, ladder.reason, ladder.code, ladder.origin) if ladder.check
+                  else reason_text("", "nothing measured (every check skipped)", origin="node"))
     timeout = max(1.0, min(SCONTROL_TIMEOUT_S, (end_by - time.monotonic()) / 2))  # show, then update
     try:
         action = decide(read_node(scontrol, node, timeout), healthy, reason, scontrol)
     except InputError as exc:
         print(f"gpuaccept: error: {exc}; node {node} not updated", file=sys.stderr)
-        return f"slurm: {node} NOT updated ({exc})", True
+        return f"slurm: {node} NOT updated ({exc})", True, False
+    if action.kind == "drain" and args.breaker_conf.enabled:
+        try:
+            hold = _breaker(args, scontrol, node, timeout)
+        except InputError as exc:  # no count, no drain: the breaker fails closed
+            hold = f"circuit breaker: cannot count gpuaccept's drains ({exc})"
+        if hold:
+            print(f"gpuaccept: warning: {node} NOT drained: {hold}; would have run: {' '.join(action.argv)}",
+                  file=sys.stderr)
+            return f"slurm: {node} NOT drained ({hold}); would have drained: {reason}", False, True
     if action.kind == "none" or args.slurm == "print":
         shown = f" would run: {' '.join(action.argv)}" if action.argv and args.slurm == "print" else ""
-        return f"slurm: {node} {action.why}{shown}", False
+        return f"slurm: {node} {action.why}{shown}", False, False
     try:
         _scontrol(list(action.argv), timeout)
     except InputError as exc:
         print(f"gpuaccept: error: cannot {action.kind} {node}: {exc}", file=sys.stderr)
-        return f"slurm: {node} NOT {action.kind}ed ({exc})", True
-    return f"slurm: {node} {action.why}", False
+        return f"slurm: {node} NOT {action.kind}ed ({exc})", True, False
+    return f"slurm: {node} {action.why}", False, False
+
+
+def _sinfo(scontrol: str) -> str:
+    """sinfo beside scontrol, else on PATH."""
+    beside = Path(scontrol).parent / "sinfo"
+    return str(beside) if beside.is_file() else (shutil.which("sinfo") or "sinfo")
+
+
+def _breaker(args: argparse.Namespace, scontrol: str, node: str, timeout: float) -> str:
+    """Why the breaker holds a drain of ``node`` back ("" when it does not): Slurm's reasons, counted."""
+    from datetime import datetime
+
+    from gpuaccept.health.breaker import decide, node_count, nodes_argv, parse_reasons, reasons_argv
+
+    sinfo = _sinfo(scontrol)
+    drained = parse_reasons(_scontrol(reasons_argv(sinfo), timeout).stdout)
+    nodes = node_count(_scontrol(nodes_argv(sinfo), timeout).stdout)
+    verdict = decide(args.breaker_conf, drained, nodes, datetime.now(), node)
+    return verdict.why if verdict.hold else ""
+
+
+def _breaker_reset(args: argparse.Namespace) -> int:
+    """``--breaker reset``: mark each drain the breaker counts as seen by a person; print one line."""
+    from datetime import datetime
+
+    from gpuaccept.health.breaker import counted, parse_reasons, reasons_argv
+    from gpuaccept.health.slurm import acked, drain_argv
+
+    scontrol = find_scontrol()
+    if scontrol is None:
+        raise UsageError("--breaker reset: scontrol is not installed here: not a Slurm node")
+    drained = parse_reasons(_scontrol(reasons_argv(_sinfo(scontrol)), SCONTROL_TIMEOUT_S).stdout)
+    mine = counted(drained, datetime.now(), args.breaker_conf.window_s)
+    for d in mine:
+        _scontrol(drain_argv(d.node, acked(d.reason), scontrol), SCONTROL_TIMEOUT_S)
+    names = ", ".join(d.node for d in mine) or "none"
+    print(f"{TAG} circuit breaker reset: {len(mine)} drain(s) of the last {args.breaker_conf.window_s:g} s marked "
+          f"seen ({names}); they stay drained until healthcheck finds them healthy", flush=True)
+    return 0
 
 
 def _summary(report: Any, elapsed: float, slurm_line: str, report_path: Path | None) -> str:
@@ -403,8 +470,12 @@ def _summary(report: Any, elapsed: float, slurm_line: str, report_path: Path | N
     elif out_of_time(report.checks) and report.verdict is not Verdict.FAILURE:
         head = f"NOT FINISHED: {', '.join(out_of_time(report.checks))} ran out of the budget"
     elif faulty(report.verdict):
-        check, why = first_problem(report.checks)
-        head = f"FAULT {check}: {why}" if check else "FAULT: nothing measured (every check skipped)"
+        from gpuaccept.health.ladder import effective
+
+        check, why = first_problem(effective(report.checks))
+        code = next((c.code for c in effective(report.checks) if c.name == check and c.code), "")
+        head = (f"FAULT {code + ' ' if code else ''}{check}: {why}" if check
+                else "FAULT: nothing measured (every check skipped)")
     else:
         head = "HEALTHY"
     checks = ", ".join(f"{c.name}{' (re-run)' if c.is_rerun else ''} {state_label(c.state)}"

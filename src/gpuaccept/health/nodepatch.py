@@ -5,9 +5,13 @@ A verdict is ``pass`` or ``fail`` (from a node report: :func:`verdict_from_repor
 - the label ``gpuaccept.io/health=pass|fail``;
 - the annotations ``gpuaccept.io/health-checked`` (UTC time of the verdict),
   ``gpuaccept.io/health-reason`` (why, one line) and ``gpuaccept.io/health-run-id``;
-- with ``--taint`` on a failure, the taint ``gpuaccept.io/health=fail:NoSchedule``. A pass removes that
-  taint (exactly that key, value and effect: ours); a failure without ``--taint`` leaves the taints as
-  they are. No other label, annotation or taint is ever touched.
+- on a failure, ``gpuaccept.io/health-code``: the fault code (``GA-XID-079``, docs: reference/fault-codes) and
+  ``gpuaccept.io/health-origin``: ``node`` or ``job`` (a job or its leftovers caused it);
+- with ``--taint`` on a failure whose fault's remediation ladder takes the node out of service now
+  (:mod:`gpuaccept.health.ladder`: every step but a re-run), the taint ``gpuaccept.io/health=fail:NoSchedule``.
+  A pass removes that taint (exactly that key, value and effect: ours); a failure without ``--taint``, or one
+  whose ladder says re-run first (not re-run in the run), leaves the taints as they are. No other label,
+  annotation or taint is ever touched.
 
 The change is sent as one RFC 6902 JSON patch (:func:`json_patch`), computed against the node as read:
 labels and annotations as ``add`` of single keys (an existing key is replaced, the others stay), and,
@@ -24,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuaccept.errors import InputError
+from gpuaccept.health.ladder import decide_ladder, effective
 from gpuaccept.model import ClusterReport, NodeReport, Verdict
 
 DOMAIN = "gpuaccept.io"
@@ -31,6 +36,8 @@ HEALTH_LABEL = f"{DOMAIN}/health"
 CHECKED_ANNOTATION = f"{DOMAIN}/health-checked"
 REASON_ANNOTATION = f"{DOMAIN}/health-reason"
 RUN_ANNOTATION = f"{DOMAIN}/health-run-id"
+CODE_ANNOTATION = f"{DOMAIN}/health-code"
+ORIGIN_ANNOTATION = f"{DOMAIN}/health-origin"
 TAINT: dict[str, str] = {"key": HEALTH_LABEL, "value": "fail", "effect": "NoSchedule"}
 """Our taint. Only a taint equal to it in key, value and effect is ever removed."""
 MAX_REASON = 1024
@@ -54,10 +61,18 @@ class NodeVerdict:
     reason: str
     run_id: str
     checked: str  # UTC, ISO 8601 with Z
+    code: str = ""
+    """The fault code of the failure the ladder acts on ("" on a pass, or a report without codes)."""
+    origin: str = ""
+    leave: bool = True
+    """Whether the fault's ladder takes the node out of service now (a ``--taint`` taints only then)."""
 
     def to_dict(self) -> dict[str, str]:
-        return {"node": self.node, "health": self.health, "reason": self.reason, "run_id": self.run_id,
-                "checked": self.checked}
+        d = {"node": self.node, "health": self.health, "reason": self.reason, "run_id": self.run_id,
+             "checked": self.checked}
+        if self.health == FAIL:
+            d.update(code=self.code, origin=self.origin, leaves_service=str(self.leave).lower())
+        return d
 
 
 @dataclass(frozen=True)
@@ -120,12 +135,14 @@ def verdict_from_report(report: NodeReport, node: str, checked: str) -> NodeVerd
             reason = f"CPU only: {report.cpu_only}; {reason}"
         return NodeVerdict(node, PASS, reason, report.run_id, checked)
     if report.verdict is Verdict.FAILURE:
-        failed = [c for c in report.checks if c.status.is_failure]
-        parts = [f"{c.name}: {c.status.value}: {_one_line(c.reason)}" for c in failed]
+        failed = [c for c in effective(report.checks) if c.status.is_failure]
+        parts = [f"{c.code + ' ' if c.code else ''}{c.name}: {c.status.value}: {_one_line(c.reason)}" for c in failed]
         reason = "; ".join(parts) or "the run failed"
         if len(reason) > MAX_REASON:
             reason = reason[:MAX_REASON - 3] + "..."
-        return NodeVerdict(node, FAIL, reason, report.run_id, checked)
+        ladder = decide_ladder(report.checks)
+        return NodeVerdict(node, FAIL, reason, report.run_id, checked, code=ladder.code, origin=ladder.origin,
+                           leave=ladder.leave or not ladder.check)
     why = {Verdict.RUNNING: "is still running (or was killed): no verdict yet",
            Verdict.INTERRUPTED: "was interrupted: no verdict",
            Verdict.NOTHING_MEASURED: "measured nothing (every check skipped): the node was not tested"}
@@ -138,10 +155,15 @@ def desired_change(verdict: NodeVerdict, *, taint: bool) -> NodeChange:
     pass, and left as it is otherwise."""
     if verdict.health not in (PASS, FAIL):
         raise ValueError(f"health must be {PASS} or {FAIL}, not {verdict.health!r}")
-    action = "remove" if verdict.health == PASS else ("add" if taint else "keep")
+    action = "remove" if verdict.health == PASS else ("add" if taint and verdict.leave else "keep")
     annotations = {CHECKED_ANNOTATION: verdict.checked, REASON_ANNOTATION: verdict.reason,
                    RUN_ANNOTATION: verdict.run_id}
-    return NodeChange(verdict.node, {HEALTH_LABEL: verdict.health}, annotations, action)
+    notes = []
+    if verdict.health == FAIL and verdict.code:
+        annotations.update({CODE_ANNOTATION: verdict.code, ORIGIN_ANNOTATION: verdict.origin})
+        if taint and not verdict.leave:
+            notes.append(f"not tainted: {verdict.code} says re-run first, and the run did not re-run it")
+    return NodeChange(verdict.node, {HEALTH_LABEL: verdict.health}, annotations, action, notes)
 
 
 def is_ours(taint: Any) -> bool:

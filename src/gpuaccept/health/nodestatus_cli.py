@@ -245,7 +245,7 @@ def _act(args: argparse.Namespace, verdict: Any) -> int:
     change = desired_change(verdict, taint=args.taint)
     code = EXIT_OK if verdict.health == "pass" else EXIT_FAILED
     doc: dict[str, Any] = {"verdict": verdict.to_dict(), "change": change.to_dict(), "applied": False}
-    line = f"node {verdict.node}: {verdict.health}: {verdict.reason}"
+    line = f"node {verdict.node}: {verdict.health}: {verdict.reason}" + "".join(f"; {n}" for n in change.notes)
     if not args.apply:
         doc["merge_patch"] = merge_patch(change)
         doc["kubectl"] = [" ".join(_quote(a) for a in cmd) for cmd in kubectl_equivalent(change)]

@@ -163,6 +163,7 @@ class Ending:
     report_write_failed: bool = False
     interrupted: bool = False
     slurm_failed: bool = False
+    breaker_held: bool = False  # the circuit breaker held a drain back (prolog/epilog then exit 0: see exit_code)
 
 
 def exit_code(mode: str, end: Ending) -> int:
@@ -180,8 +181,8 @@ def exit_code(mode: str, end: Ending) -> int:
     if end.usage_error:
         return EXIT_USAGE
     fault = end.verdict is Verdict.FAILURE or (end.verdict is Verdict.NOTHING_MEASURED and not end.out_of_time)
-    if mode != "check":
-        return EXIT_FAULT if fault else EXIT_OK
+    if mode != "check":  # Slurm drains on a non-zero prolog/epilog: a breaker that held back must not be undone
+        return EXIT_FAULT if fault and not end.breaker_held else EXIT_OK
     if end.interrupted:
         return EXIT_INTERRUPTED
     if end.report_write_failed:

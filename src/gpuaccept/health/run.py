@@ -10,9 +10,11 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 
+from gpuaccept.health.ladder import first_failure, ladder_reruns, ladder_result, verdict_after_reruns
 from gpuaccept.health.plan import CHECKS
-from gpuaccept.model import CheckResult, Status
+from gpuaccept.model import CheckResult, NodeReport, Status
 from gpuaccept.node.budget import fmt_s
 from gpuaccept.node.budget_run import WindowRunner
 from gpuaccept.node.runner import DeadlineRunner
@@ -21,6 +23,9 @@ from gpuaccept.node.suite import PlannedCheck
 FAULT_ENV = "GPUACCEPT_TEST_HEALTH_FAULT"
 """Tests only: ``CHECK[:REASON]`` turns that check's result into a FAIL after it ran (a broken node, for
 the Slurm drain tests). Without the variable, or naming a check not in the run, nothing changes."""
+FAULT_ONCE_ENV = "GPUACCEPT_TEST_HEALTH_FAULT_ONCE"
+"""Tests only: set (to anything), :data:`FAULT_ENV`'s fault is injected into the first pass only, not a re-run
+(a transient fault the ladder's re-run clears)."""
 
 
 def injected_fault(env: Mapping[str, str], check: str) -> str | None:
@@ -32,10 +37,10 @@ def injected_fault(env: Mapping[str, str], check: str) -> str | None:
     return f"injected fault ({FAULT_ENV}): {why.strip() or 'test'}"
 
 
-def with_fault(result: CheckResult, host: str) -> CheckResult:
-    """``result``, or the FAIL :data:`FAULT_ENV` injects into it."""
+def with_fault(result: CheckResult, host: str, rerun: bool = False) -> CheckResult:
+    """``result``, or the FAIL :data:`FAULT_ENV` injects into it (not into a re-run with :data:`FAULT_ONCE_ENV`)."""
     why = injected_fault(os.environ, result.name)
-    if why is None:
+    if why is None or (rerun and os.environ.get(FAULT_ONCE_ENV)):
         return result
     return CheckResult(result.name, Status.FAIL, why, duration_s=result.duration_s, metrics=result.metrics,
                        details=result.details, host=host)
@@ -59,16 +64,58 @@ def budget_end(result: CheckResult, cut: bool) -> CheckResult:
                        details={**result.details, "budget": True}, host=result.host)
 
 
-class BudgetRunner(DeadlineRunner):
-    """The fast plan: a :class:`DeadlineRunner` with :data:`FAULT_ENV`'s injected faults; what the deadline ends
-    is :func:`budget_end`'s SKIP."""
+MIN_RERUN_S = 2.0
+"""Seconds of the deadline a ladder re-run needs left to start."""
+
+
+class LadderMixin(DeadlineRunner):
+    """Re-runs, once, each first-pass failure whose fault says re-run first (:func:`~gpuaccept.health.ladder.
+    ladder_reruns`), when the deadline leaves time; a re-run that passes clears the failure from the verdict."""
+
+    _ladder: dict[int, str]
+
+    def ladder_pass(self, already: list[PlannedCheck]) -> list[PlannedCheck]:
+        self._ladder = getattr(self, "_ladder", {})
+        names = {c.name for c in already}
+        planned = {c.name: c for c in self.plan.checks}
+        out = []
+        for name in ladder_reruns(self.report.checks):
+            if name in names or name not in planned or self.deadline - time.monotonic() < MIN_RERUN_S:
+                continue
+            check = replace(planned[name])
+            self._ladder[id(check)] = name
+            out.append(check)
+        return out
+
+    def ran(self, check: PlannedCheck, result: CheckResult) -> CheckResult:
+        """``result`` marked as the ladder's re-run when ``check`` is one."""
+        if id(check) not in getattr(self, "_ladder", {}):
+            return result
+        return ladder_result(result, first_failure(self.report.checks, check.name))
+
+    def run(self) -> NodeReport:
+        report = super().run()
+        verdict = verdict_after_reruns(report, self.inventory_checks())
+        if verdict is not report.verdict:
+            report.verdict = verdict
+            self._save()
+        return report
+
+
+class BudgetRunner(LadderMixin):
+    """The fast plan: a :class:`DeadlineRunner` with :data:`FAULT_ENV`'s injected faults and the ladder's re-runs;
+    what the deadline ends is :func:`budget_end`'s SKIP."""
+
+    def second_pass(self) -> list[PlannedCheck]:
+        return self.ladder_pass([])
 
     def _run_one(self, check: PlannedCheck) -> CheckResult:
         cut = check.timeout_s > self.deadline - time.monotonic()
-        return with_fault(budget_end(super()._run_one(check), cut), self.host)
+        rerun = id(check) in getattr(self, "_ladder", {})
+        return self.ran(check, with_fault(budget_end(super()._run_one(check), cut), self.host, rerun))
 
 
-class WindowHealthRunner(WindowRunner):
+class WindowHealthRunner(WindowRunner, LadderMixin):
     """``--budget``: the planned window with its second pass (:class:`~gpuaccept.node.budget_run.WindowRunner`) and
     :data:`FAULT_ENV`'s injected faults. An extra (not one of the four checks) that the window no longer has
     its estimated time for is a SKIP, not a FAIL: the plan chose it, not the node."""
@@ -82,4 +129,9 @@ class WindowHealthRunner(WindowRunner):
                                    f"{fmt_s(left, up=False)} of the budget left (an extra, not a fault)",
                                    details={"budget": True}, host=self.host)
         cut = check.timeout_s > self.deadline - time.monotonic()
-        return with_fault(budget_end(super()._run_one(check), cut), self.host)
+        rerun = id(check) in self._reruns or id(check) in getattr(self, "_ladder", {})
+        return self.ran(check, with_fault(budget_end(super()._run_one(check), cut), self.host, rerun))
+
+    def second_pass(self) -> list[PlannedCheck]:
+        deeper = super().second_pass()
+        return deeper + self.ladder_pass(deeper)

@@ -14,7 +14,11 @@ from dataclasses import dataclass
 from gpuaccept.errors import InputError, UsageError
 
 REASON_PREFIX = "gpuaccept:"
-"""Drain reasons that start with this are gpuaccept's own; healthcheck resumes only those."""
+"""Drain reasons that start with this, after the fault code, are gpuaccept's own; healthcheck resumes only those."""
+ACK = "ack"
+"""The word ``healthcheck --breaker reset`` puts after the prefix of the drains it counted: a person has seen them
+(still gpuaccept's to resume; no longer counted by the circuit breaker)."""
+_OURS = re.compile(r"^(?P<code>GA-[A-Z]{2,5}-\d{3} )?gpuaccept:(?P<origin>node|job)?(?P<ack>,ack)?(?= |$)")
 NOT_OURS_TO_RESUME = ("gpuaccept: isolated",)
 """gpuaccept reasons healthcheck still leaves alone: ``gpuaccept isolate --drain --apply`` drained the node
 after a fabric test this fast check does not repeat (an operator's decision, resumed by hand)."""
@@ -64,7 +68,35 @@ class NodeState:
     @property
     def ours(self) -> bool:
         """Whether the drain reason is one healthcheck set (and may therefore lift)."""
-        return self.reason.startswith(REASON_PREFIX) and not self.reason.startswith(NOT_OURS_TO_RESUME)
+        return is_ours(self.reason)
+
+
+def is_ours(reason: str) -> bool:
+    """``GA-XID-079 gpuaccept:node health: ...`` (and the code-less ``gpuaccept: ...`` of earlier versions):
+    a reason healthcheck set; never ``isolate``'s (:data:`NOT_OURS_TO_RESUME`)."""
+    m = _OURS.match(reason)
+    return m is not None and not reason[m.end("code") if m.group("code") else 0:].startswith(NOT_OURS_TO_RESUME)
+
+
+def is_acked(reason: str) -> bool:
+    """Whether a person reset the circuit breaker over this drain (``gpuaccept:node,ack``)."""
+    m = _OURS.match(reason)
+    return m is not None and bool(m.group("ack"))
+
+
+def acked(reason: str) -> str:
+    """``reason`` marked as seen by a person (``gpuaccept:node`` -> ``gpuaccept:node,ack``)."""
+    m = _OURS.match(reason)
+    if m is None or m.group("ack") or not is_ours(reason):
+        return reason
+    return reason[:m.end()] + ",ack" + reason[m.end():] if m.group("origin") else \
+        reason[:m.end()] + "node,ack" + reason[m.end():]
+
+
+def unacked(reason: str) -> str:
+    """``reason`` without the breaker reset's mark."""
+    m = _OURS.match(reason)
+    return reason[:m.start("ack")] + reason[m.end("ack"):] if m is not None and m.group("ack") else reason
 
 
 _REASON = re.compile(r"\bReason=(?P<text>.*?)(?: \[(?P<by>[^\]@]*)@[^\]]*\])?\s*$", re.S)
@@ -97,9 +129,12 @@ def parse_scontrol_node(text: str, name: str) -> NodeState:
     return NodeState(name, tuple(s for s in state.split("+") if s), reason, by)
 
 
-def reason_text(check: str, why: str) -> str:
-    """``gpuaccept: <check>: <why>`` on one line of printable ASCII, quotes removed, cut to MAX_REASON."""
-    raw = f"{REASON_PREFIX} {check}: {why}" if check else f"{REASON_PREFIX} {why}"
+def reason_text(check: str, why: str, code: str = "", origin: str = "") -> str:
+    """``GA-XID-079 gpuaccept:node <check>: <why>`` (the fault code first, so ``sinfo -R`` shows it; ``node`` or
+    ``job``: whose fault) on one line of printable ASCII, quotes removed, cut to MAX_REASON. Without a code:
+    ``gpuaccept: <check>: <why>``."""
+    head = (f"{code} " if code else "") + REASON_PREFIX + (origin if origin in ("node", "job") else "")
+    raw = f"{head} {check}: {why}" if check else f"{head} {why}"
     text = "".join(c if (c.isascii() and c.isprintable() and c not in "\"'\\") else " " for c in raw)
     text = " ".join(text.split())
     return text if len(text) <= MAX_REASON else text[:MAX_REASON - 3].rstrip() + "..."
@@ -137,7 +172,7 @@ def decide(node: NodeState, healthy: bool, reason: str, scontrol: str = "scontro
     if not healthy:
         if node.drained and not node.ours:
             return Action("none", (), f"already drained by someone else ({node.reason or 'no reason'}); left as is")
-        if node.drained and node.reason == reason:
+        if node.drained and unacked(node.reason) == reason:
             return Action("none", (), "already drained with this reason")
         return Action("drain", tuple(drain_argv(node.name, reason, scontrol)), f"drained: {reason}")
     if not node.drained:

@@ -34,7 +34,13 @@ from typing import Any, Final, Literal
 
 from gpuaccept.errors import GpuacceptError, InputError
 from gpuaccept.hw.gpumap import NvmlGpuId, map_visible_devices, select_ordinals
-from gpuaccept.hw.nvml_ext import XidWatch, read_memory_temperature, read_nvlink_errors, sample_reasons
+from gpuaccept.hw.nvml_ext import (
+    XidWatch,
+    read_memory_temperature,
+    read_nvlink_errors,
+    read_recovery_action,
+    sample_reasons,
+)
 
 UNSUPPORTED: Final = "unsupported"
 Unsupported = Literal["unsupported"]
@@ -126,6 +132,7 @@ class GpuSnapshot:
     nvlink_recovery_errors: dict[str, int] | Unsupported = UNSUPPORTED
     xid_events: list[int] | Unsupported = UNSUPPORTED
     xid_kernel_log: list[int] | Unsupported = UNSUPPORTED
+    gpu_recovery_action: int | Unsupported = UNSUPPORTED  # nvmlDeviceGetGpuRecoveryAction (0 none, 1 reset, ...)
     errors: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -181,7 +188,7 @@ _GPU_KINDS: dict[str, str] = {
     "nvlink_active": "list", "ordinal": "optint", "clocks_event_reasons_samples": "intlist",
     "memory_temperature_c": "int", "nvlink_crc_flit_errors": "intmap", "nvlink_replay_errors": "intmap",
     "nvlink_recovery_errors": "intmap", "xid_events": "intlist", "xid_kernel_log": "intlist", "errors": "dict",
-}
+    "gpu_recovery_action": "int"}
 _SNAPSHOT_KINDS: dict[str, str] = {
     "driver_version": "str", "nvml_version": "str", "cuda_driver_version": "str",
     "gpu_count": "int", "cuda_visible_devices": "optstr", "errors": "dict",
@@ -390,6 +397,9 @@ def _read_gpu(nvml: Any, g: GpuSnapshot, handle: Any) -> GpuSnapshot:
     for name in ("nvlink_crc_flit_errors", "nvlink_replay_errors", "nvlink_recovery_errors"):
         if getattr(g, name) == UNSUPPORTED:
             errors[name] = why or "Not Supported"
+    action, why = read_recovery_action(nvml, handle)
+    g.gpu_recovery_action = UNSUPPORTED if action is None else action
+    errors.update({"gpu_recovery_action": why} if action is None else {})
     temp, why = read_memory_temperature(nvml, handle)
     if temp is None:
         errors["memory_temperature_c"] = why

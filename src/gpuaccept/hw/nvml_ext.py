@@ -111,6 +111,27 @@ def read_memory_temperature(nvml: Any, handle: Any) -> tuple[int | None, str]:
     return int(temp), ""
 
 
+def read_recovery_action(nvml: Any, handle: Any) -> tuple[int | None, str]:
+    """The driver's recovery action for the GPU (``nvmlDeviceGetGpuRecoveryAction``, read as field
+    ``NVML_FI_DEV_GET_GPU_RECOVERY_ACTION``): 0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset,
+    5 recover the IMEX domain, 6 bus reset, 7 system reboot; or None and why (an older driver or binding)."""
+    fn = getattr(nvml, "nvmlDeviceGetFieldValues", None)
+    const = getattr(nvml, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", None)
+    if fn is None or const is None:
+        return None, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION not in this nvidia-ml-py"
+    try:
+        values = fn(handle, [const])
+    except nvml.NVMLError as exc:
+        return None, _message(exc)
+    v = values[0]
+    if int(v.nvmlReturn) != nvml.NVML_SUCCESS:
+        return None, _message(nvml.NVMLError(int(v.nvmlReturn)))
+    action = field_value(nvml, v)
+    if action is None or action not in range(8):
+        return None, f"unknown recovery action {action}"
+    return int(action), ""
+
+
 class XidWatch:
     """Critical-XID events of some GPUs (``nvmlEventTypeXidCriticalError``), collected with zero-timeout waits.
 

@@ -38,6 +38,7 @@ from gpuaccept.distributed.gather import missing_rank_result, order_results, ran
 from gpuaccept.distributed.group import RankContext
 from gpuaccept.distributed.local import partial_path, rank_env
 from gpuaccept.errors import UsageError
+from gpuaccept.faults import with_fault
 from gpuaccept.model import CheckResult, NodeReport, Status, Verdict
 from gpuaccept.node import warm as warm_process
 from gpuaccept.node.childproc import kill_tree, read_outcome
@@ -283,10 +284,11 @@ class DistributedRunner(Runner):
             if r in self._reported_dead:
                 continue
             self._reported_dead.add(r)
-            self.report.checks.append(missing_rank_result(check.name, r, self.control.host_of(r), why))
+            self.report.checks.append(with_fault(missing_rank_result(check.name, r, self.control.host_of(r), why)))
 
     # ---- results ------------------------------------------------------------------------------
     def _record(self, result: CheckResult) -> None:
+        result = with_fault(result)
         self.report.in_flight = None
         self.report.checks.append(result)
         self._append(result)

@@ -48,6 +48,7 @@ from gpuaccept import __version__
 from gpuaccept.argtypes import check_run_id, host_part
 from gpuaccept.checks.base import Outcome
 from gpuaccept.errors import ReportWriteError, UsageError
+from gpuaccept.faults import with_fault
 from gpuaccept.model import CheckResult, Metric, NodeReport, Status, Verdict
 from gpuaccept.node.childproc import (
     OUTCOME_WRITE_FAILED,
@@ -325,7 +326,7 @@ class Runner:
         self.events.on_start(check, i, total)
         self.report.in_flight = check.name
         self._save()
-        result = self._run_one(check)
+        result = with_fault(self._run_one(check))
         self.report.checks.append(result)
         if self.plan.device == "cpu" and isinstance(result.details.get("cpu_only"), str):
             self.report.cpu_only = result.details["cpu_only"]  # env's reason knows what NVML and torch saw

@@ -11,7 +11,18 @@ from typing import IO, TYPE_CHECKING, Any
 
 from rich.markup import escape
 
-from gpuaccept.model import NOT_JUDGED, CheckResult, Metric, NodeReport, Status, Verdict, not_judged_note, state_label
+from gpuaccept.model import (
+    NOT_JUDGED,
+    CheckResult,
+    Metric,
+    NodeReport,
+    Status,
+    Verdict,
+    fault_tag,
+    fault_text,
+    not_judged_note,
+    state_label,
+)
 from gpuaccept.nextsteps import next_steps, step_lines
 from gpuaccept.report.views import (
     bound_text,
@@ -72,7 +83,8 @@ def metric_line(m: Metric) -> str:
 def next_step_lines(report: NodeReport, result: CheckResult, run_dir: str = "") -> list[str]:
     """``likely: ...`` and ``next: ...`` lines under a failed check (none for any other); ``run_dir`` locates
     its log."""
-    return step_lines(next_steps(result, report, run_dir=run_dir or None))
+    fault = fault_text(result.fault)
+    return ([f"fault: {fault}"] if fault else []) + step_lines(next_steps(result, report, run_dir=run_dir or None))
 
 
 def result_notes(report: NodeReport) -> list[str]:
@@ -125,7 +137,7 @@ class PlainConsole:
         value, expect = describe_key(result, check.key_metric)
         extra = f" {value}" + (f" {expect}" if expect else "") if value else ""
         self._print(f"[{check.tag}] {check.name}: {state_label(result.state)} "
-                    f"{result.duration_s:.1f}s{extra} - {result.reason}")
+                    f"{result.duration_s:.1f}s{extra} - {result.reason}{fault_tag(result)}")
         if self.verbose:
             for m in result.metrics:
                 self._print(f"[{check.tag}]   {metric_line(m)}")
@@ -170,7 +182,7 @@ class RichConsole:
             self._status.stop()
         style = _STYLE[result.state]
         self.console.print(f"[{style}]{state_label(result.state):<5}[/] {escape(check.name):<10} "
-                           f"{result.duration_s:5.1f}s  {escape(result.reason)}", highlight=False)
+                           f"{result.duration_s:5.1f}s  {escape(result.reason + fault_tag(result))}", highlight=False)
         if self.verbose:
             for m in result.metrics:
                 self.console.print(f"      {escape(metric_line(m))}", highlight=False)

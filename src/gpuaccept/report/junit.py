@@ -28,7 +28,7 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from gpuaccept.argtypes import fmt_s
-from gpuaccept.model import CheckResult, ClusterReport, NodeReport, Status
+from gpuaccept.model import CheckResult, ClusterReport, NodeReport, Status, fault_text
 from gpuaccept.report.budget_view import budget_view
 from gpuaccept.report.views import (
     NodeView,
@@ -102,7 +102,13 @@ def _testcase(suite: ET.Element, node: NodeView, check: CheckResult, outlier_lin
     case = ET.SubElement(suite, "testcase", classname=xml_text(host), name=xml_text(name),
                          time=_seconds(check.duration_s))
     reason = xml_text(check.reason)
-    body = "\n".join([reason, *_judged_lines(check), *_fabric_lines(check), *outlier_lines]).strip()
+    fault = fault_text(check.fault)
+    if fault:  # the code as a property of the testcase (JUnit readers show testcase properties) and in the text
+        props = ET.SubElement(case, "properties")
+        for key in ("code", "severity", "origin", "action"):
+            ET.SubElement(props, "property", name=f"fault_{key}", value=xml_text(str((check.fault or {}).get(key, ""))))
+    body = "\n".join([reason, *([f"FAULT: {xml_text(fault)}"] if fault else []), *_judged_lines(check),
+                      *_fabric_lines(check), *outlier_lines]).strip()
     if check.status is Status.FAIL:
         ET.SubElement(case, "failure", message=reason, type="fail").text = xml_text(body)
     elif check.status is Status.ERROR:

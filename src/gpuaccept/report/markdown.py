@@ -115,12 +115,17 @@ def _budget_section(views: list[BudgetView], cluster: bool) -> list[str]:
     return lines + _table((["host"] if cluster else []) + head, rows)
 
 
+def _reason(c: CheckResult) -> str:
+    """The reason cell: a FAIL's or ERROR's fault code first (``GA-MEM-001``, the docs' fault-codes page names it)."""
+    return f"{code(c.code)} {md(c.reason)}" if c.code else md(c.reason)
+
+
 def _node_table(node: NodeView) -> list[str]:
     if node.missing:
         return [f"No report: {md(node.reason or 'missing')}", ""]
     order = sorted(node.checks, key=lambda c: -c.status.severity if c.status is not Status.SKIP else 0)
     rows = [[_name(c), _state_cell(c), _key(headline_metric(c)),
-             md(fmt_duration(c.duration_s)), md(c.reason)] for c in order]
+             md(fmt_duration(c.duration_s)), _reason(c)] for c in order]
     return _table(["check", "status", "key metric", "time", "reason"], rows)
 
 
@@ -169,7 +174,7 @@ def render_markdown(report: NodeReport | ClusterReport, analysis: dict[str, Any]
         lines += ["### Failures and warnings", ""]
         rows = [[code(n.host), "**MISSING**", "", md(n.reason or "no report"), ""] for n in missing]
         rows += [[code(check_host(c, n)), f"**{c.status.value.upper()}**" if c.status.is_failure
-                  else c.status.value.upper(), _name(c), md(c.reason), _key(headline_metric(c))]
+                  else c.status.value.upper(), _name(c), _reason(c), _key(headline_metric(c))]
                  for n, c in bad]
         lines += _table(["host", "status", "check", "reason", "key metric"], rows)
         lines += _next_steps(nodes, cluster)

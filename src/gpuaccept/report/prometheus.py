@@ -9,6 +9,9 @@ for node-wide values):
 - ``gpuaccept_metric_outlier_zscore``: robust z of values the cluster analysis flagged;
 - ``gpuaccept_check_status{host,check,status}``: 1 for the check's status, 0 for the other four;
 - ``gpuaccept_check_duration_seconds{host,check}``;
+- ``gpuaccept_check_fault{host,check,code,severity,origin,action}`` = 1 for each FAIL or ERROR: its fault code
+  (docs: reference/fault-codes), severity, origin (``node`` or ``job``) and the remediation step to take now
+  (a series of its own, so ``check_status`` keeps its labels whatever the code);
 - ``gpuaccept_check_not_judged{host,check}``: how many of the check's performance figures were measured with
   neither threshold nor expectation (0: all judged); ``gpuaccept_metric_not_judged{host,check,metric}`` = 1
   names each (a passing check with any is shown as NOT JUDGED, its ``check_status`` stays ``pass``);
@@ -225,6 +228,8 @@ def families(node_reports: Sequence[NodeReport], cluster: ClusterReport | None =
     reported_f = Family(PREFIX + "node_reported", "1 when the host sent a report, 0 when a cluster run is missing it.")
     status_f = Family(PREFIX + "check_status", "1 for the check's status in the host's latest run, 0 for the others.")
     cdur = Family(PREFIX + "check_duration_seconds", "Time the check took on the host, in seconds.")
+    fault_f = Family(PREFIX + "check_fault", "1 for each failed or errored check: its fault code, severity, origin "
+                                             "and the remediation step to take now.")
     nj_f = Family(PREFIX + "check_not_judged", "Performance figures of the check measured with no threshold and no "
                                                "expectation (0: all judged).")
     nj_names = Family(PREFIX + "metric_not_judged", "1 for each performance figure measured with no threshold and "
@@ -243,6 +248,7 @@ def families(node_reports: Sequence[NodeReport], cluster: ClusterReport | None =
     dur_rows: list[tuple[dict[str, str], float, dict[str, str]]] = []
     nj_rows: list[tuple[dict[str, str], float, dict[str, str]]] = []
     nj_name_rows: list[tuple[dict[str, str], float, dict[str, str]]] = []
+    fault_rows: list[tuple[dict[str, str], float, dict[str, str]]] = []
     for rep in node_reports:
         if rep.host in seen:
             continue
@@ -270,6 +276,10 @@ def families(node_reports: Sequence[NodeReport], cluster: ClusterReport | None =
             for s in Status:
                 check_rows.append(({"host": host, "check": c.name, "status": s.value}, 1 if c.status is s else 0,
                                    extra))
+            if c.fault and c.status.is_failure:
+                fault_rows.append(({"host": host, "check": c.name, "code": c.code,
+                                    **{k: str(c.fault.get(k, "")) for k in ("severity", "origin", "action")}}, 1,
+                                   extra))
             if math.isfinite(c.duration_s):
                 dur_rows.append(({"host": host, "check": c.name}, c.duration_s, extra))
             if c.status is not Status.SKIP:
@@ -280,8 +290,9 @@ def families(node_reports: Sequence[NodeReport], cluster: ClusterReport | None =
     cdur.samples = _uniform(dur_rows, ("host", "check"), ("rerun",))
     nj_f.samples = _uniform(nj_rows, ("host", "check"), ("rerun",))
     nj_names.samples = _uniform(nj_name_rows, ("host", "check", "metric"), ("rerun",))
+    fault_f.samples = _uniform(fault_rows, ("host", "check", "code", "severity", "origin", "action"), ("rerun",))
 
-    fams = [info, ts, dur, verdict_f, cpu_f, reported_f, status_f, cdur, nj_f, nj_names, budget_f, left_out_f,
+    fams = [info, ts, dur, verdict_f, cpu_f, reported_f, status_f, fault_f, cdur, nj_f, nj_names, budget_f, left_out_f,
             *_metric_families(entries, idx)]
     cov = analysis_coverage(cluster or NodeReport("", "", "", ""), analysis)
     if cov is not None:
