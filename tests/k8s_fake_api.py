@@ -14,7 +14,8 @@ what the pod endpoints return; ``served`` lists the resources the "cluster"
 has (a CRD that is not installed answers 404, as the real server does);
 ``reject[(method, plural)]`` forces an error status for such requests.
 
-Nodes (cluster-scoped, ``/api/v1/nodes/NAME``) answer GET and PATCH as the API server does for
+Nodes (cluster-scoped, ``/api/v1/nodes/NAME``; ``/api/v1/nodes`` lists them, refused with ``reject[("LIST",
+"nodes")]``) answer GET and PATCH as the API server does for
 ``gpuaccept node-status``: ``nodes`` holds them; a PATCH must be an RFC 6902 JSON patch
 (``application/json-patch+json``; other patch types answer 415 here, since nothing of ours sends
 them), applied op by op with ``add``/``remove``/``replace``/``test`` semantics; a failing op answers 422
@@ -179,6 +180,12 @@ class FakeKubeAPI:
         return 405, status_body(405, "MethodNotAllowed", "not supported here")
 
     def _node(self, method: str, tail: list[str], query: dict[str, str], body: Any) -> tuple[int, Any]:
+        if not tail and method == "GET":  # the NodeList (list nodes), as the API server answers it
+            if ("LIST", "nodes") in self.reject:
+                code, reason, message = self.reject[("LIST", "nodes")]
+                return code, status_body(code, reason, message)
+            return 200, {"kind": "NodeList", "apiVersion": "v1", "metadata": {"resourceVersion": "1"},
+                         "items": [copy.deepcopy(self.nodes[n]) for n in sorted(self.nodes)]}
         if len(tail) != 1:
             return 405, status_body(405, "MethodNotAllowed", "not supported here")
         name = tail[0]

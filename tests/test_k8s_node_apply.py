@@ -477,3 +477,80 @@ def test_a_rerun_first_fault_labels_but_does_not_taint(api: FakeKubeAPI, kubecon
     assert stored["metadata"]["labels"][HEALTH_LABEL] == "fail"
     assert stored["metadata"]["annotations"]["gpuaccept.io/health-origin"] == "job"
     assert "not tainted: GA-GPU-008 says re-run first" in proc.stderr
+
+
+# ---- the circuit breaker ----------------------------------------------------------------------------------------
+
+def _recently(minutes: int) -> str:
+    from datetime import datetime, timedelta, timezone
+
+    when = datetime.now(timezone.utc) - timedelta(minutes=minutes)
+    return when.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _tainted_by_us(name: str, minutes_ago: int, **annotations: str) -> dict[str, Any]:
+    return node(name, labels={HEALTH_LABEL: "fail"}, taints=[GPU_TAINT, OURS],
+                annotations={"gpuaccept.io/health-checked": _recently(minutes_ago), **annotations})
+
+
+XID79 = "cuda:2: XID 79 (GPU has fallen off the bus)"
+
+
+def test_the_breaker_holds_the_second_taint_and_says_what_it_would_have_done(api: FakeKubeAPI, kubeconfig: Path,
+                                                                             tmp_path: Path) -> None:
+    api.nodes["gpu-1"] = node("gpu-1", taints=[GPU_TAINT])
+    api.nodes["gpu-2"] = _tainted_by_us("gpu-2", 5)
+    api.nodes["gpu-3"] = node("gpu-3")
+    proc = node_status("--apply", "--taint", "--breaker-limit", "1", "--report", str(_faulted(tmp_path, XID79)),
+                       "--node", "gpu-1", "--kubeconfig", str(kubeconfig))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    stored = api.nodes["gpu-1"]
+    assert stored["spec"]["taints"] == [GPU_TAINT]  # held back
+    assert stored["metadata"]["labels"][HEALTH_LABEL] == "fail"  # the verdict is still written
+    held = stored["metadata"]["annotations"]["gpuaccept.io/breaker-held"]
+    assert held.startswith("circuit breaker open: 1 node(s) tainted by gpuaccept") and "gpu-2" in held
+    assert "would have tainted gpu-1 gpuaccept.io/health=fail:NoSchedule" in proc.stderr
+    assert api.calls("GET", "/api/v1/nodes") and not api.calls("PATCH", "gpu-2")
+
+
+def test_old_taints_and_other_taints_do_not_count(api: FakeKubeAPI, kubeconfig: Path, tmp_path: Path) -> None:
+    api.nodes["gpu-1"] = node("gpu-1", taints=[GPU_TAINT])
+    api.nodes["gpu-2"] = _tainted_by_us("gpu-2", 90)  # outside the 1h window
+    api.nodes["gpu-3"] = node("gpu-3", taints=[{"key": "gpuaccept.io/health", "value": "fail",
+                                                "effect": "NoExecute"}])  # not ours exactly
+    proc = node_status("--apply", "--taint", "--breaker-limit", "1", "--report", str(_faulted(tmp_path, XID79)),
+                       "--node", "gpu-1", "--kubeconfig", str(kubeconfig))
+    assert proc.returncode == 1 and api.nodes["gpu-1"]["spec"]["taints"] == [GPU_TAINT, OURS], proc.stderr
+
+
+def test_a_persons_reset_acknowledges_the_counted_taints_and_lets_the_next_one_through(
+        api: FakeKubeAPI, kubeconfig: Path, tmp_path: Path) -> None:
+    api.nodes["gpu-1"] = node("gpu-1", taints=[GPU_TAINT])
+    api.nodes["gpu-2"] = _tainted_by_us("gpu-2", 5)
+    reset = node_status("--breaker", "reset", "--kubeconfig", str(kubeconfig))
+    assert reset.returncode == 0, reset.stderr
+    assert "circuit breaker reset: 1 node(s) acknowledged (gpu-2)" in reset.stderr
+    notes = api.nodes["gpu-2"]["metadata"]["annotations"]
+    assert notes["gpuaccept.io/breaker-ack"] == notes["gpuaccept.io/health-checked"]
+    assert api.nodes["gpu-2"]["spec"]["taints"] == [GPU_TAINT, OURS]  # still tainted: it has not passed
+    proc = node_status("--apply", "--taint", "--breaker-limit", "1", "--report", str(_faulted(tmp_path, XID79)),
+                       "--node", "gpu-1", "--kubeconfig", str(kubeconfig))
+    assert proc.returncode == 1 and api.nodes["gpu-1"]["spec"]["taints"] == [GPU_TAINT, OURS], proc.stderr
+
+
+def test_when_the_taints_cannot_be_counted_it_does_not_taint(api: FakeKubeAPI, kubeconfig: Path,
+                                                              tmp_path: Path) -> None:
+    api.nodes["gpu-1"] = node("gpu-1", taints=[GPU_TAINT])
+    api.reject[("LIST", "nodes")] = (403, "Forbidden", 'nodes is forbidden: cannot list resource "nodes"')
+    proc = node_status("--apply", "--taint", "--breaker-percent", "10", "--report", str(_faulted(tmp_path, XID79)),
+                       "--node", "gpu-1", "--kubeconfig", str(kubeconfig))
+    assert proc.returncode == 1 and api.nodes["gpu-1"]["spec"]["taints"] == [GPU_TAINT], proc.stderr
+    assert "cannot count gpuaccept's taints" in proc.stderr and "HTTP 403" in proc.stderr
+
+
+def test_the_daemonset_pods_carry_the_breaker_and_may_list_nodes() -> None:
+    r = gpuaccept("node-status", "daemonset", "--image", "ghcr.io/example/gpuaccept:1.0", "--profile", "quick",
+                  "--taint", "--breaker-limit", "3", "--breaker-window", "2h")
+    assert r.returncode == 0, r.stderr
+    assert "--breaker-limit=3" in r.stdout and "--breaker-window=7200s" in r.stdout
+    assert "- list" in r.stdout

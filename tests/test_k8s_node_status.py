@@ -265,7 +265,7 @@ def test_daemonset_matches_golden() -> None:
 
 def test_rbac_is_get_and_patch_nodes_only() -> None:
     _sa, role, binding, _policy, _policy_binding, ds = daemon()
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]}]
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                                   "name": "gpuaccept-health"}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpuaccept-health",

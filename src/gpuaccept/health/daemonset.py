@@ -137,7 +137,7 @@ def own_toleration() -> dict[str, Any]:
 def cluster_role(name: str) -> dict[str, Any]:
     """Read and patch nodes: nothing else (no list, no watch, no other resource)."""
     return {"apiVersion": RBAC_API, "kind": "ClusterRole", "metadata": {"name": name, "labels": _labels(name)},
-            "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]}
+            "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]}]}
 
 
 def service_account_user(name: str, namespace: str) -> str:

@@ -195,6 +195,34 @@ def apply_change(api: Any, change: NodeChange, *, server_dry_run: bool = False) 
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+def list_nodes(api: Any) -> dict[str, Any]:
+    """Every Node of the cluster (``GET /api/v1/nodes``, a ``NodeList``): what the circuit breaker counts.
+    NodeUpdateError when the API refuses (the service account needs ``list`` on nodes) or cannot be reached."""
+    import json
+
+    k8s = kubernetes_module("node-status counts the cluster's tainted nodes")
+    try:
+        resp = k8s.client.CoreV1Api(api).list_node(_preload_content=False, _request_timeout=REQUEST_TIMEOUT_S)
+        return dict(json.loads(resp.data))
+    except k8s.client.exceptions.ApiException as exc:
+        raise NodeUpdateError(f"listing nodes: {_api_error(exc)}") from None
+    except Exception as exc:
+        raise NodeUpdateError(f"listing nodes: cannot reach the Kubernetes API ({type(exc).__name__}: {exc})") from None
+
+
+def patch_ops(api: Any, name: str, ops: list[dict[str, Any]]) -> None:
+    """Send one JSON patch to node ``name``; NodeUpdateError when refused."""
+    k8s = kubernetes_module("node-status patches nodes")
+    try:
+        k8s.client.CoreV1Api(api).patch_node(name, ops, _content_type=JSON_PATCH, _preload_content=False,
+                                             _request_timeout=REQUEST_TIMEOUT_S)
+    except k8s.client.exceptions.ApiException as exc:
+        raise NodeUpdateError(f"patching node {name}: {_api_error(exc)}") from None
+    except Exception as exc:
+        raise NodeUpdateError(f"patching node {name}: cannot reach the Kubernetes API "
+                              f"({type(exc).__name__}: {exc})") from None
+
+
 def _api_error(exc: Any) -> str:
     status = getattr(exc, "status", None)
     text = status_message(exc) or str(getattr(exc, "reason", "")) or "error"

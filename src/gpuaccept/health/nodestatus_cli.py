@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpuaccept.argtypes import count, go_duration, whole_seconds
+from gpuaccept.argtypes import count, duration, go_duration, nonneg_int, whole_seconds
 from gpuaccept.cliargs import add_suite_options
 from gpuaccept.errors import GpuacceptError, UsageError
 from gpuaccept.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NOTHING_MEASURED, EXIT_OK, EXIT_USAGE
@@ -100,7 +100,30 @@ def _label_parser(p: argparse.ArgumentParser) -> None:
     v.add_argument("--context", default=None, help="kubeconfig context (default: the current one)")
     v.add_argument("--summary", action="store_true",
                    help="print one line (the verdict and why) instead of the JSON document")
+    b = p.add_argument_group("circuit breaker (with --apply --taint)")
+    b.add_argument("--breaker", choices=("reset",), default=None,
+                   help="reset: a person's reset of the breaker: acknowledge the nodes gpuaccept tainted in the "
+                        "window (they stay tainted), then exit")
+    _breaker_options(b)
     p.set_defaults(handler=run_label)
+
+
+def _breaker_options(g: Any) -> None:
+    g.add_argument("--breaker-limit", type=nonneg_int, default=0, metavar="N",
+                   help="do not taint when N nodes stand tainted by gpuaccept within --breaker-window (the "
+                        "cluster's Node objects); 0: no limit (default)")
+    g.add_argument("--breaker-percent", type=float, default=0.0, metavar="P",
+                   help="as --breaker-limit, as a percentage of the cluster's nodes (at least one node); 0: none")
+    g.add_argument("--breaker-window", type=duration, default=3600.0, metavar="DURATION",
+                   help="the breaker's sliding window (default 1h)")
+
+
+def _breaker_args(args: argparse.Namespace) -> list[str]:
+    """The breaker flags as given, for the DaemonSet's pods."""
+    if not (args.breaker_limit or args.breaker_percent):
+        return []
+    return [f"--breaker-limit={args.breaker_limit}", f"--breaker-percent={args.breaker_percent:g}",
+            f"--breaker-window={args.breaker_window:g}s"]
 
 
 def _taint_option(g: Any) -> None:
@@ -117,6 +140,7 @@ def _daemonset_parser(p: argparse.ArgumentParser) -> None:
     # not an option here, but named so that argparse does not take it for an abbreviation of --report-dir
     d.add_argument("--report", default=None, help=argparse.SUPPRESS)
     _taint_option(d)
+    _breaker_options(d)
     d.add_argument("--namespace", default=None, help=f"default: {DEFAULT_NAME}")
     d.add_argument("--name", default=None, help=f"name of the objects (default: {DEFAULT_NAME})")
     d.add_argument("--interval", type=whole_seconds, default=None, metavar="DURATION",
@@ -204,6 +228,9 @@ def run_label(args: argparse.Namespace) -> int:
         raise UsageError("--plan shows the plan of the suite run with --profile; it goes without --report")
     if args.server_dry_run and not args.apply:
         raise UsageError("--server-dry-run goes with --apply")
+    _check_breaker(args)
+    if args.breaker == "reset":
+        return _breaker_reset(args)
     _report_or_suite(args)
     if args.plan:
         return show_plan(_gpu_suite_args(args))
@@ -263,14 +290,68 @@ def _act(args: argparse.Namespace, verdict: Any) -> int:
     return code
 
 
-def _apply(args: argparse.Namespace, change: Any) -> list[dict[str, Any]]:
-    from gpuaccept.health.nodestatus import apply_change
+def _api(args: argparse.Namespace) -> Any:
     from gpuaccept.launch.k8s.client import kubernetes_module, new_api_client
 
     k8s = kubernetes_module("node-status label --apply patches the node")
     kubeconfig = os.path.abspath(os.path.expanduser(args.kubeconfig)) if args.kubeconfig else None
-    api = new_api_client(k8s, kubeconfig, args.context)
-    return apply_change(api, change, server_dry_run=args.server_dry_run)
+    return new_api_client(k8s, kubeconfig, args.context)
+
+
+def _apply(args: argparse.Namespace, change: Any) -> list[dict[str, Any]]:
+    from gpuaccept.health.nodestatus import apply_change
+
+    api = _api(args)
+    return apply_change(api, _gate(args, api, change), server_dry_run=args.server_dry_run)
+
+
+def _check_breaker(args: argparse.Namespace) -> None:
+    from gpuaccept.health.breaker import check_breaker
+
+    args.breaker_conf = check_breaker(args.breaker_limit, args.breaker_percent, args.breaker_window)
+
+
+def _gate(args: argparse.Namespace, api: Any, change: Any) -> Any:
+    """``change`` as the circuit breaker lets it be: a taint held back past the limit (or when the taints cannot
+    be counted) is not added; the node gets ``gpuaccept.io/breaker-held`` saying why, and the output says what
+    would have been done."""
+    from dataclasses import replace
+    from datetime import datetime, timezone
+
+    from gpuaccept.health.breaker_k8s import HELD_ANNOTATION, decide
+    from gpuaccept.health.nodepatch import TAINT
+    from gpuaccept.health.nodestatus import list_nodes
+
+    if change.taint != "add" or not args.breaker_conf.enabled:
+        return change
+    try:
+        verdict = decide(args.breaker_conf, list_nodes(api), datetime.now(timezone.utc), change.node)
+        hold, why = verdict.hold, verdict.why
+    except GpuacceptError as exc:
+        hold, why = True, f"circuit breaker: cannot count gpuaccept's taints ({exc}); not tainting"
+    if not hold:
+        return change
+    taint = f"{TAINT['key']}={TAINT['value']}:{TAINT['effect']}"
+    print(f"[HEALTH] {why}; would have tainted {change.node} {taint}", file=sys.stderr, flush=True)
+    return replace(change, taint="keep", annotations={**change.annotations, HELD_ANNOTATION: why[:1024]},
+                   notes=[*change.notes, f"not tainted: {why}"])
+
+
+def _breaker_reset(args: argparse.Namespace) -> int:
+    """``--breaker reset``: acknowledge every node gpuaccept tainted within the window (they stay tainted)."""
+    from datetime import datetime, timezone
+
+    from gpuaccept.health.breaker_k8s import ack_patch, counted
+    from gpuaccept.health.nodestatus import list_nodes, patch_ops
+
+    api = _api(args)
+    mine = counted(list_nodes(api), datetime.now(timezone.utc), args.breaker_window)
+    for t in mine:
+        patch_ops(api, t.node, ack_patch(t))
+    names = ", ".join(t.node for t in mine) or "none"
+    print(f"[HEALTH] circuit breaker reset: {len(mine)} node(s) acknowledged ({names}); they stay tainted until "
+          "they pass", file=sys.stderr, flush=True)
+    return EXIT_OK
 
 
 def _emit(args: argparse.Namespace, doc: dict[str, Any], line: str, log: bool = True) -> None:
@@ -308,7 +389,7 @@ def run_daemonset(args: argparse.Namespace) -> int:
     if args.plan:
         return show_plan(_gpu_suite_args(args))
     _validate_suite_options(args)
-    inner = [*_gpu_suite_args(args), *(["--taint"] if args.taint else [])]
+    inner = [*_gpu_suite_args(args), *(["--taint"] if args.taint else []), *_breaker_args(args)]
     given = {field: value for field, value in (
         ("name", args.name), ("namespace", args.namespace), ("interval_s", args.interval),
         ("gpus", args.gpus_per_node), ("gpu_resource", args.gpu_resource)) if value is not None}
