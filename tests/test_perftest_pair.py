@@ -167,6 +167,9 @@ def test_isolate_names_the_slow_rail_of_the_bad_node_with_its_counters(sshd: Ssh
     assert [x["bad"] for x in data["rails"]] == [False, False, False, True]
     assert data["rails"][0]["evidence"] == ["node-b rail 0 (mlx5_0): 400 Gb/s, expected >= 380"]
     assert "node-b rail 3 (mlx5_3): 201 Gb/s, expected >= 380" in r.stdout
+    assert [(x["node"], x["rail"], x["port"], x["gpu"], x["verdict"]) for x in data["rail_table"]] == [
+        ("node-b", i, f"mlx5_{i}:1", i, "bad" if i == 3 else "ok") for i in range(4)]
+    assert [line.split()[:3] for line in r.stdout.splitlines() if " BAD " in line] == [["node-b", "3", "mlx5_3:1"]]
 
 
 def test_isolate_rdma_dry_run_is_one_launch_per_node_pair() -> None:

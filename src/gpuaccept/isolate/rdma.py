@@ -65,7 +65,9 @@ def verdicts(node: str, nics: Sequence[str], text: str, run: Run) -> tuple[list[
             if c.get("rose"):
                 evidence.append(f"{side} error counters rose: " + ", ".join(f"{k} +{n}" for k, n in
                                                                              sorted(c["rose"].items())))
-        out.append(RailVerdict(rail, bad, evidence))  # the figure is Gb/s, in the evidence (busbw is GB/s)
+        metric = res.judgement.metrics[0] if res.judgement.metrics else None
+        bound = metric.threshold.value if metric is not None and metric.threshold is not None else None
+        out.append(RailVerdict(rail, bad, evidence, gbps=res.gbps, bound_gbps=bound))
     return out, [r.to_dict() for r in results.values()]
 
 
