@@ -10,6 +10,7 @@ from pathlib import Path
 from gpuaccept.isolate import rdma
 from gpuaccept.isolate.plan import Run
 from gpuaccept.isolate.rails import RailReport, rail_rows, table
+from tests.launch_support import gpuaccept, one_error_line
 
 DATA = Path(__file__).parent / "data" / "perftest"
 NICS = ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"]
@@ -63,3 +64,30 @@ def test_a_failed_pair_job_is_bad_on_every_rail_without_a_figure() -> None:
     rows = rail_rows(RailReport("node-b", "node-a", "--rail-ports", found))
     assert [(r["verdict"], r["figure"], r["unit"]) for r in rows] == [("bad", None, None)] * 4
     assert rows[0]["evidence"] == ["rdma pair test failed: job cancelled"]
+
+
+def test_the_html_nic_by_node_table_marks_the_cell_under_its_bound() -> None:
+    from gpuaccept.report.html_rails import nic_node_table, render_rails_html, rows_of
+
+    data = {"rails": {"node-b": report_of().to_dict(), "node-c": report_of("node-c", slow="mlx5_1").to_dict()}}
+    rows = rows_of(data)
+    assert len(rows) == 8
+    html = nic_node_table(rows)
+    assert "<th>node-b</th><th>node-c</th>" in html
+    body = html.split("<tbody>")[1]
+    lines = body.split("</tr>")
+    assert lines[3].startswith("<tr><th>rail 3 &middot; mlx5_3:1</th>")
+    assert '<td class="bad"' in lines[3].split("</th>")[1].split("</td>")[0]  # node-b's rail 3
+    assert lines[3].split("</td>")[1] == "<td>399.6 Gb/s"  # node-c's rail 3 is good
+    assert "201.4 Gb/s &lt; 380</td>" in lines[3] and "201.4 Gb/s &lt; 380</td>" in lines[1]
+    assert body.count('class="bad"') == 2
+    page = render_rails_html(data)
+    assert "2 bad rail(s) of 8; partner(s): node-a." in page
+    assert "<b>node-c rail 1 (mlx5_1:1, GPU 1)</b>: node-c rail 1 (mlx5_1): 201 Gb/s, expected &gt;= 380: FAIL" in page
+    assert nic_node_table([]) == "" and "No rail was tested." in render_rails_html({})
+
+
+def test_html_without_rails_is_a_usage_error() -> None:
+    for args in (["--backend", "mpi", "--nodes", "a,b"], ["--simulate", "--nodes", "4"]):
+        assert "--html writes the rails: give --per-rail or --rails-of" in one_error_line(
+            gpuaccept("isolate", *args, "--html", "x.html", "--dry-run"))

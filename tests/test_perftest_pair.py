@@ -152,7 +152,7 @@ def test_isolate_names_the_slow_rail_of_the_bad_node_with_its_counters(sshd: Ssh
     env["GPUACCEPT_SYSFS_ROOT"] = str(sysfs)
     r = gpuaccept("isolate", "--backend", "mpi", "--rails-of", "node-b=node-a", "--rail-test", "rdma",
                   "--rail-ports", "mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1", "--report-dir", str(tmp_path / "runs"),
-                  f"--json={tmp_path / 'v.json'}", "--test-timeout", "120",
+                  f"--json={tmp_path / 'v.json'}", f"--html={tmp_path / 'rails.html'}", "--test-timeout", "120",
                   f"--launch-arg=--mca=plm_rsh_agent=ssh -F {sshd.ssh_config}", "--launch-arg=--oversubscribe",
                   "--launch-arg=--forward-env=RDMA_TEST_SLOW", "--launch-arg=--forward-env=RDMA_TEST_SYSFS",
                   "--launch-arg=--forward-env=GPUACCEPT_SYSFS_ROOT", "--launch-arg=--forward-env=PATH",
@@ -170,6 +170,8 @@ def test_isolate_names_the_slow_rail_of_the_bad_node_with_its_counters(sshd: Ssh
     assert [(x["node"], x["rail"], x["port"], x["gpu"], x["verdict"]) for x in data["rail_table"]] == [
         ("node-b", i, f"mlx5_{i}:1", i, "bad" if i == 3 else "ok") for i in range(4)]
     assert [line.split()[:3] for line in r.stdout.splitlines() if " BAD " in line] == [["node-b", "3", "mlx5_3:1"]]
+    html = (tmp_path / "rails.html").read_text()
+    assert "<tr><th>rail 3 &middot; mlx5_3:1</th><td class=\"bad\"" in html and "201.4 Gb/s &lt; 380" in html
 
 
 def test_isolate_rdma_dry_run_is_one_launch_per_node_pair() -> None:
