@@ -182,6 +182,13 @@ def test_isolate_rdma_dry_run_is_one_launch_per_node_pair() -> None:
     assert line.startswith("gpuaccept launch mpi --nodes 2 --hosts node-a,node-b --report-dir /shared/iso")
     assert line.endswith(f"--procs-per-node 1 -- {sys.executable} -m gpuaccept rdma pair-node --nodes node-a,node-b "
                          "--nics mlx5_0,mlx5_1")
+    assert r.stdout.splitlines()[2] == ("# estimate: each rail test (ib_write_bw -s 1048576 -D 5 -F --report_gbits) "
+                                        "about 8 s (-D 5 s x 1 size + 3 s connection setup = 8 s); the 2 rails run "
+                                        "at once: about 8 s for the job, plus the launcher's start")
+    per_rail = gpuaccept("isolate", "--backend", "mpi", "--nodes", "node-a,node-b", "--per-rail", "--rail-test",
+                         "rdma", "--rail-ports", "mlx5_0:1,mlx5_1:1,mlx5_2:1", "--dry-run")
+    assert per_rail.returncode == 0, per_rail.stderr
+    assert "about 8 s (-D 5 s x 1 size" in per_rail.stdout and "the 3 rails run at once" in per_rail.stdout
     bad = gpuaccept("isolate", "--backend", "ssh", "--rails-of", "node-b=node-a", "--rail-test", "rdma",
                     "--rail-ports", "mlx5_0:1", "--dry-run")
     assert bad.returncode == 2 and "--rail-test rdma runs over mpi or slurm; not ssh" in bad.stderr

@@ -316,8 +316,16 @@ def _cmd_isolate(args: argparse.Namespace) -> int:
     if args.dry_run:
         _dry_run(args, runner, next_step(nodes, [], settings, racks), tag)
         if args.per_rail:
-            print("# then, for each bad node, one test per rail with a good partner, one after the other: "
-                  "see --rails-of NODE=PARTNER --dry-run")
+            if args.rail_test == "rdma":
+                from gpuaccept.isolate.rdma import estimate_line
+
+                print("# then, for each bad node, one perftest pair job over its NICs with a good partner: see "
+                      "--rails-of NODE=PARTNER --dry-run")
+                if ports:
+                    print(estimate_line([p.split(":", 1)[0] for p in ports]))
+            else:
+                print("# then, for each bad node, one test per rail with a good partner, one after the other: "
+                      "see --rails-of NODE=PARTNER --dry-run")
         return EXIT_OK
     results: list[Result] = []
     while True:
@@ -449,6 +457,7 @@ def _rdma_rails_only(args: argparse.Namespace, runner: Any, node: str, partner: 
     if args.dry_run:
         print(f"# gpuaccept isolate: the rails of {node} with {partner}: perftest on {len(nics)} NICs at once")
         print(shlex.join(rdma.dry_run_line(runner, node, partner, nics, tag)))
+        print(rdma.estimate_line(nics))
         return EXIT_OK
     report = rdma.run_rails(runner, node, partner, nics, tag, "--rail-ports", out)
     for line in ir.table(report):

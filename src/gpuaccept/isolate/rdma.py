@@ -88,6 +88,17 @@ def run_rails(runner: Any, node: str, partner: str, nics: Sequence[str], tag: st
                                                           "rails": results}])
 
 
+def estimate_line(nics: Sequence[str]) -> str:
+    """What ``--dry-run`` says of the time the pair job takes (pure): each rail's perftest estimate
+    (:func:`gpuaccept.perftest.plan.estimate_s` of the pair-node's default arguments); the rails run at once."""
+    from gpuaccept.perftest.plan import DEFAULT_ARGS, estimate_s
+
+    seconds, how = estimate_s(DEFAULT_ARGS)
+    each = f"about {seconds:g} s" if seconds is not None else "unknown"
+    return (f"# estimate: each rail test (ib_write_bw {' '.join(DEFAULT_ARGS)}) {each} ({how}); the {len(nics)} "
+            f"rails run at once: {each} for the job, plus the launcher's start")
+
+
 def dry_run_line(runner: Any, node: str, partner: str, nics: Sequence[str], tag: str) -> list[str]:
     """The pair job as its ``gpuaccept launch`` argv (what ``--dry-run`` prints)."""
     from gpuaccept.isolate.pairs import PairTest
