@@ -152,7 +152,7 @@ def test_isolate_names_the_slow_rail_of_the_bad_node_with_its_counters(sshd: Ssh
     env["GPUACCEPT_SYSFS_ROOT"] = str(sysfs)
     r = gpuaccept("isolate", "--backend", "mpi", "--rails-of", "node-b=node-a", "--rail-test", "rdma",
                   "--rail-ports", "mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1", "--report-dir", str(tmp_path / "runs"),
-                  f"--json={tmp_path / 'v.json'}", "--test-timeout", "120",
+                  f"--json={tmp_path / 'v.json'}", f"--html={tmp_path / 'rails.html'}", "--test-timeout", "120",
                   f"--launch-arg=--mca=plm_rsh_agent=ssh -F {sshd.ssh_config}", "--launch-arg=--oversubscribe",
                   "--launch-arg=--forward-env=RDMA_TEST_SLOW", "--launch-arg=--forward-env=RDMA_TEST_SYSFS",
                   "--launch-arg=--forward-env=GPUACCEPT_SYSFS_ROOT", "--launch-arg=--forward-env=PATH",
@@ -167,6 +167,11 @@ def test_isolate_names_the_slow_rail_of_the_bad_node_with_its_counters(sshd: Ssh
     assert [x["bad"] for x in data["rails"]] == [False, False, False, True]
     assert data["rails"][0]["evidence"] == ["node-b rail 0 (mlx5_0): 400 Gb/s, expected >= 380"]
     assert "node-b rail 3 (mlx5_3): 201 Gb/s, expected >= 380" in r.stdout
+    assert [(x["node"], x["rail"], x["port"], x["gpu"], x["verdict"]) for x in data["rail_table"]] == [
+        ("node-b", i, f"mlx5_{i}:1", i, "bad" if i == 3 else "ok") for i in range(4)]
+    assert [line.split()[:3] for line in r.stdout.splitlines() if " BAD " in line] == [["node-b", "3", "mlx5_3:1"]]
+    html = (tmp_path / "rails.html").read_text()
+    assert "<tr><th>rail 3 &middot; mlx5_3:1</th><td class=\"bad\"" in html and "201.4 Gb/s &lt; 380" in html
 
 
 def test_isolate_rdma_dry_run_is_one_launch_per_node_pair() -> None:
@@ -177,6 +182,13 @@ def test_isolate_rdma_dry_run_is_one_launch_per_node_pair() -> None:
     assert line.startswith("gpuaccept launch mpi --nodes 2 --hosts node-a,node-b --report-dir /shared/iso")
     assert line.endswith(f"--procs-per-node 1 -- {sys.executable} -m gpuaccept rdma pair-node --nodes node-a,node-b "
                          "--nics mlx5_0,mlx5_1")
+    assert r.stdout.splitlines()[2] == ("# estimate: each rail test (ib_write_bw -s 1048576 -D 5 -F --report_gbits) "
+                                        "about 8 s (-D 5 s x 1 size + 3 s connection setup = 8 s); the 2 rails run "
+                                        "at once: about 8 s for the job, plus the launcher's start")
+    per_rail = gpuaccept("isolate", "--backend", "mpi", "--nodes", "node-a,node-b", "--per-rail", "--rail-test",
+                         "rdma", "--rail-ports", "mlx5_0:1,mlx5_1:1,mlx5_2:1", "--dry-run")
+    assert per_rail.returncode == 0, per_rail.stderr
+    assert "about 8 s (-D 5 s x 1 size" in per_rail.stdout and "the 3 rails run at once" in per_rail.stdout
     bad = gpuaccept("isolate", "--backend", "ssh", "--rails-of", "node-b=node-a", "--rail-test", "rdma",
                     "--rail-ports", "mlx5_0:1", "--dry-run")
     assert bad.returncode == 2 and "--rail-test rdma runs over mpi or slurm; not ssh" in bad.stderr

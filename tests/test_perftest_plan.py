@@ -66,3 +66,14 @@ def test_gpudirect_and_rails_from_recorded_sysfs() -> None:
     down = read_inventory(SYSFS / "ndr_4x_port_down")
     assert len(rail_nics(down)) == len([p for p in down.ports if p.up]) < 4
     assert gpudirect(read_inventory(SYSFS / "no_gpu")) is False
+
+
+def test_a_rail_test_is_estimated_from_its_duration_sizes_and_connection_setup() -> None:
+    from gpuaccept.perftest.plan import ALL_SIZES, CONNECT_S, estimate_s
+
+    assert estimate_s() == (5.0 + CONNECT_S, f"-D 5 s x 1 size + {CONNECT_S:g} s connection setup = 8 s")
+    seconds, how = estimate_s(["-a", "--duration=2", "--report_gbits"], connect_s=1.0)
+    assert seconds == 2.0 * ALL_SIZES + 1.0 == 47.0 and how.startswith("-D 2 s x 23 sizes")
+    assert estimate_s(["-n", "1000"]) == (None, "no -D: perftest runs a count of iterations, whose time depends "
+                                                "on the bandwidth")
+    assert estimate_s(["-D", "x"])[0] is None

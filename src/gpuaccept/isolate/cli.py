@@ -88,6 +88,9 @@ def register(subparsers: Any) -> None:
                    help="pair: the pair test on one GPU per rail, one rail after another (default); rdma: perftest "
                         "(ib_write_bw) on every NIC at once, the partner serving, each NIC judged against 0.95 x its "
                         "port rate (mpi and slurm; needs the NICs: --rail-ports, or an earlier collectives test)")
+    g.add_argument("--html", default=None, metavar="PATH",
+                   help="also write the rails as an HTML page: a NIC x node table of each rail's figure, the "
+                        "cells under their bound marked, then each bad rail's evidence ('-' for stdout)")
     s = p.add_argument_group("simulation")
     s.add_argument("--simulate", action="store_true", help="fake pair tests: rounds and accuracy over trials")
     s.add_argument("--bad", type=int_at_least(0), default=1, metavar="K", help="broken nodes (default: 1)")
@@ -169,6 +172,12 @@ def _settings(args: argparse.Namespace) -> Any:
 
 
 def _emit_json(args: argparse.Namespace, data: dict[str, Any]) -> None:
+    """The --json file, and the --html page of the rails (when rails were tested)."""
+    if getattr(args, "html", None):
+        from gpuaccept.outputs import write_output
+        from gpuaccept.report.html_rails import render_rails_html
+
+        write_output(args.html, render_rails_html(data), "--html")
     if args.json:
         from gpuaccept.outputs import write_output
 
@@ -282,6 +291,8 @@ def _cmd_isolate(args: argparse.Namespace) -> int:
     if args.simulate:
         if args.per_rail or args.rails_of:
             raise UsageError("--simulate fakes node pair tests only; drop --per-rail/--rails-of")
+        if args.html:
+            raise UsageError("--html writes the rails: give --per-rail or --rails-of (not --simulate)")
         return _simulate(args)
     if args.backend is None:
         raise UsageError("--backend is required: slurm, ssh, mpi or local (or --simulate)")
@@ -305,8 +316,16 @@ def _cmd_isolate(args: argparse.Namespace) -> int:
     if args.dry_run:
         _dry_run(args, runner, next_step(nodes, [], settings, racks), tag)
         if args.per_rail:
-            print("# then, for each bad node, one test per rail with a good partner, one after the other: "
-                  "see --rails-of NODE=PARTNER --dry-run")
+            if args.rail_test == "rdma":
+                from gpuaccept.isolate.rdma import estimate_line
+
+                print("# then, for each bad node, one perftest pair job over its NICs with a good partner: see "
+                      "--rails-of NODE=PARTNER --dry-run")
+                if ports:
+                    print(estimate_line([p.split(":", 1)[0] for p in ports]))
+            else:
+                print("# then, for each bad node, one test per rail with a good partner, one after the other: "
+                      "see --rails-of NODE=PARTNER --dry-run")
         return EXIT_OK
     results: list[Result] = []
     while True:
@@ -339,6 +358,8 @@ def _rail_options(args: argparse.Namespace, runner: Any) -> list[str]:
 
     ports = parse_rail_ports(args.rail_ports)
     rail_run = args.per_rail or args.rails_of is not None
+    if args.html and not rail_run:
+        raise UsageError("--html writes the rails: give --per-rail or --rails-of")
     if ports and not rail_run:
         raise UsageError("--rail-ports is for --per-rail or --rails-of")
     if ports and len(ports) > (_gpus(args)):
@@ -436,6 +457,7 @@ def _rdma_rails_only(args: argparse.Namespace, runner: Any, node: str, partner: 
     if args.dry_run:
         print(f"# gpuaccept isolate: the rails of {node} with {partner}: perftest on {len(nics)} NICs at once")
         print(shlex.join(rdma.dry_run_line(runner, node, partner, nics, tag)))
+        print(rdma.estimate_line(nics))
         return EXIT_OK
     report = rdma.run_rails(runner, node, partner, nics, tag, "--rail-ports", out)
     for line in ir.table(report):

@@ -174,14 +174,20 @@ def split_plan(node: str, partner: str, gpus: int, args: Sequence[str] = ("-b", 
 
 @dataclass
 class RailVerdict:
+    """One rail's verdict: ``busbw`` (GB/s, a collectives/nccl-tests rail test), or ``gbps`` (Gb/s, perftest's
+    ``BW average``) with ``bound_gbps``, the least it had to reach (None: measured, not judged)."""
+
     rail: Rail
     bad: bool
     evidence: list[str] = field(default_factory=list)
     busbw: float | None = None
+    gbps: float | None = None
+    bound_gbps: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"gpu": self.rail.gpu, "port": self.rail.port, "name": self.rail.name, "bad": self.bad,
-                "busbw": self.busbw, "evidence": list(self.evidence)}
+                "busbw": self.busbw, "gbps": self.gbps, "bound_gbps": self.bound_gbps,
+                "evidence": list(self.evidence)}
 
 
 def judge_rails(node_rails: Sequence[Rail], runs: Mapping[int, Run], counters: Mapping[Any, Any] | None = None,

@@ -114,10 +114,27 @@ class RailReport:
         return [v for v in self.verdicts if v.bad]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"partner": self.partner, "ports_from": self.ports_from, "summary": rail_summary(self.node,
-                                                                                                self.verdicts),
+        return {"node": self.node, "partner": self.partner, "ports_from": self.ports_from,
+                "summary": rail_summary(self.node, self.verdicts),
                 "bad_rails": [v.rail.name for v in self.bad], "rails": [v.to_dict() for v in self.verdicts],
-                "tests_run": list(self.tests)}
+                "rail_table": rail_rows(self), "tests_run": list(self.tests)}
+
+
+def rail_rows(report: RailReport) -> list[dict[str, Any]]:
+    """One row per rail that names it (node, rail index, NIC port, GPU) with its figure and verdict (pure): the
+    ``rail_table`` of isolate's JSON, the rows of its console table and of its HTML NIC x node table. ``figure``
+    is perftest's Gb/s (``unit`` ``Gb/s``, ``bound`` the least it had to reach) or the rail test's busbw
+    (``GB/s``, judged against the median rail: no bound); ``verdict`` is ``bad``, ``ok`` or ``not judged`` (a
+    figure without a bound and nothing wrong)."""
+    rows = []
+    for i, v in enumerate(report.verdicts):
+        figure, unit = (v.gbps, "Gb/s") if v.gbps is not None else (v.busbw, "GB/s" if v.busbw is not None else None)
+        judged = v.bad or v.bound_gbps is not None or (v.gbps is None and v.busbw is not None)
+        rows.append({"node": report.node, "rail": i, "port": v.rail.port, "gpu": v.rail.gpu,
+                     "partner": report.partner, "figure": figure, "unit": unit, "bound": v.bound_gbps,
+                     "verdict": "bad" if v.bad else ("ok" if judged else "not judged"),
+                     "evidence": list(v.evidence)})
+    return rows
 
 
 def plan(runner: PairRunner, node: str, partner: str, gpus: int, ports: Sequence[str]) -> list[RailTest]:
@@ -169,9 +186,14 @@ def run_rails(runner: PairRunner, tests: Sequence[RailTest], repeat: int, tag: s
 
 
 def table(report: RailReport) -> list[str]:
-    """One line per rail: its name, state, busbw and evidence."""
-    lines = [f"{'RAIL of ' + report.node:<28} {'STATE':<6} {'BUSBW':>12} EVIDENCE (partner {report.partner})"]
-    for v in report.verdicts:
-        bw = f"{v.busbw:.3g} GB/s" if v.busbw is not None else "-"
-        lines.append(f"{v.rail.name:<28} {'BAD' if v.bad else 'ok':<6} {bw:>12} {'; '.join(v.evidence) or '-'}")
+    """One line per rail: node, rail index, NIC port, GPU, figure (and its bound), verdict and evidence."""
+    lines = [f"{'NODE':<16} {'RAIL':>4} {'PORT':<12} {'GPU':>3} {'FIGURE':>22} {'VERDICT':<10} "
+             f"EVIDENCE (partner {report.partner})"]
+    for row in rail_rows(report):
+        fig = "-" if row["figure"] is None else f"{row['figure']:.4g} {row['unit']}"
+        if row["bound"] is not None:
+            fig += f" >= {row['bound']:g}"
+        lines.append(f"{row['node']:<16} {row['rail']:>4} {row['port'] or '-':<12} {row['gpu']:>3} {fig:>22} "
+                     f"{row['verdict'].upper() if row['verdict'] == 'bad' else row['verdict']:<10} "
+                     f"{'; '.join(row['evidence']) or '-'}")
     return lines

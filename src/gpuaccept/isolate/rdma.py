@@ -65,7 +65,9 @@ def verdicts(node: str, nics: Sequence[str], text: str, run: Run) -> tuple[list[
             if c.get("rose"):
                 evidence.append(f"{side} error counters rose: " + ", ".join(f"{k} +{n}" for k, n in
                                                                              sorted(c["rose"].items())))
-        out.append(RailVerdict(rail, bad, evidence))  # the figure is Gb/s, in the evidence (busbw is GB/s)
+        metric = res.judgement.metrics[0] if res.judgement.metrics else None
+        bound = metric.threshold.value if metric is not None and metric.threshold is not None else None
+        out.append(RailVerdict(rail, bad, evidence, gbps=res.gbps, bound_gbps=bound))
     return out, [r.to_dict() for r in results.values()]
 
 
@@ -84,6 +86,17 @@ def run_rails(runner: Any, node: str, partner: str, nics: Sequence[str], tag: st
     found, results = verdicts(node, nics, runner.rdma_logs.get(rid, ""), run)
     return RailReport(node, partner, ports_from, found, [{"run_id": rid, "ok": run.ok, "reason": run.reason,
                                                           "rails": results}])
+
+
+def estimate_line(nics: Sequence[str]) -> str:
+    """What ``--dry-run`` says of the time the pair job takes (pure): each rail's perftest estimate
+    (:func:`gpuaccept.perftest.plan.estimate_s` of the pair-node's default arguments); the rails run at once."""
+    from gpuaccept.perftest.plan import DEFAULT_ARGS, estimate_s
+
+    seconds, how = estimate_s(DEFAULT_ARGS)
+    each = f"about {seconds:g} s" if seconds is not None else "unknown"
+    return (f"# estimate: each rail test (ib_write_bw {' '.join(DEFAULT_ARGS)}) {each} ({how}); the {len(nics)} "
+            f"rails run at once: {each} for the job, plus the launcher's start")
 
 
 def dry_run_line(runner: Any, node: str, partner: str, nics: Sequence[str], tag: str) -> list[str]:

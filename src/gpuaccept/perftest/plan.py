@@ -111,3 +111,32 @@ def rail_nics(inv: Any) -> list[str]:
 def _natural(name: str) -> tuple[str, int]:
     m = re.match(r"^(.*?)(\d+)$", name)
     return (m.group(1), int(m.group(2))) if m else (name, -1)
+
+
+ALL_SIZES = 23
+"""Message sizes of perftest's ``-a``: 2 B to 8 MiB, each power of two (2^1..2^23)."""
+CONNECT_S = 3.0
+"""Seconds of a rail's run that are not traffic (an assumption, not measured here): the client's 1 s
+``--client-delay``, then about 2 s of CUDA and device init and the QP exchange over the socket."""
+
+
+def estimate_s(args: Sequence[str] = DEFAULT_ARGS, connect_s: float = CONNECT_S) -> tuple[float | None, str]:
+    """One rail's estimated run time in seconds and how it was reckoned (pure): ``-D`` seconds x the sizes (1,
+    or :data:`ALL_SIZES` with ``-a``) + ``connect_s``. Without ``-D`` perftest counts iterations (``-n``), whose
+    time depends on the bandwidth: (None, why)."""
+    sizes = ALL_SIZES if "-a" in args or "--all" in args else 1
+    duration = None
+    for i, a in enumerate(args):
+        if a in ("-D", "--duration") and i + 1 < len(args):
+            duration = args[i + 1]
+        elif a.startswith("--duration="):
+            duration = a.split("=", 1)[1]
+    if duration is None:
+        return None, "no -D: perftest runs a count of iterations, whose time depends on the bandwidth"
+    try:
+        seconds = float(duration)
+    except ValueError:
+        return None, f"-D {duration} is not a number of seconds"
+    total = seconds * sizes + connect_s
+    return total, (f"-D {seconds:g} s x {sizes} size{'s' if sizes > 1 else ''} + {connect_s:g} s connection "
+                   f"setup = {total:g} s")
