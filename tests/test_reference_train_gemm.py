@@ -138,3 +138,12 @@ def test_markdown_and_html_show_the_ratio_per_device():
     assert html.count('<tr data-device="cuda:') == 2 and ">0.62</td>" in html and "not judged" in html
     cpu_html = render_html(cpu_report())
     assert '<tr data-device="cpu">' in cpu_html and "gemm_fp32_tflops</code>" in cpu_html
+
+
+def test_markdown_of_a_fleet_keeps_the_lowest_ratios():
+    from gpuaccept.report.markdown import TRAIN_ROWS
+
+    report = gpu_report(TRAIN_ROWS + 8, concurrent=False)
+    md = render_markdown(report)
+    assert f"The {TRAIN_ROWS} lowest ratios of {TRAIN_ROWS + 8} devices." in md
+    assert "| cuda:0 | 400 TFLOP/s |" in md and f"| cuda:{TRAIN_ROWS + 7} |" not in md
