@@ -29,6 +29,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "model": frozenset(),
     "errors": frozenset(),
     "nextsteps": frozenset(),  # the FAIL next-steps table: model's report writes it, so it imports nothing of ours
+    "trainspeed": frozenset(),  # training TFLOP/s over the GEMM's: model's report writes it, so it imports nothing
     "faults": frozenset({"errors", "model"}),  # the fault catalogue's loader and pure functions
     "equivalents": frozenset(),  # DCGM/nccl-tests/gpu-burn counterparts and profile durations, as data
     "argtypes": frozenset({"errors"}),
@@ -46,7 +47,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "node": frozenset({"errors", "model", "argtypes", "inputs", "checks", "hw", "distributed", "results",
                        "__init__", "faults"}),
     "results": frozenset({"errors", "model", "argtypes", "inputs", "cliargs"}),
-    "report": frozenset({"errors", "model", "argtypes", "inputs", "results", "nextsteps", "__init__", "cliargs"}),
+    "report": frozenset({"errors", "model", "argtypes", "inputs", "results", "nextsteps", "__init__", "cliargs",
+                         "trainspeed"}),
     "nccltests": frozenset({"errors", "model", "argtypes", "inputs", "hw", "cliargs", "outputs"}),
     "perftest": frozenset({"errors", "model", "argtypes", "inputs", "hw", "cliargs", "outputs"}),
     "launch": frozenset({"errors", "model", "argtypes", "inputs", "results", "cliargs", "exitcodes", "suiteplan",
@@ -69,6 +71,7 @@ NEVER: dict[str, frozenset[str]] = {
     "exitcodes": frozenset({"cli", "cliargs", "node", "launch", "isolate", "health", "report", "results"}),
     "model": frozenset({"node", "launch", "isolate", "health", "report", "results", "cli", "checks"}),
     "nextsteps": frozenset({"node", "launch", "isolate", "health", "report", "results", "cli", "checks"}),
+    "trainspeed": frozenset({"node", "launch", "isolate", "health", "report", "results", "cli", "checks"}),
     "equivalents": frozenset({"node", "launch", "isolate", "health", "report", "results", "cli", "checks"}),
     "faults": frozenset({"node", "launch", "isolate", "health", "report", "results", "cli", "checks", "hw"}),
     "hw": frozenset({"node", "launch", "isolate", "health", "report", "results", "cli", "checks", "distributed"}),

@@ -13,9 +13,9 @@ SMALL = ("checks:\n  reference_train_ddp:\n    params: {cpu_steps: 12, ref_steps
          "cpu_batch: 4, heads: 4, progress: 1.0, max_spread: %s}\n")
 
 
-def run(tmp_path: Path, max_spread: float, **env: str) -> tuple[int, str, dict]:
+def run(tmp_path: Path, max_spread: float, shard: bool = False, **env: str) -> tuple[int, str, dict]:
     cfg = tmp_path / "cfg.yaml"
-    cfg.write_text(SMALL % max_spread)
+    cfg.write_text((SMALL % max_spread).replace("}", ", shard: true}" if shard else "}"))
     r = gpuaccept("run", "--device", "cpu", "--profile", "full", "--checks", "reference_train_ddp", "--config",
                   str(cfg), "--report-dir", str(tmp_path / "r"), timeout=240, **env)
     report = validate_report(only_run_dir(tmp_path / "r") / "report.json")
@@ -35,6 +35,22 @@ def test_two_ranks_agree_with_the_single_device_curve(tmp_path: Path) -> None:
     assert {m["tags"]["rank"] for m in metric(check, "reftrain_ddp_tokens_per_s")} == {0, 1}
     rank0 = check["details"]["ranks"]["0"]
     assert len(rank0["single_curve"]) == 6 and len(rank0["loss_curve"]) == 12
+    assert rank0["parallel"] == "ddp" and rank0["params_on_rank"] >= rank0["params"]  # DDP replicates
+
+
+def test_fsdp2_sharded_run_agrees_with_the_single_device_curve(tmp_path: Path) -> None:
+    """shard: true (FSDP2 fully_shard, gloo, 2 ranks): each rank holds about half the parameters, same curve."""
+    rc, out, check = run(tmp_path, 100.0, shard=True)
+    assert rc == 0 and check["status"] == "pass", out
+    assert "2 ranks: FSDP2 loss within" in check["reason"]
+    (err,) = metric(check, "reftrain_ddp_curve_error")
+    assert err["value"] <= 1e-5 and err["tags"]["parallel"] == "fsdp2"
+    ranks = check["details"]["ranks"]
+    for r in ("0", "1"):
+        assert ranks[r]["parallel"] == "fsdp2"
+        assert ranks[r]["params_on_rank"] <= ranks[r]["params"] * 0.55  # sharded, not replicated
+    assert sum(ranks[r]["params_on_rank"] for r in ("0", "1")) >= ranks["0"]["params"]
+    assert len(ranks["0"]["loss_curve"]) == 12
 
 
 def test_a_slow_rank_is_named_as_the_straggler(tmp_path: Path) -> None:

@@ -390,6 +390,10 @@ class NodeReport:
 
         for i, steps in report_next_steps(self).items():  # derived: what to do after each FAIL or ERROR
             d["checks"][i]["next_steps"] = steps
+        from gpuaccept.trainspeed import report_train_vs_gemm
+
+        for i, rows in report_train_vs_gemm(self).items():  # derived: training TFLOP/s over the GEMM's, not judged
+            d["checks"][i]["train_vs_gemm"] = rows
         if self.not_judged():  # derived, for readers of the JSON: checks shown NOT JUDGED, and the figures
             d["not_judged"] = {"checks": self.state_counts()[NOT_JUDGED],
                                "figures": [f"{c}: {m}" for c, m in self.not_judged()]}

@@ -3,7 +3,10 @@
 Every rank builds the same seeded decoder as ``reference_train`` and takes its share of each step's global
 batch of ``batch`` sequences per rank (``batch x world`` in all, the step's tokens drawn as in
 ``reference_train``): rank ``r`` trains on rows ``r x batch .. (r + 1) x batch``. Gradients are averaged by
-DDP, so the run computes the same mathematics as one device training on the whole global batch.
+DDP, so the run computes the same mathematics as one device training on the whole global batch. With
+``shard: true`` the model is sharded with FSDP2 instead (``torch.distributed.fsdp.fully_shard`` on each decoder
+block, then on the whole model: parameters, gradients and optimizer state split across the ranks, gradients
+reduce-scattered); the same mathematics, judged the same way.
 
 Judged:
 
@@ -78,7 +81,9 @@ class ReferenceTrainDdpCheck(DistributedCheck):
               Param("tolerance", "float", 0.02, "largest relative difference of the DDP loss from the single-device "
                     "loss over the reference steps", minimum=0.0, maximum=1.0),
               Param("max_spread", "float", 1.5, "slowest rank's median forward time over the median rank's",
-                    minimum=1.0, maximum=100.0))
+                    minimum=1.0, maximum=100.0),
+              Param("shard", "bool", False, "shard the model with FSDP2 (fully_shard on each block, then the "
+                    "model) instead of replicating it with DDP"))
     profile_params: ClassVar[dict[str, dict[str, Any]]] = {
         "full": {"steps": 100, "cpu_steps": 30, "cpu_d_model": 64, "cpu_seq": 32, "cpu_lr": 1e-2},
         "burnin": {"steps": 300, "cpu_steps": 60, "cpu_d_model": 64, "cpu_seq": 32, "cpu_lr": 1e-2},
@@ -132,8 +137,17 @@ class ReferenceTrainDdpCheck(DistributedCheck):
         if rc.rank == 0:  # the same global batches on one device, gradients accumulated over the ranks' shares
             single = rm.train(rm.build(shape, int(p["seed"])), batches[:ref_steps], device, lr=lr, bf16=on_gpu,
                               shards=world, warm=max(1, steps // 10)).losses
-        model = DistributedDataParallel(rm.build(shape, int(p["seed"])).to(device),
-                                        device_ids=[device.index] if on_gpu else None, broadcast_buffers=False)
+        shard = bool(p["shard"])
+        model: nn.Module = rm.build(shape, int(p["seed"])).to(device)
+        if shard:  # FSDP2: each block its own unit, the embedding (tied to the head) and norms in the root's
+            from torch.distributed.fsdp import fully_shard
+
+            for block in model.blocks:  # type: ignore[union-attr]
+                fully_shard(block)
+            fully_shard(model)
+        else:
+            model = DistributedDataParallel(model, device_ids=[device.index] if on_gpu else None,
+                                            broadcast_buffers=False)
         opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
         warm = max(1, steps // 10)
         slow = slow_rank(os.environ)
@@ -170,13 +184,18 @@ class ReferenceTrainDdpCheck(DistributedCheck):
         curve = [float(x) for x in losses.tolist()]
         timed = step_s[1:] or step_s
         tok_s = per_rank * shape.seq / statistics.median(timed)
-        tags: dict[str, str | int | float] = {"rank": rc.rank, "world_size": world, "steps": steps}
+        tags: dict[str, str | int | float] = {"rank": rc.rank, "world_size": world, "steps": steps,
+                                             "parallel": "fsdp2" if shard else "ddp"}
         metrics = [Metric("reftrain_ddp_tokens_per_s", tok_s, "tokens/s", rc.device_label, tags=dict(tags),
                           performance=True),
                    Metric("reftrain_ddp_forward_ms", medians[rc.rank] * 1e3, "ms", rc.device_label, tags=dict(tags),
                           performance=True)]
         details: dict[str, Any] = {"backend": backend, "world_size": world, "rank": rc.rank,
-                                   "host": rc.host_of(rc.rank)}
+                                   "host": rc.host_of(rc.rank), "parallel": "fsdp2" if shard else "ddp",
+                                   # elements held by this rank (its shards under FSDP2), of shape.params
+                                   "params_on_rank": sum(int((q.to_local() if hasattr(q, "to_local") else q).numel())
+                                                         for q in model.parameters()),
+                                   "params": shape.params}
         if rc.rank != 0:
             return Outcome.passed(f"rank {rc.rank}: {tok_s:.4g} tokens/s", metrics, **details)
         return self._judge_rank0(p, rc, task, curve, single, medians, metrics, details, tags)
@@ -186,6 +205,7 @@ class ReferenceTrainDdpCheck(DistributedCheck):
                      medians: list[float], metrics: list[Metric], details: dict[str, Any],
                      tags: dict[str, str | int | float]) -> Outcome:
         tol, max_spread = float(p["tolerance"]), float(p["max_spread"])
+        how = "FSDP2" if details.get("parallel") == "fsdp2" else "DDP"
         errors = [abs(a - b) / abs(b) if b else math.inf for a, b in zip(curve, single, strict=False)]
         error = max(errors) if errors else math.nan
         window = max(1, len(curve) // 10)
@@ -206,7 +226,7 @@ class ReferenceTrainDdpCheck(DistributedCheck):
         problems = []
         if not math.isfinite(error) or error > tol:
             step = max(range(len(errors)), key=lambda k: errors[k]) if errors else 0
-            problems.append(f"the DDP loss departs from the single-device loss by {error:.3g} (relative, at step "
+            problems.append(f"the {how} loss departs from the single-device loss by {error:.3g} (relative, at step "
                             f"{step}; tolerance {tol:g})")
         if not final <= bound:
             problems.append(f"final loss {final:.4f} is above the bound {bound:.4f}")
@@ -216,7 +236,7 @@ class ReferenceTrainDdpCheck(DistributedCheck):
                             f"{statistics.median(medians) * 1e3:.3g} ms")
         if problems:
             return Outcome.failed("; ".join(problems), metrics, **details)
-        return Outcome.passed(f"{rc.world_size} ranks: DDP loss within {error:.2g} of one device's over "
+        return Outcome.passed(f"{rc.world_size} ranks: {how} loss within {error:.2g} of one device's over "
                               f"{len(single)} steps (tolerance {tol:g}); final {final:.4f} <= bound {bound:.4f}; "
                               f"forward spread {spread:.2f}", metrics, **details)
 

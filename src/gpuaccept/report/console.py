@@ -33,6 +33,7 @@ from gpuaccept.report.views import (
     threshold_met,
     value_text,
 )
+from gpuaccept.trainspeed import summary_lines
 
 if TYPE_CHECKING:  # the run's plan, read by shape: the report side imports nothing of the node engine
     from gpuaccept.node.suite import PlannedCheck, SuitePlan
@@ -145,9 +146,12 @@ class PlainConsole:
     def summary(self, report: NodeReport, tags: dict[str, str], where: str = "") -> None:
         """The table of results, the next steps under each failure, ``where`` (the report directory line,
         :func:`gpuaccept.report.runfiles.where_line`; else the run id), then the verdict line."""
-        for r in report.checks:
+        speed = summary_lines(report)
+        for i, r in enumerate(report.checks):
             value, expect = describe_key(r, self.keys.get(r.name))
             self._print(f"[RESULT] {shown_name(r):<12} {state_label(r.state):<5} {value} {expect}".rstrip())
+            for line in speed.get(i, []):
+                self._print(f"[RESULT]   {line}")
             for line in next_step_lines(report, r, self.run_dir):
                 self._print(f"[RESULT]   {line}")
         self._print(f"[RESULT] {where}" if where else f"[RESULT] report: {report.run_id}")
@@ -204,6 +208,11 @@ class RichConsole:
                           escape(expect),
                           f"{r.duration_s:.1f}s")
         self.console.print(table)
+        for i, lines in summary_lines(report).items():
+            name = escape(shown_name(report.checks[i]))
+            self.console.print(f"[bold]{name}[/] against the GEMM rate:", highlight=False)
+            for line in lines:
+                self.console.print(f"  {escape(line)}", highlight=False)
         for r in report.checks:
             steps = next_step_lines(report, r, self.run_dir)
             if steps:

@@ -41,7 +41,7 @@ from gpuaccept.report.budget_view import BudgetView, budget_view, budget_views
 from gpuaccept.report.grid import Column, Heatmap, Sweep, cross_node_coverage, heatmap, size_of, sweeps, swept_names
 from gpuaccept.report.html_assets import CSS, JS
 from gpuaccept.report.html_matrix import p2p_matrix_html
-from gpuaccept.report.html_train import loss_curves
+from gpuaccept.report.html_train import gemm_ratio, loss_curves
 from gpuaccept.report.svg import e
 from gpuaccept.report.units import display_unit
 from gpuaccept.report.views import (
@@ -489,7 +489,7 @@ def _check_section(name: str, nodes: Sequence[NodeView], idx: OutlierIndex, swep
             continue
         own = idx if not c.is_rerun else _NO_OUTLIERS  # the analysis judged the first pass, not a re-run
         inner = _bar_groups(c, host, own, swept if not c.is_rerun else set()) + p2p_matrix_html(c) + \
-            loss_curves(c) + _metrics_table(c, host, own) + _raw_details(c)
+            loss_curves(c) + gemm_ratio(c, n.checks) + _metrics_table(c, host, own) + _raw_details(c)
         if not inner:
             continue
         flagged = any(own.for_host_metric(host, c.name, m.name) for m in c.metrics)

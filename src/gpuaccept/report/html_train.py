@@ -1,15 +1,18 @@
-"""The HTML report's loss curves of the reference training run: one line per device (per run on a single
+"""The HTML report's reference training run: its loss curves, one line per device (per run on a single
 device), a device that departs from the others in red with its first departing step marked, the task's bound
-and floor dashed. Pure: reads a ``reference_train`` result's details."""
+and floor dashed; and its model TFLOP/s against the compute check's GEMM rate on each device
+(:mod:`gpuaccept.trainspeed`, measured, not judged). Pure: reads a ``reference_train`` result and its node's."""
 
 from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 from gpuaccept.model import CheckResult
 from gpuaccept.report.svg import e
+from gpuaccept.trainspeed import flops_text, train_vs_gemm
 
 COLOURS = ("#1565c0", "#2e7d32", "#6a1b9a", "#ef6c00", "#00838f", "#5d4037", "#37474f", "#ad1457")
 DEPART = "#c62828"
@@ -108,3 +111,18 @@ def loss_curves(check: CheckResult) -> str:
     out.append("</svg>")
     return (f'<figure class="sweep" data-metric="loss"><h4>loss per step, one line per '
             f'{"run" if len(check.details.get("devices", {})) == 1 else "GPU"}</h4>{"".join(out)}</figure>')
+
+
+def gemm_ratio(check: CheckResult, checks: Iterable[CheckResult]) -> str:
+    """A table of the model TFLOP/s over the GEMM rate per device (``checks``: the node's results), or ``""``."""
+    rows = train_vs_gemm(check, checks)
+    if not rows:
+        return ""
+    body = "".join(f'<tr data-device="{e(r.device)}"><td>{e(r.device)}</td><td class="num">'
+                   f'{e(flops_text(r.model_tflops))}</td><td class="num">{e(flops_text(r.gemm_tflops))}</td>'
+                   f'<td><code>{e(r.gemm_metric)}</code></td><td class="num">{r.ratio:.2f}</td>'
+                   '<td class="muted">not judged</td></tr>' for r in rows)
+    return ('<figure class="trainspeed"><h4>model TFLOP/s against the GEMM rate of the same GPU '
+            '(compute check)</h4><table class="sortable metrics"><thead><tr><th>device</th><th>model rate</th>'
+            '<th>GEMM rate</th><th>GEMM metric</th><th>ratio</th><th>judged</th></tr></thead>'
+            f'<tbody>{body}</tbody></table></figure>')

@@ -1,7 +1,8 @@
 """The Markdown report, for tickets and pull requests (GitHub-flavoured tables).
 
 Order: the verdict and run facts, then what failed (failed and errored
-checks first, then warnings, then missing nodes), outliers, the time budget of
+checks first, then warnings, then missing nodes), outliers, reference training against the GEMM rate
+(measured, not judged), the time budget of
 a ``run --budget`` (each check kept at which level, those left out and why, the
 deeper re-runs), a node summary for cluster runs, and a table per node (nodes
 with problems first; a re-run marked ``(re-run)``). Text from reports is
@@ -38,9 +39,12 @@ from gpuaccept.report.views import (
     value_text,
 )
 from gpuaccept.results.coverage import coverage_line, coverage_of, outlier_line
+from gpuaccept.trainspeed import flops_text, train_vs_gemm
 
 ALL_NODE_TABLES_UP_TO = 16
 """Above this many nodes, per-node tables are written only for nodes that did not succeed."""
+TRAIN_ROWS = 32
+"""Above this many devices, the training-against-GEMM table keeps the lowest ratios."""
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 _ICON = {Verdict.SUCCESS: "✅", Verdict.FAILURE: "❌", Verdict.RUNNING: "⏳", Verdict.INTERRUPTED: "⚠️",
          Verdict.NOTHING_MEASURED: "⚠️"}
@@ -143,6 +147,26 @@ def _next_steps(nodes: list[NodeView], cluster: bool) -> list[str]:
     return lines
 
 
+def _train_vs_gemm(nodes: list[NodeView], cluster: bool) -> list[str]:
+    """``### Reference training against the GEMM rate``: per device, the model TFLOP/s over the compute check's
+    GEMM TFLOP/s (:mod:`gpuaccept.trainspeed`); none when no node ran both."""
+    found = [(n.host, r) for n in nodes if n.report is not None for c in n.report.checks
+             for r in train_vs_gemm(c, n.report.checks)]
+    if not found:
+        return []
+    lines = ["### Reference training against the GEMM rate", "",
+             "Model TFLOP/s of `reference_train` over the `compute` check's GEMM rate of the same dtype on the "
+             "same device: measured, not judged.", ""]
+    if len(found) > TRAIN_ROWS:  # a fleet: the lowest ratios, where training lags its GEMM most
+        lines += [f"The {TRAIN_ROWS} lowest ratios of {len(found)} devices.", ""]
+        found = sorted(found, key=lambda hr: hr[1].ratio)[:TRAIN_ROWS]
+    rows = [([code(host)] if cluster else []) + [md(r.device), md(flops_text(r.model_tflops)),
+                                                 md(flops_text(r.gemm_tflops)), code(r.gemm_metric), f"{r.ratio:.2f}"]
+            for host, r in found]
+    return lines + _table((["host"] if cluster else []) + ["device", "model rate", "GEMM rate", "GEMM metric",
+                                                          "ratio"], rows)
+
+
 def render_markdown(report: NodeReport | ClusterReport, analysis: dict[str, Any] | None = None) -> str:
     """The report as Markdown text; outliers from ``analysis`` (default: the cluster report's own)."""
     nodes = node_views(report)
@@ -198,6 +222,7 @@ def render_markdown(report: NodeReport | ClusterReport, analysis: dict[str, Any]
                 for o in outs]
         lines += _table(["host", "GPU", "check", "metric", "value", "median", "z", "direction"], rows)
 
+    lines += _train_vs_gemm(nodes, cluster)
     if budgets:
         lines += _budget_section(budgets, cluster)
 
