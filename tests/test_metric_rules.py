@@ -88,7 +88,7 @@ def test_baseline_rules_are_checked_against_every_check() -> None:
     with pytest.raises(ConfigError) as info:
         check_rule_metrics(p, registry(), [("train_stepms", "b.yaml", "thresholds[3].metric")])
     assert str(info.value) == ("b.yaml: thresholds[3].metric: no check produces a metric 'train_stepms' "
-                               "(did you mean train_step_ms or ddp_step_ms?)")
+                               "(did you mean train_step_ms or reftrain_tflops or ddp_step_ms?)")
 
 
 BASELINE = """schema: 1

@@ -10,6 +10,7 @@ same on Kubernetes (``| kubectl apply -f -``).
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import Any
 
@@ -117,6 +118,18 @@ def cmd_flag(args: argparse.Namespace) -> int:
     return 1 if found and args.exit_code else 0
 
 
+_TOKEN = re.compile(r"^[A-Za-z0-9_.:@+-]+$")
+
+
+def token_type(flag: str) -> Any:
+    """A Slurm name (partition, QOS, account): letters, digits and ``. _ : @ + -`` (it goes into #SBATCH lines)."""
+    def check(text: str) -> str:
+        if not _TOKEN.match(text):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a valid {flag} value (letters, digits, . _ : @ + -)")
+        return text
+    return check
+
+
 def _selector(text: str) -> str:
     key, sep, _value = text.partition("=")
     if not sep or not key or "\n" in text:
@@ -127,7 +140,6 @@ def _selector(text: str) -> str:
 def register(sub: Any) -> None:
     """Add ``sweep slurm`` and ``sweep k8s`` to the top-level subparsers."""
     from gpuaccept.cliargs import PROFILES, Parser
-    from gpuaccept.launch.slurm.options import token_type
 
     p = sub.add_parser("sweep", help="validate idle nodes continuously with low-priority jobs",
                        description="Continuous validation: run the suite on nodes that are idle now, as "
