@@ -50,7 +50,7 @@ def test_a_budget_plans_extras_and_learns_from_the_history(tmp_path: Path) -> No
     assert any(line.startswith("[BUDGET] estimates: calibrated from 1 past runs of this host") for line in lines)
     by_name = {c["name"]: c for c in first["checks"]}
     env_factor = by_name["env"]["duration_s"] / first["estimates"]["env"]
-    assert abs(cal["factors"]["env"] - env_factor) < 2e-3
+    assert abs(cal["factors"]["env"] - env_factor) <= 2e-3 + 1e-9  # rounded figures; the boundary is allowed
     assert lines[-1].startswith("[HEALTHCHECK] HEALTHY in ")
 
 
