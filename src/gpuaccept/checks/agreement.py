@@ -105,6 +105,13 @@ def result_hash(t: Any) -> str:
     return hashlib.sha256(data.numpy().tobytes()).hexdigest()[:16]
 
 
+def deterministic_workspace(env: Mapping[str, str]) -> dict[str, str]:
+    """A check process's deterministic ``CUBLAS_WORKSPACE_CONFIG`` from its start: the one in ``env`` when it is
+    deterministic, else ``:4096:8`` (``Check.process_env`` of every check that needs bit-exact GEMMs)."""
+    value = env.get(CUBLAS_ENV, "").strip()
+    return {CUBLAS_ENV: value if value in DETERMINISTIC_WORKSPACES else CUBLAS_WORKSPACE}
+
+
 def workspace_problem(value: str | None, cuda_started: bool) -> str | None:
     """Why cuBLAS in this process may not be deterministic with ``CUBLAS_WORKSPACE_CONFIG=value``; None when it
     is (a deterministic value, or none before CUDA started: the check sets it). Pure."""
@@ -211,8 +218,7 @@ class AgreementCheck(Check):
     def process_env(cls, env: Mapping[str, str]) -> dict[str, str]:
         """A deterministic ``CUBLAS_WORKSPACE_CONFIG`` from the process's start: the one in ``env``, else
         ``:4096:8``."""
-        value = env.get(CUBLAS_ENV, "").strip()
-        return {CUBLAS_ENV: value if value in DETERMINISTIC_WORKSPACES else CUBLAS_WORKSPACE}
+        return deterministic_workspace(env)
 
     def run(self, ctx: CheckContext) -> Outcome:
         devices = torch_devices_or_skip(ctx)

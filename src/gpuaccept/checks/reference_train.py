@@ -48,8 +48,8 @@ from gpuaccept.checks import estimates
 from gpuaccept.checks.agreement import (
     CUBLAS_ENV,
     CUBLAS_WORKSPACE,
-    DETERMINISTIC_WORKSPACES,
     cublas_refusal,
+    deterministic_workspace,
     workspace_problem,
 )
 from gpuaccept.checks.base import (
@@ -202,8 +202,7 @@ class ReferenceTrainCheck(Check):
     @classmethod
     def process_env(cls, env: Mapping[str, str]) -> dict[str, str]:
         """A deterministic ``CUBLAS_WORKSPACE_CONFIG`` from the process's start (as the agreement check)."""
-        value = env.get(CUBLAS_ENV, "").strip()
-        return {CUBLAS_ENV: value if value in DETERMINISTIC_WORKSPACES else CUBLAS_WORKSPACE}
+        return deterministic_workspace(env)
 
     def run(self, ctx: CheckContext) -> Outcome:
         devices = torch_devices_or_skip(ctx)
