@@ -437,6 +437,13 @@ def _rails_only(args: argparse.Namespace) -> int:
         return EXIT_OK
     report = ir.run_rails(runner, tests, args.repeat, tag, "--rail-ports" if ports else "unknown: NCCL's choice",
                           out)
+    return _rails_done(args, runner, report, node, out)
+
+
+def _rails_done(args: argparse.Namespace, runner: Any, report: Any, node: str, out: Any) -> int:
+    """Print a node's rail table and summary, write --json/--html, and say whether a rail was bad."""
+    from gpuaccept.isolate import rails as ir
+
     for line in ir.table(report):
         print(line, file=out)
     data = report.to_dict()
@@ -450,7 +457,6 @@ def _rails_only(args: argparse.Namespace) -> int:
 def _rdma_rails_only(args: argparse.Namespace, runner: Any, node: str, partner: str, ports: list[str], tag: str,
                      out: Any) -> int:
     """``--rails-of NODE=PARTNER --rail-test rdma``: one perftest pair job over every NIC of NODE."""
-    from gpuaccept.isolate import rails as ir
     from gpuaccept.isolate import rdma
 
     nics = rdma.nics_of(ports)
@@ -460,11 +466,4 @@ def _rdma_rails_only(args: argparse.Namespace, runner: Any, node: str, partner: 
         print(rdma.estimate_line(nics))
         return EXIT_OK
     report = rdma.run_rails(runner, node, partner, nics, tag, "--rail-ports", out)
-    for line in ir.table(report):
-        print(line, file=out)
-    data = report.to_dict()
-    print(f"[RAIL] {data['summary']}", file=out)
-    data["node"] = node
-    data["cluster_reports"] = runner.cluster_reports
-    _emit_json(args, data)
-    return EXIT_FAILED if report.bad else EXIT_OK
+    return _rails_done(args, runner, report, node, out)
