@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 
 from gpuaccept.checks import estimates
 from gpuaccept.checks.base import CheckContext, Outcome, Param, RequiredMetric, ThresholdRule
-from gpuaccept.distributed.group import Abandon, DistributedCheck, RankContext, first_line, process_group
+from gpuaccept.distributed.group import DistributedCheck, RankContext, train_in_group
 from gpuaccept.model import Metric, Status, Threshold
 
 
@@ -102,12 +102,7 @@ class DdpTrainCheck(DistributedCheck):
         steps, window = int(p["steps"]), int(p["window"])
         if 2 * window > steps:
             return Outcome(Status.ERROR, f"window={window} needs steps >= {2 * window}, got steps={steps}")
-        with process_group(rc, ctx.device) as pg:
-            try:
-                return self._train(ctx, rc, pg.device, pg.backend)
-            except Exception as exc:
-                raise Abandon(Outcome(Status.ERROR, f"rank {rc.rank} ({rc.host_of(rc.rank)}, {rc.device_label}): "
-                                                    f"{first_line(exc)}")) from None
+        return train_in_group(ctx, rc, self._train)
 
     def _train(self, ctx: CheckContext, rc: RankContext, device: Any, backend: str) -> Outcome:
         import torch

@@ -39,7 +39,7 @@ from typing import Any, ClassVar
 from gpuaccept.checks import estimates
 from gpuaccept.checks.base import CheckContext, Outcome, Param, RequiredMetric
 from gpuaccept.checks.reference_train import ReferenceTrainCheck, shape_of
-from gpuaccept.distributed.group import Abandon, DistributedCheck, RankContext, first_line, process_group
+from gpuaccept.distributed.group import DistributedCheck, RankContext, train_in_group
 from gpuaccept.model import Metric, Status, Threshold
 
 SLOW_ENV = "GPUACCEPT_TEST_REFTRAIN_SLOW"
@@ -107,12 +107,7 @@ class ReferenceTrainDdpCheck(DistributedCheck):
         return 2.0 + estimates.reference_train(single, device, 1) * (1.0 + ref * max(gpus, 2))
 
     def run_rank(self, ctx: CheckContext, rc: RankContext) -> Outcome:
-        with process_group(rc, ctx.device) as pg:
-            try:
-                return self._train(ctx, rc, pg.device, pg.backend)
-            except Exception as exc:
-                raise Abandon(Outcome(Status.ERROR, f"rank {rc.rank} ({rc.host_of(rc.rank)}, {rc.device_label}): "
-                                                    f"{first_line(exc)}")) from None
+        return train_in_group(ctx, rc, self._train)
 
     def _train(self, ctx: CheckContext, rc: RankContext, device: Any, backend: str) -> Outcome:
         import torch

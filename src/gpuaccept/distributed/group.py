@@ -207,6 +207,18 @@ class Abandon(Exception):
         super().__init__(outcome.reason)
 
 
+def train_in_group(ctx: CheckContext, rc: RankContext,
+                   train: Callable[[CheckContext, RankContext, Any, str], Outcome]) -> Outcome:
+    """``train(ctx, rc, device, backend)`` inside the rank's :func:`process_group`; an exception ends it as this
+    rank's ERROR naming the rank, its host and device (via :class:`Abandon`: a broken group is not torn down)."""
+    with process_group(rc, ctx.device) as pg:
+        try:
+            return train(ctx, rc, pg.device, pg.backend)
+        except Exception as exc:
+            raise Abandon(Outcome(Status.ERROR, f"rank {rc.rank} ({rc.host_of(rc.rank)}, {rc.device_label}): "
+                                                f"{first_line(exc)}")) from None
+
+
 class DistributedCheck(Check):
     """A check that runs as one process per rank and talks through a process group.
 
