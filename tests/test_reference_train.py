@@ -165,3 +165,15 @@ def test_several_devices_train_at_once_and_the_odd_one_is_named(monkeypatch):
     assert out.status is Status.FAIL
     assert out.reason == "cpu:1 departs from the other cpus' curve at step 4"
     assert {m.device: m.value for m in by_name(out, "reftrain_match")} == {"cpu": 1.0, "cpu:0": 1.0, "cpu:1": 0.0}
+
+
+def test_sizes_per_profile_and_device():
+    """The issue's sizes: a few million parameters on the CPU and hundreds of millions on a GPU in ``full``;
+    ``standard`` keeps a short form."""
+    from gpuaccept.checks.reference_train import shape_of
+
+    full, standard = ReferenceTrainCheck.defaults("full"), ReferenceTrainCheck.defaults("standard")
+    assert 2e6 <= shape_of(full, on_gpu=False).params <= 1e7
+    assert 3e8 <= shape_of(full, on_gpu=True).params <= 1.5e9
+    assert shape_of(standard, on_gpu=False).params < 0.2e6
+    assert shape_of(ReferenceTrainCheck.defaults("burnin"), on_gpu=False) == shape_of(full, on_gpu=False)

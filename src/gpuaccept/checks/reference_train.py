@@ -159,8 +159,8 @@ class ReferenceTrainCheck(Check):
         Param("layers", "int", 12, "decoder blocks on a GPU", minimum=1, maximum=256),
         Param("seq", "int", 1024, "tokens of context on a GPU", minimum=4, maximum=65536),
         Param("batch", "int", 8, "sequences per step on a GPU", minimum=1, maximum=4096),
-        Param("cpu_d_model", "int", 128, "model width on the CPU", minimum=8, maximum=4096),
-        Param("cpu_layers", "int", 2, "decoder blocks on the CPU", minimum=1, maximum=64),
+        Param("cpu_d_model", "int", 256, "model width on the CPU", minimum=8, maximum=4096),
+        Param("cpu_layers", "int", 4, "decoder blocks on the CPU", minimum=1, maximum=64),
         Param("cpu_seq", "int", 64, "tokens of context on the CPU", minimum=4, maximum=4096),
         Param("cpu_batch", "int", 8, "sequences per step on the CPU", minimum=1, maximum=4096),
         Param("heads", "int", 8, "attention heads (must divide the width)", minimum=1, maximum=256),
@@ -179,8 +179,8 @@ class ReferenceTrainCheck(Check):
         Param("cpu_threads", "int", 1, "CPU only: torch threads (0 keeps torch's default)", minimum=0, maximum=4096),
     )
     profile_params: ClassVar[dict[str, dict[str, Any]]] = {
-        "standard": {"steps": 60, "d_model": 1024, "layers": 8, "cpu_steps": 30, "cpu_d_model": 64, "cpu_seq": 32,
-                     "cpu_lr": 1e-2},
+        "standard": {"steps": 60, "d_model": 1024, "layers": 8, "cpu_steps": 30, "cpu_d_model": 64, "cpu_layers": 2,
+                     "cpu_seq": 32, "cpu_lr": 1e-2},
         "full": {},
         "burnin": {"steps": 1000, "cpu_steps": 200},
     }

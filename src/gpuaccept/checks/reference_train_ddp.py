@@ -85,8 +85,10 @@ class ReferenceTrainDdpCheck(DistributedCheck):
               Param("shard", "bool", False, "shard the model with FSDP2 (fully_shard on each block, then the "
                     "model) instead of replicating it with DDP"))
     profile_params: ClassVar[dict[str, dict[str, Any]]] = {
-        "full": {"steps": 100, "cpu_steps": 30, "cpu_d_model": 64, "cpu_seq": 32, "cpu_lr": 1e-2},
-        "burnin": {"steps": 300, "cpu_steps": 60, "cpu_d_model": 64, "cpu_seq": 32, "cpu_lr": 1e-2},
+        "full": {"steps": 100, "cpu_steps": 30, "cpu_d_model": 64, "cpu_layers": 2, "cpu_seq": 32,
+                 "cpu_lr": 1e-2},
+        "burnin": {"steps": 300, "cpu_steps": 60, "cpu_d_model": 64, "cpu_layers": 2, "cpu_seq": 32,
+                 "cpu_lr": 1e-2},
     }
     timeout_s: ClassVar[dict[str, float]] = {"full": 1800.0, "burnin": 3600.0}
     warm_imports: ClassVar[tuple[str, ...]] = ("torch._dynamo",)
