@@ -211,3 +211,22 @@ def test_flag_names_the_node_whose_gemm_rate_falls_and_not_the_steady_ones(tmp_p
     assert steady.returncode == 0 and "[RESULT] 0 regressed series on 0 node(s)" in steady.stdout
     assert "no metric 'gemm_bf16_tflopz'" in one_error_line(gpuaccept("sweep", "flag", "--db", db, "--metric",
                                                                       "gemm_bf16_tflopz"))
+
+
+def test_flag_says_not_judged_when_no_series_has_enough_history(tmp_path: Path) -> None:
+    from gpuaccept.results.history import open_store
+    from tests.store_reports import T0, node_report
+
+    db = f"sqlite:///{tmp_path / 'h.db'}"
+    with open_store(db) as store:
+        pass
+    assert "holds no metric values" in one_error_line(gpuaccept("sweep", "flag", "--db", db))
+    with open_store(db) as store:
+        for i in range(3):
+            store.add_node_report(node_report("gpu01", f"r{i}", T0 + 3600 * i, tflops=600.0 - 100 * i))
+    r = gpuaccept("sweep", "flag", "--db", db)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "[RESULT] NOT JUDGED: no series has enough history (a series is judged once it holds 6 runs" in r.stdout
+    assert "regressed series" not in r.stdout
+    j = json.loads(gpuaccept("sweep", "flag", "--db", db, "--json").stdout)
+    assert j["verdict"] == "not_judged" and j["series_judged"] == 0

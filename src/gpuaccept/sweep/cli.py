@@ -103,8 +103,13 @@ def cmd_flag(args: argparse.Namespace) -> int:
     since = parse_since(args.since) if args.since else None
     with open_store(args.db, read_only=True) as store:
         found, judged = scan(store, args.metric, since, rule)
+    need = rule.min_history + rule.recent
+    not_judged = (f"NOT JUDGED: no series has enough history (a series is judged once it holds {need} runs of "
+                  "one metric on one part)") if not judged else ""
     if args.json:
-        text = json.dumps({"series_judged": judged, "regressions": [f.__dict__ for f in found]}, indent=2)
+        text = json.dumps({"series_judged": judged, "verdict": "not_judged" if not judged else
+                           "regressed" if found else "steady", "regressions": [f.__dict__ for f in found]},
+                          indent=2)
         if args.json == "-":
             print(text)
             return 1 if found and args.exit_code else 0
@@ -113,6 +118,9 @@ def cmd_flag(args: argparse.Namespace) -> int:
     for f in found:
         print(f"REGRESSION: {f.line()}")
     hosts = sorted({f.host for f in found})
+    if not_judged:
+        print(f"[RESULT] {not_judged}")
+        return 0
     print(f"[RESULT] {len(found)} regressed series on {len(hosts)} node(s)"
           + (f": {', '.join(hosts)}" if hosts else "") + f" ({judged} series with enough history judged)")
     return 1 if found and args.exit_code else 0

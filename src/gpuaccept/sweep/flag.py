@@ -54,6 +54,8 @@ def scan(store: Any, metrics: Sequence[str] | None, since: float | None, rule: A
     from gpuaccept.results.trend import build_trends
 
     names = store.metric_names()
+    if not names:
+        raise InputError(f"{store} holds no metric values: nothing to judge")
     for name in metrics or ():
         if name not in names:
             raise InputError(f"no metric {name!r} in {store}")
