@@ -80,6 +80,17 @@ def test_latency_table_with_percentiles() -> None:
     assert r.lat_rows == [LatRow(2, 1000, 0.93, 4.21, 0.96, 0.97, 0.05, 1.10, 4.21)]
 
 
+def test_recorded_read_lat_with_cpu_frequency_warnings_and_spaces_for_tabs() -> None:
+    """Recorded (spiderpool's docs): libibverbs warnings first, two ``Conflicting CPU frequency`` lines between
+    the header and the row (neither is an error), and the header's fields apart by spaces, not tabs."""
+    r = parse("read_lat_cpufreq_client.txt")
+    assert (r.test, r.side, r.device, r.link_type, r.mtu_bytes, r.qps, r.connection) == (
+        "read_lat", "client", "mlx5_5", "Ethernet", 1024, 1, "RC")
+    assert r.lat_rows == [LatRow(2, 1000, t_min_us=6.66, t_max_us=20.37, t_typical_us=6.74, t_avg_us=6.82,
+                                 t_stdev_us=0.78, p99_us=7.15, p999_us=20.37)]
+    assert r.errors == [] and r.bw_rows == [] and r.cuda_device is None
+
+
 def test_latency_table_of_old_versions_has_three_columns() -> None:
     r = parse("read_lat_old_header.txt")
     assert (r.test, r.side, r.device) == ("read_lat", "server", "mlx4_0")
