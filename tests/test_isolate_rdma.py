@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from gpuaccept.errors import UsageError
-from gpuaccept.isolate.rdma import base_ports, job_text, launch_flags
+from gpuaccept.isolate.pairs import job_text
+from gpuaccept.isolate.rdma import base_ports, launch_flags
 
 
 def test_pair_jobs_at_once_get_disjoint_port_blocks() -> None:

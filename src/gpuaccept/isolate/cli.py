@@ -87,7 +87,7 @@ def register(subparsers: Any) -> None:
     g.add_argument("--rail-test", choices=("pair", "rdma"), default="pair",
                    help="pair: the pair test on one GPU per rail, one rail after another (default); rdma: perftest "
                         "(ib_write_bw) on every NIC at once, the partner serving, each NIC judged against 0.95 x its "
-                        "port rate (mpi and slurm; needs the NICs: --rail-ports, or an earlier collectives test)")
+                        "port rate (mpi, slurm, ssh; needs the NICs: --rail-ports, or an earlier collectives test)")
     g.add_argument("--html", default=None, metavar="PATH",
                    help="also write the rails as an HTML page: a NIC x node table of each rail's figure, the "
                         "cells under their bound marked, then each bad rail's evidence ('-' for stdout)")

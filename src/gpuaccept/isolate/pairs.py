@@ -81,6 +81,25 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
+def job_text(backend: str, launch_dir: Path, job_id: str, hosts: Sequence[str]) -> str:
+    """The pair job's output as its launcher keeps it: ``mpirun.log`` or ``slurm-<job>.out`` (one log, both
+    nodes), or under ssh each host's ``LABEL.log`` (:mod:`gpuaccept.launch.ssh`), the hosts' one after the other;
+    '' when there is none. Only files named from the launch's own host labels are read."""
+    from gpuaccept.isolate.nccl import job_output
+
+    if backend != "ssh":
+        return job_output(backend, launch_dir, job_id)
+    from gpuaccept.launch.hosts import safe_dirname
+
+    parts = []
+    for label in hosts:
+        try:
+            parts.append((launch_dir / f"{safe_dirname(label)}.log").read_text(errors="replace"))
+        except OSError:
+            continue
+    return "\n".join(parts)
+
+
 @dataclass(frozen=True)
 class PairTest:
     """What each pair test runs: ``collectives`` (our check, the default) or ``nccl-tests`` (all_reduce_perf
@@ -252,7 +271,6 @@ class PairRunner:
     def _rdma_run(self, job: _Job) -> Run:
         """An rdma pair job (:mod:`gpuaccept.isolate.rdma`): ok when its log has ``rdma pair-node`` lines; the log
         kept in ``rdma_logs`` for the rail judge."""
-        from gpuaccept.isolate.rdma import job_text
         from gpuaccept.launch.jobargv import launch_dir
 
         where = Path(launch_dir(job.spec))

@@ -4,10 +4,10 @@ One ``gpuaccept launch`` job per node pair (pure plan: :func:`launch_flags`): ``
 both nodes, the good partner serving and the bad node as the clients, NIC ``i`` to NIC ``i``
 (:mod:`gpuaccept.perftest.node`); under ``mpi`` one rank per node (``--procs-per-node 1``), under ``slurm`` and
 ``ssh`` one task per node (``--no-torchrun``). The job's log (``mpirun.log``, ``slurm-<job>.out``; under ssh each
-host's ``LABEL.log`` in the launch directory, read by :func:`job_text`) holds both nodes' tagged lines;
-:func:`gpuaccept.perftest.pairrun.judge_rails` judges each rail against its port rate (the node's sysfs)
-and the error counters each end read before and after, and :func:`verdicts` turns that into the rail verdicts
-that name the node, the rail and the NIC: ``node-b rail 3 (mlx5_3): 201 Gb/s, expected >= 380``.
+host's ``LABEL.log`` in the launch directory, read by :func:`gpuaccept.isolate.pairs.job_text`) holds both
+nodes' tagged lines; :func:`gpuaccept.perftest.pairrun.judge_rails` judges each rail against its port rate (the
+node's sysfs) and the error counters each end read before and after, and :func:`verdicts` turns that into the
+rail verdicts that name the node, the rail and the NIC: ``node-b rail 3 (mlx5_3): 201 Gb/s, expected >= 380``.
 
 Several pair jobs run at once (:func:`run_many`: every bad node of ``--per-rail``); each gets its own block of
 perftest ports (:func:`base_ports`: ``--base-port`` 18515, then 18515 + the rails of the jobs before it), so two
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import IO, Any
 
 from gpuaccept.errors import UsageError
@@ -62,25 +61,6 @@ def base_ports(rails: Sequence[int], first: int = DEFAULT_BASE_PORT) -> list[int
         out.append(port)
         port += n
     return out
-
-
-def job_text(backend: str, launch_dir: Path, job_id: str, hosts: Sequence[str]) -> str:
-    """The pair job's output as its launcher keeps it: ``mpirun.log`` or ``slurm-<job>.out`` (one log, both
-    nodes), or under ssh each host's ``LABEL.log`` (:mod:`gpuaccept.launch.ssh`), the hosts' one after the other;
-    '' when there is none. Only files named from the launch's own host labels are read."""
-    from gpuaccept.isolate.nccl import job_output
-
-    if backend != "ssh":
-        return job_output(backend, launch_dir, job_id)
-    from gpuaccept.launch.hosts import safe_dirname
-
-    parts = []
-    for label in hosts:
-        try:
-            parts.append((launch_dir / f"{safe_dirname(label)}.log").read_text(errors="replace"))
-        except OSError:
-            continue
-    return "\n".join(parts)
 
 
 def verdicts(node: str, nics: Sequence[str], text: str, run: Run) -> tuple[list[RailVerdict], list[dict[str, Any]]]:
@@ -127,8 +107,8 @@ def run_many(runner: Any, jobs: Sequence[tuple[str, str, Sequence[str], str]], t
     from gpuaccept.isolate.rails import RailReport
 
     ports = base_ports([len(nics) for _n, _p, nics, _f in jobs])
-    tests = []
-    for (node, partner, nics, _f), base in zip(jobs, ports, strict=True):
+    tests: list[tuple[Test, str, list[str]]] = []
+    for (node, partner, nics, _src), base in zip(jobs, ports, strict=True):
         if log is not None:
             print(f"[ISOLATE] rails of {node} with {partner}: perftest on {len(nics)} NICs at once (ports {base}.."
                   f"{base + len(nics) - 1})", file=log, flush=True)
@@ -136,7 +116,7 @@ def run_many(runner: Any, jobs: Sequence[tuple[str, str, Sequence[str], str]], t
                       launch_flags(runner.backend, node, partner, nics, python, base_port=base)))
     runs = runner.run_many(tests, PairTest("rdma"))
     out = []
-    for (node, partner, nics, ports_from), (_t, rid, _f), run in zip(jobs, tests, runs, strict=True):
+    for (node, partner, nics, ports_from), (_test, rid, _flags), run in zip(jobs, tests, runs, strict=True):
         found, results = verdicts(node, nics, runner.rdma_logs.get(rid, ""), run)
         out.append(RailReport(node, partner, ports_from, found, [{"run_id": rid, "ok": run.ok, "reason": run.reason,
                                                                    "rails": results}]))
