@@ -20,6 +20,20 @@ from gpuaccept.perftest.parse import PerftestResult
 
 DEFAULT_FRACTION = 0.95
 """Of the port rate, the least a healthy NIC's ``ib_write_bw`` average reaches (NDR 400G: 380 Gb/s)."""
+ENCODING = {None: 0.8, "SDR": 0.8, "DDR": 0.8, "QDR": 0.8, "FDR10": 64 / 66, "FDR": 64 / 66}
+"""The data bits per signalled bit of the InfiniBand speeds whose sysfs ``rate`` is the signalling rate: 8b/10b
+for SDR (printed without a name), DDR and QDR (``40 Gb/sec (4X QDR)`` carries 32 Gb/s), 64b/66b for FDR10 and FDR
+(``56 Gb/sec (4X FDR)``: 54.5 Gb/s). EDR and later print the data rate (``400 Gb/sec (4X NDR)``); so does RoCE,
+whose rate the kernel maps from the Ethernet speed (``40 Gb/sec (4X QDR)`` on 40GbE carries 40)."""
+
+
+def data_rate_gbps(rate_gbps: float, speed: str | None, link_layer: str | None = "InfiniBand") -> float:
+    """The Gb/s a port carries, from its sysfs rate (``cat /sys/class/infiniband/mlx5_0/ports/1/rate``), speed and
+    ``link_layer`` (pure): x :data:`ENCODING` on InfiniBand, the rate itself otherwise (Ethernet, or a speed
+    not in the table)."""
+    if link_layer != "InfiniBand":
+        return rate_gbps
+    return rate_gbps * ENCODING.get(speed, 1.0)
 
 
 @dataclass
