@@ -113,3 +113,14 @@ def test_port_rate_from_sysfs_is_the_data_rate(tmp_path: Path) -> None:
     assert port_rate("mlx5_0:1", str(root)) == 400.0
     (root / "sys/class/infiniband/mlx5_0/ports/1/rate").write_text("40 Gb/sec (4X QDR)\n")
     assert port_rate("mlx5_0:1", str(root)) == 32.0
+
+
+def test_recorded_atomic_bw_is_not_judged_against_the_port_rate() -> None:
+    """Recorded ``ib_atomic_bw`` (8 B fetch-and-add): 0.157 Gb/s is its message rate at work, not a slow NIC."""
+    result = parse("atomic_bw_cpufreq_mlx4_client.txt")
+    j = judge(result, rate_gbps=32.0)
+    assert j.status is Status.PASS
+    assert j.reason == ("atomic_bw this client (mlx4_0) -> the server: 0.1566 Gb/s at 8 B, 2.44678 Mpps (atomic "
+                        "operations: not judged against the port rate)")
+    assert [m.threshold for m in j.metrics] == [None]
+    assert judge(result, min_gbps=1.0).status is Status.FAIL  # a bound someone set still holds

@@ -138,6 +138,14 @@ def test_recorded_latency_all_sizes_with_trailing_blanks() -> None:
     assert r.errors == [] and r.bw_rows == []
 
 
+def test_recorded_atomic_bw_with_a_cpu_frequency_line_inside_the_table() -> None:
+    r = parse("atomic_bw_cpufreq_mlx4_client.txt")
+    assert (r.test, r.verb, r.kind, r.side, r.device, r.unit, r.qps) == (
+        "atomic_bw", "Atomic", "bw", "client", "mlx4_0", "MB/sec", 1)
+    assert r.bw_rows == [BwRow(8, 20000, 18.79 * MIB_PER_S_IN_GBPS, 18.67 * MIB_PER_S_IN_GBPS, 2.446776)]
+    assert r.errors == []
+
+
 def test_latency_table_of_old_versions_has_three_columns() -> None:
     r = parse("read_lat_old_header.txt")
     assert (r.test, r.side, r.device) == ("read_lat", "server", "mlx4_0")
