@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpuaccept.model import Status
-from gpuaccept.perftest.judge import Ends, bw_bound, ends_of, judge
+from gpuaccept.perftest.judge import Ends, bw_bound, data_rate_gbps, ends_of, judge
 from gpuaccept.perftest.parse import parse_text
 
 DATA = Path(__file__).parent / "data" / "perftest"
@@ -83,3 +83,44 @@ def test_latency_is_judged_only_against_a_given_bound() -> None:
     assert judge(r, max_lat_us=1.0).status is Status.PASS
     old = judge(parse("read_lat_old_header.txt"))
     assert [m.name for m in old.metrics] == ["rdma_read_lat_typical_us"] and old.metrics[0].value == 1.89
+
+
+def test_data_rate_takes_the_line_encoding_off_the_speeds_that_print_the_signalling_rate() -> None:
+    assert data_rate_gbps(40.0, "QDR") == 32.0
+    assert data_rate_gbps(10.0, None) == 8.0  # SDR: the kernel prints "10 Gb/sec (4X)"
+    assert data_rate_gbps(56.0, "FDR") == 56.0 * 64 / 66
+    assert data_rate_gbps(400.0, "NDR") == 400.0 and data_rate_gbps(100.0, "EDR") == 100.0
+    assert data_rate_gbps(40.0, "QDR", "Ethernet") == 40.0  # RoCE: the Ethernet speed, mapped
+
+
+def test_recorded_healthy_qdr_link_passes_against_its_data_rate() -> None:
+    """The recorded mlx4 run (``ibstat`` says Rate: 40, QDR) carries 3665 MiB/s = 30.7 Gb/s: healthy against
+    0.95 x 32 Gb/s of data; against the signalling rate (0.95 x 40 = 38) it would read as a slow NIC."""
+    result = parse("write_bw_all_sizes_mb_mlx4_client.txt")
+    good = judge(result, rate_gbps=data_rate_gbps(40.0, "QDR"), rate_source="mlx4_0:1 rate")
+    assert good.status is Status.PASS, good.reason
+    assert good.metrics[0].threshold is not None and good.metrics[0].threshold.value == 0.95 * 32.0
+    assert judge(result, rate_gbps=40.0).status is Status.FAIL
+
+
+def test_port_rate_from_sysfs_is_the_data_rate(tmp_path: Path) -> None:
+    import shutil
+
+    from gpuaccept.perftest.cli import port_rate
+
+    root = tmp_path / "sysfs"
+    shutil.copytree(Path(__file__).parent / "data" / "sysfs" / "ndr_4x", root, symlinks=True)
+    assert port_rate("mlx5_0:1", str(root)) == 400.0
+    (root / "sys/class/infiniband/mlx5_0/ports/1/rate").write_text("40 Gb/sec (4X QDR)\n")
+    assert port_rate("mlx5_0:1", str(root)) == 32.0
+
+
+def test_recorded_atomic_bw_is_not_judged_against_the_port_rate() -> None:
+    """Recorded ``ib_atomic_bw`` (8 B fetch-and-add): 0.157 Gb/s is its message rate at work, not a slow NIC."""
+    result = parse("atomic_bw_cpufreq_mlx4_client.txt")
+    j = judge(result, rate_gbps=32.0)
+    assert j.status is Status.PASS
+    assert j.reason == ("atomic_bw this client (mlx4_0) -> the server: 0.1566 Gb/s at 8 B, 2.44678 Mpps (atomic "
+                        "operations: not judged against the port rate)")
+    assert [m.threshold for m in j.metrics] == [None]
+    assert judge(result, min_gbps=1.0).status is Status.FAIL  # a bound someone set still holds

@@ -189,9 +189,14 @@ def test_isolate_rdma_dry_run_is_one_launch_per_node_pair() -> None:
                          "rdma", "--rail-ports", "mlx5_0:1,mlx5_1:1,mlx5_2:1", "--dry-run")
     assert per_rail.returncode == 0, per_rail.stderr
     assert "about 8 s (-D 5 s x 1 size" in per_rail.stdout and "the 3 rails run at once" in per_rail.stdout
-    bad = gpuaccept("isolate", "--backend", "ssh", "--rails-of", "node-b=node-a", "--rail-test", "rdma",
+    bad = gpuaccept("isolate", "--backend", "local", "--rails-of", "node-b=node-a", "--rail-test", "rdma",
                     "--rail-ports", "mlx5_0:1", "--dry-run")
-    assert bad.returncode == 2 and "--rail-test rdma runs over mpi or slurm; not ssh" in bad.stderr
+    assert bad.returncode == 2 and "--rail-test rdma runs over mpi, slurm, ssh; not local" in bad.stderr
+    ssh = gpuaccept("isolate", "--backend", "ssh", "--rails-of", "node-b=node-a", "--rail-test", "rdma",
+                    "--rail-ports", "mlx5_0:1,mlx5_1:1", "--report-dir", "/shared/iso", "--dry-run")
+    assert ssh.returncode == 0, ssh.stderr
+    assert ssh.stdout.splitlines()[1].endswith(f"--no-torchrun -- {sys.executable} -m gpuaccept rdma pair-node "
+                                               "--nodes node-a,node-b --nics mlx5_0,mlx5_1")
     none = gpuaccept("isolate", "--backend", "mpi", "--rails-of", "node-b=node-a", "--rail-test", "rdma", "--dry-run")
     assert none.returncode == 2 and "needs the NICs of the rails: --rail-ports" in none.stderr
 
@@ -223,3 +228,72 @@ def test_isolate_rdma_rails_over_a_real_slurm(slurm: LocalSlurm, tmp_path: Path)
     text = log.read_text()
     assert "@rdma 0 server node1 mlx5_0 18515| $ ib_write_bw -d mlx5_0 -p 18515" in text
     assert "@rdma 3 client node2 mlx5_3 18518| $ ib_write_bw -d mlx5_3 -p 18518" in text
+
+
+def _ssh_args(sshd: Sshd, tmp_path: Path, sysfs: Path) -> list[str]:
+    """The ssh launch flags of the stand-in runs: the loopback sshd's aliases, and the stand-in's environment
+    (PATH first: ``ib_write_bw`` is the stand-in) passed to the remote side with ``--env``."""
+    path = os.pathsep.join([str(tmp_path / "bin"), str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    return [f"--ssh-config={sshd.ssh_config}", f"--remote-python={sys.executable}",
+            f"--remote-dir={tmp_path / 'remote'}", "--connect-timeout=5", f"--env=PATH={path}",
+            "--env=RDMA_TEST_SLOW=mlx5_3", f"--env=RDMA_TEST_SYSFS={sysfs}", f"--env=GPUACCEPT_SYSFS_ROOT={sysfs}"]
+
+
+def test_isolate_rdma_rails_over_ssh_read_both_hosts_logs(sshd: Sshd, tmp_path: Path) -> None:
+    """``isolate --backend ssh --rails-of node-b=node-a --rail-test rdma``: one ssh launch, one process per host
+    (``--no-torchrun``); each host finds its side by its label (``GPUACCEPT_HOSTNAME``); the ssh launch keeps each
+    host's output in its own ``LABEL.log``, and the judge reads both."""
+    stand_in(tmp_path / "bin", tmp_path / "state")
+    sysfs = tmp_path / "sysfs"
+    shutil.copytree(SYSFS, sysfs, symlinks=True)
+    env = _env(tmp_path, sysfs)
+    r = gpuaccept("isolate", "--backend", "ssh", "--rails-of", "node-b=node-a", "--rail-test", "rdma",
+                  "--rail-ports", "mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1", "--report-dir", str(tmp_path / "runs"),
+                  f"--json={tmp_path / 'v.json'}", "--test-timeout", "120",
+                  *(f"--launch-arg={a}" for a in _ssh_args(sshd, tmp_path, sysfs)), env=env, timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr
+    data = json.loads((tmp_path / "v.json").read_text())
+    assert data["bad_rails"] == ["GPU 3 / mlx5_3:1"], data
+    bad = data["rails"][3]["evidence"]
+    assert bad[0] == "node-b rail 3 (mlx5_3): 201 Gb/s, expected >= 380: FAIL"
+    assert "(0.95 x mlx5_3:1 rate on node-b 400 Gb/s)" in bad[1]
+    assert "client error counters rose: symbol_error +7" in bad
+    assert [x["bad"] for x in data["rails"]] == [False, False, False, True]
+    where = Path(next(iter(data["cluster_reports"].values())))
+    logs = {p.name: p.read_text() for p in where.glob("*.log")}
+    assert sorted(logs) == ["node-a.log", "node-b.log"], sorted(logs)
+    assert "@rdma 0 server node-a mlx5_0 18515| $ ib_write_bw -d mlx5_0 -p 18515" in logs["node-a.log"]
+    assert "@rdma 3 client node-b mlx5_3 18518| $ ib_write_bw -d mlx5_3 -p 18518" in logs["node-b.log"]
+    for name, side in (("node-a.log", " server node-a "), ("node-b.log", " client node-b ")):  # its own side only
+        tagged = [ln for ln in logs[name].splitlines() if ln.startswith("@rdma ")]
+        assert tagged and all(side in ln for ln in tagged), name
+
+
+@pytest.fixture(scope="module")
+def sshd3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
+    yield from start_sshd(tmp_path_factory.mktemp("sshd3"), aliases=("node-a", "node-b", "node-c"))
+
+
+def test_two_pair_jobs_at_once_over_ssh_use_different_ports(sshd3: Sshd, tmp_path: Path) -> None:
+    """Two bad nodes whose rails are tested with the same good partner, both pair jobs at once
+    (:func:`gpuaccept.isolate.rdma.run_many`): node-a serves both, on 18515..18518 for node-b and 18519..18522 for
+    node-c. The stand-in's state files are per port: had two servers shared a port, there would be fewer than 8."""
+    from gpuaccept.isolate.pairs import PairRunner
+    from gpuaccept.isolate.rdma import run_many
+
+    stand_in(tmp_path / "bin", tmp_path / "state")
+    sysfs = tmp_path / "sysfs"
+    shutil.copytree(SYSFS, sysfs, symlinks=True)
+    nics = NICS.split(",")
+    runner = PairRunner("ssh", tmp_path / "runs", _ssh_args(sshd3, tmp_path, sysfs), timeout_s=120, poll_s=0.2)
+    b, c = run_many(runner, [("node-b", "node-a", nics, "--rail-ports"), ("node-c", "node-a", nics, "--rail-ports")],
+                    "t")
+    assert sorted(p.name for p in (tmp_path / "state").iterdir()) == sorted(
+        f"{k}-{18515 + i}" for k in ("done", "listen") for i in range(8))
+    assert [v.bad for v in b.verdicts] == [False, False, False, True]
+    assert [v.bad for v in c.verdicts] == [False, False, False, True]
+    assert b.verdicts[3].evidence[0] == "node-b rail 3 (mlx5_3): 201 Gb/s, expected >= 380: FAIL"
+    assert c.verdicts[3].evidence[0] == "node-c rail 3 (mlx5_3): 201 Gb/s, expected >= 380: FAIL"
+    assert "@rdma 0 client node-b mlx5_0 18515| $ ib_write_bw -d mlx5_0 -p 18515" in runner.rdma_logs["t-rdma-node-b"]
+    assert "@rdma 0 client node-c mlx5_0 18519| $ ib_write_bw -d mlx5_0 -p 18519" in runner.rdma_logs["t-rdma-node-c"]
+    assert "@rdma 3 server node-a mlx5_3 18522|" in runner.rdma_logs["t-rdma-node-c"]

@@ -87,7 +87,7 @@ def register(subparsers: Any) -> None:
     g.add_argument("--rail-test", choices=("pair", "rdma"), default="pair",
                    help="pair: the pair test on one GPU per rail, one rail after another (default); rdma: perftest "
                         "(ib_write_bw) on every NIC at once, the partner serving, each NIC judged against 0.95 x its "
-                        "port rate (mpi and slurm; needs the NICs: --rail-ports, or an earlier collectives test)")
+                        "port rate (mpi, slurm, ssh; needs the NICs: --rail-ports, or an earlier collectives test)")
     g.add_argument("--html", default=None, metavar="PATH",
                    help="also write the rails as an HTML page: a NIC x node table of each rail's figure, the "
                         "cells under their bound marked, then each bad rail's evidence ('-' for stdout)")
@@ -378,11 +378,20 @@ def _rail_options(args: argparse.Namespace, runner: Any) -> list[str]:
 
 def _per_rail(args: argparse.Namespace, runner: Any, verdicts: Any, ports: list[str], tag: str,
               out: Any) -> dict[str, Any]:
-    """The rail tests of every bad node, printed as a table per node; their JSON by node."""
+    """The rail tests of every bad node, printed as a table per node; their JSON by node. With ``--rail-test
+    rdma`` the pair jobs of all bad nodes run at once, each on its own perftest ports."""
     from gpuaccept.isolate import rails as ir
     from gpuaccept.isolate.rail_plan import pick_partner
 
     found: dict[str, Any] = {}
+
+    def show(report: Any) -> None:
+        for line in ir.table(report):
+            print(line, file=out)
+        print(f"[RAIL] {report.to_dict()['summary']}", file=out)
+        found[report.node] = report.to_dict()
+
+    rdma_jobs: list[tuple[str, str, list[str], str]] = []
     for node in verdicts.named("bad"):
         partner = pick_partner(node, verdicts)
         if partner is None:
@@ -394,15 +403,16 @@ def _per_rail(args: argparse.Namespace, runner: Any, verdicts: Any, ports: list[
         if args.rail_test == "rdma":
             from gpuaccept.isolate import rdma
 
-            plain = dataclasses.replace(runner, launch_args=list(args.launch_arg or []))  # no collectives flags
-            report = rdma.run_rails(plain, node, partner, rdma.nics_of(known), tag, where, out)
+            rdma_jobs.append((node, partner, rdma.nics_of(known), where))
         else:
-            report = ir.run_rails(runner, ir.plan(runner, node, partner, _gpus(args), known), args.repeat, tag,
-                                  where, out)
-        for line in ir.table(report):
-            print(line, file=out)
-        print(f"[RAIL] {report.to_dict()['summary']}", file=out)
-        found[node] = report.to_dict()
+            show(ir.run_rails(runner, ir.plan(runner, node, partner, _gpus(args), known), args.repeat, tag, where,
+                              out))
+    if rdma_jobs:
+        from gpuaccept.isolate import rdma
+
+        plain = dataclasses.replace(runner, launch_args=list(args.launch_arg or []))  # no collectives flags
+        for report in rdma.run_many(plain, rdma_jobs, tag, out):
+            show(report)
     return found
 
 

@@ -81,6 +81,25 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
+def job_text(backend: str, launch_dir: Path, job_id: str, hosts: Sequence[str]) -> str:
+    """The pair job's output as its launcher keeps it: ``mpirun.log`` or ``slurm-<job>.out`` (one log, both
+    nodes), or under ssh each host's ``LABEL.log`` (:mod:`gpuaccept.launch.ssh`), the hosts' one after the other;
+    '' when there is none. Only files named from the launch's own host labels are read."""
+    from gpuaccept.isolate.nccl import job_output
+
+    if backend != "ssh":
+        return job_output(backend, launch_dir, job_id)
+    from gpuaccept.launch.hosts import safe_dirname
+
+    parts = []
+    for label in hosts:
+        try:
+            parts.append((launch_dir / f"{safe_dirname(label)}.log").read_text(errors="replace"))
+        except OSError:
+            continue
+    return "\n".join(parts)
+
+
 @dataclass(frozen=True)
 class PairTest:
     """What each pair test runs: ``collectives`` (our check, the default) or ``nccl-tests`` (all_reduce_perf
@@ -186,6 +205,14 @@ class PairRunner:
         assert job.result is not None
         return job.result
 
+    def run_many(self, tests: Sequence[tuple[Test, str, Sequence[str]]], pair: PairTest) -> list[Run]:
+        """Tests ``(test, run id, its own launch flags)`` side by side: all submitted, then all waited on."""
+        jobs = [self._prepare(test, rid, None, flags, pair) for test, rid, flags in tests]
+        for job in jobs:
+            self._submit(job)
+        self._wait(jobs)
+        return [job.result or Run(False, None, "no result") for job in jobs]
+
     def _submit(self, job: _Job) -> None:
         from gpuaccept.launch.jobargv import launch_dir
         from gpuaccept.launch.secrets import secret_values
@@ -244,12 +271,12 @@ class PairRunner:
     def _rdma_run(self, job: _Job) -> Run:
         """An rdma pair job (:mod:`gpuaccept.isolate.rdma`): ok when its log has ``rdma pair-node`` lines; the log
         kept in ``rdma_logs`` for the rail judge."""
-        from gpuaccept.isolate.nccl import job_output
         from gpuaccept.launch.jobargv import launch_dir
 
         where = Path(launch_dir(job.spec))
         self.cluster_reports[job.run_id] = str(where)
-        text = self.rdma_logs[job.run_id] = job_output(self.backend, where, job.submission.job_id)
+        hosts = job.submission.hosts or job.plan.expected_hosts
+        text = self.rdma_logs[job.run_id] = job_text(self.backend, where, job.submission.job_id, hosts)
         if "@rdma " not in text:
             state = getattr(job.state, "state", "") or "job state unknown"
             return Run(False, None, f"no rdma pair-node output in the job's log ({state})")

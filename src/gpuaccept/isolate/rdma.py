@@ -2,11 +2,16 @@
 
 One ``gpuaccept launch`` job per node pair (pure plan: :func:`launch_flags`): ``gpuaccept rdma pair-node`` on
 both nodes, the good partner serving and the bad node as the clients, NIC ``i`` to NIC ``i``
-(:mod:`gpuaccept.perftest.node`); under ``mpi`` one rank per node (``--procs-per-node 1``), under ``slurm`` one
-task per node (``--no-torchrun``). The job's log (``mpirun.log``, ``slurm-<job>.out``) holds both nodes' tagged
-lines; :func:`gpuaccept.perftest.pairrun.judge_rails` judges each rail against its port rate (the node's sysfs)
-and the error counters each end read before and after, and :func:`verdicts` turns that into the rail verdicts
-that name the node, the rail and the NIC: ``node-b rail 3 (mlx5_3): 201 Gb/s, expected >= 380``.
+(:mod:`gpuaccept.perftest.node`); under ``mpi`` one rank per node (``--procs-per-node 1``), under ``slurm`` and
+``ssh`` one task per node (``--no-torchrun``). The job's log (``mpirun.log``, ``slurm-<job>.out``; under ssh each
+host's ``LABEL.log`` in the launch directory, read by :func:`gpuaccept.isolate.pairs.job_text`) holds both
+nodes' tagged lines; :func:`gpuaccept.perftest.pairrun.judge_rails` judges each rail against its port rate (the
+node's sysfs) and the error counters each end read before and after, and :func:`verdicts` turns that into the
+rail verdicts that name the node, the rail and the NIC: ``node-b rail 3 (mlx5_3): 201 Gb/s, expected >= 380``.
+
+Several pair jobs run at once (:func:`run_many`: every bad node of ``--per-rail``); each gets its own block of
+perftest ports (:func:`base_ports`: ``--base-port`` 18515, then 18515 + the rails of the jobs before it), so two
+jobs that share a good partner never have two servers on one port.
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ from typing import IO, Any
 from gpuaccept.errors import UsageError
 from gpuaccept.isolate.plan import Run, Test
 from gpuaccept.isolate.rail_plan import Rail, RailVerdict
+from gpuaccept.perftest.plan import DEFAULT_BASE_PORT
 
-RDMA_BACKENDS = ("mpi", "slurm")
+RDMA_BACKENDS = ("mpi", "slurm", "ssh")
 
 
 def nics_of(ports: Sequence[str]) -> list[str]:
@@ -30,15 +36,31 @@ def nics_of(ports: Sequence[str]) -> list[str]:
 
 
 def launch_flags(backend: str, node: str, partner: str, nics: Sequence[str], python: str | None = None,
-                 extra: Sequence[str] = ()) -> list[str]:
+                 extra: Sequence[str] = (), base_port: int = DEFAULT_BASE_PORT) -> list[str]:
     """The launch flags after the node flags: one task per node running ``rdma pair-node`` (pure). The partner
-    (good) serves; ``node`` is the client."""
+    (good) serves; ``node`` is the client; its rails listen on ``base_port`` + rail (``--base-port`` when not
+    perftest's default)."""
     if backend not in RDMA_BACKENDS:
-        raise UsageError(f"--rail-test rdma runs over {' or '.join(RDMA_BACKENDS)}; not {backend}")
+        raise UsageError(f"--rail-test rdma runs over {', '.join(RDMA_BACKENDS)}; not {backend}")
     per_node = ["--procs-per-node", "1"] if backend == "mpi" else ["--no-torchrun"]
+    port = ["--base-port", str(base_port)] if base_port != DEFAULT_BASE_PORT else []
     cmd = [python or sys.executable, "-m", "gpuaccept", "rdma", "pair-node", "--nodes", f"{partner},{node}",
-           "--nics", ",".join(nics), *extra]
+           "--nics", ",".join(nics), *port, *extra]
     return [*per_node, "--", *cmd]
+
+
+def base_ports(rails: Sequence[int], first: int = DEFAULT_BASE_PORT) -> list[int]:
+    """The ``--base-port`` of each of several pair jobs run at once, given each one's number of rails (pure):
+    ``first``, then ``first`` + the rails of every job before it, so that no two servers share a port (the
+    ports of job ``k`` are ``base_ports[k]`` .. ``base_ports[k] + rails[k] - 1``). UsageError past 65535."""
+    out, port = [], first
+    for n in rails:
+        if port + n - 1 > 65535:
+            raise UsageError(f"{len(rails)} rdma pair jobs at once need perftest ports {first}..{port + n - 1}, past "
+                             "65535")
+        out.append(port)
+        port += n
+    return out
 
 
 def verdicts(node: str, nics: Sequence[str], text: str, run: Run) -> tuple[list[RailVerdict], list[dict[str, Any]]]:
@@ -74,18 +96,31 @@ def verdicts(node: str, nics: Sequence[str], text: str, run: Run) -> tuple[list[
 def run_rails(runner: Any, node: str, partner: str, nics: Sequence[str], tag: str, ports_from: str,
               log: IO[str] | None = None, python: str | None = None) -> Any:
     """Run the pair job of ``node``'s rails with ``partner`` and judge them: a :class:`RailReport`."""
+    return run_many(runner, [(node, partner, nics, ports_from)], tag, log, python)[0]
+
+
+def run_many(runner: Any, jobs: Sequence[tuple[str, str, Sequence[str], str]], tag: str, log: IO[str] | None = None,
+             python: str | None = None) -> list[Any]:
+    """Run the pair jobs ``(node, partner, nics, ports_from)`` at once, each on its own ports
+    (:func:`base_ports`), and judge each: a :class:`RailReport` per job, in order."""
+    from gpuaccept.isolate.pairs import PairTest
     from gpuaccept.isolate.rails import RailReport
 
-    flags = launch_flags(runner.backend, node, partner, nics, python)
-    rid = f"{tag}-rdma-{node}"
-    if log is not None:
-        print(f"[ISOLATE] rails of {node} with {partner}: perftest on {len(nics)} NICs at once", file=log, flush=True)
-    from gpuaccept.isolate.pairs import PairTest
-
-    run = runner.run_one(Test((partner, node), "rail"), rid, flags, PairTest("rdma"))
-    found, results = verdicts(node, nics, runner.rdma_logs.get(rid, ""), run)
-    return RailReport(node, partner, ports_from, found, [{"run_id": rid, "ok": run.ok, "reason": run.reason,
-                                                          "rails": results}])
+    ports = base_ports([len(nics) for _n, _p, nics, _f in jobs])
+    tests: list[tuple[Test, str, list[str]]] = []
+    for (node, partner, nics, _src), base in zip(jobs, ports, strict=True):
+        if log is not None:
+            print(f"[ISOLATE] rails of {node} with {partner}: perftest on {len(nics)} NICs at once (ports {base}.."
+                  f"{base + len(nics) - 1})", file=log, flush=True)
+        tests.append((Test((partner, node), "rail"), f"{tag}-rdma-{node}",
+                      launch_flags(runner.backend, node, partner, nics, python, base_port=base)))
+    runs = runner.run_many(tests, PairTest("rdma"))
+    out = []
+    for (node, partner, nics, ports_from), (_test, rid, _flags), run in zip(jobs, tests, runs, strict=True):
+        found, results = verdicts(node, nics, runner.rdma_logs.get(rid, ""), run)
+        out.append(RailReport(node, partner, ports_from, found, [{"run_id": rid, "ok": run.ok, "reason": run.reason,
+                                                                   "rails": results}]))
+    return out
 
 
 def estimate_line(nics: Sequence[str]) -> str:

@@ -117,7 +117,8 @@ def _read(path: str) -> str:
 
 
 def port_rate(port: str, root: str) -> float:
-    """The rate in Gb/s of ``DEV:PORT`` as sysfs under ``root`` says; InputError when absent or down."""
+    """The data rate in Gb/s of ``DEV:PORT`` as sysfs under ``root`` says (its ``rate`` less the line encoding
+    of SDR, DDR, QDR and FDR: :func:`gpuaccept.perftest.judge.data_rate_gbps`); InputError when absent."""
     m = _PORT.match(port)
     if not m:
         raise UsageError(f"--port: {port!r} is not DEV:PORT (e.g. mlx5_0:1)")
@@ -127,10 +128,12 @@ def port_rate(port: str, root: str) -> float:
     if port not in found:
         raise InputError(f"--port {port}: no such RDMA port under {root.rstrip('/')}/sys/class/infiniband "
                          f"(found: {', '.join(sorted(found)) or 'none'})")
-    rate = found[port].rate_gbps
-    if rate is None:
+    found_port = found[port]
+    if found_port.rate_gbps is None:
         raise InputError(f"--port {port}: sysfs gives no rate")
-    return rate
+    from gpuaccept.perftest.judge import data_rate_gbps
+
+    return data_rate_gbps(found_port.rate_gbps, found_port.speed, found_port.link_layer)
 
 
 def cmd_parse(args: argparse.Namespace) -> int:

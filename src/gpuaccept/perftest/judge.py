@@ -4,7 +4,8 @@ Bandwidth (``*_bw``): the average Gb/s at the largest size of the table (``BW av
 is held to a bound, in this order: ``min_gbps`` (a config bound or a baseline, named by ``min_source``), else
 ``fraction`` x the port rate (``rate_gbps``: what sysfs says the port runs at, ``cat
 /sys/class/infiniband/mlx5_0/ports/1/rate``; x 2 for a bidirectional ``-b`` run, whose figure is both directions
-added), else nothing: the figure is measured, not judged. Latency (``*_lat``): ``t_typical`` at the smallest size
+added), else nothing: the figure is measured, not judged (so is an atomic test's, ``ib_atomic_bw``: 8 B
+operations, whose bandwidth is a message rate, not a line rate). Latency (``*_lat``): ``t_typical`` at the smallest size
 is reported, and judged only against ``max_lat_us``. An output with an error line (``Couldn't connect to
 HOST:PORT``, ``Unable to init the socket connection``, ``Failed to modify QP``...) or a non-zero exit is an
 ERROR naming both ends of the pair: ``client -> server``. Equivalent by hand: ``ib_write_bw -d mlx5_0
@@ -20,6 +21,20 @@ from gpuaccept.perftest.parse import PerftestResult
 
 DEFAULT_FRACTION = 0.95
 """Of the port rate, the least a healthy NIC's ``ib_write_bw`` average reaches (NDR 400G: 380 Gb/s)."""
+ENCODING = {None: 0.8, "SDR": 0.8, "DDR": 0.8, "QDR": 0.8, "FDR10": 64 / 66, "FDR": 64 / 66}
+"""The data bits per signalled bit of the InfiniBand speeds whose sysfs ``rate`` is the signalling rate: 8b/10b
+for SDR (printed without a name), DDR and QDR (``40 Gb/sec (4X QDR)`` carries 32 Gb/s), 64b/66b for FDR10 and FDR
+(``56 Gb/sec (4X FDR)``: 54.5 Gb/s). EDR and later print the data rate (``400 Gb/sec (4X NDR)``); so does RoCE,
+whose rate the kernel maps from the Ethernet speed (``40 Gb/sec (4X QDR)`` on 40GbE carries 40)."""
+
+
+def data_rate_gbps(rate_gbps: float, speed: str | None, link_layer: str | None = "InfiniBand") -> float:
+    """The Gb/s a port carries, from its sysfs rate (``cat /sys/class/infiniband/mlx5_0/ports/1/rate``), speed and
+    ``link_layer`` (pure): x :data:`ENCODING` on InfiniBand, the rate itself otherwise (Ethernet, or a speed
+    not in the table)."""
+    if link_layer != "InfiniBand":
+        return rate_gbps
+    return rate_gbps * ENCODING.get(speed, 1.0)
 
 
 @dataclass
@@ -83,6 +98,11 @@ def judge(result: PerftestResult, *, rate_gbps: float | None = None, rate_source
         return Judgement(Status.ERROR, f"{where}: {said}{code}", metrics)
     if result.kind == "bw" and result.bw_rows:
         row = max(result.bw_rows, key=lambda r: r.size_bytes)
+        if result.verb == "Atomic" and min_gbps is None:  # 8 B operations: a message rate, not a line rate
+            return Judgement(Status.PASS, f"{where}: {row.avg_gbps:.4g} Gb/s at {row.size_bytes} B, "
+                             f"{row.msg_rate_mpps:g} Mpps (atomic operations: not judged against the port rate)",
+                             [Metric(f"rdma_{test}_gbps", row.avg_gbps, "Gb/s", tags={"size_bytes": row.size_bytes,
+                                                                                   "test": test})])
         expected, bound = bw_bound(rate_gbps, bidirectional=result.bidirectional, fraction=fraction,
                                    min_gbps=min_gbps, min_source=min_source, rate_source=rate_source)
         tags: dict[str, str | int | float] = {"size_bytes": row.size_bytes, "test": test}

@@ -103,10 +103,14 @@ def counters(before: object, after: object, nic: str) -> dict[str, object]:
 
 
 def port_rates(root: str) -> dict[str, float]:
-    """The rate in Gb/s of each device's port 1 under ``root`` (sysfs), by device name."""
+    """The data rate in Gb/s of each device's port 1 under ``root`` (sysfs), by device name: its ``rate``, less
+    the line encoding of the InfiniBand speeds that print the signalling rate
+    (:func:`gpuaccept.perftest.judge.data_rate_gbps`: QDR 40 -> 32)."""
     from gpuaccept.hw.rdma import read_inventory
+    from gpuaccept.perftest.judge import data_rate_gbps
 
-    return {p.device: p.rate_gbps for p in read_inventory(root).ports if p.port == 1 and p.rate_gbps is not None}
+    return {p.device: data_rate_gbps(p.rate_gbps, p.speed, p.link_layer) for p in read_inventory(root).ports
+            if p.port == 1 and p.rate_gbps is not None}
 
 
 def run_node(pairs: Sequence[RailPair], rank: int, *, timeout_s: float, sysfs_root: str = "/",

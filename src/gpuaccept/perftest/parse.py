@@ -40,7 +40,9 @@ LAT_COLUMNS = {"t_min[usec]": "t_min_us", "t_max[usec]": "t_max_us", "t_typical[
 
 _TITLE = re.compile(r"^\s*(Send|Send_imm|RDMA_Write|RDMA_Write_imm|RDMA_Read|Atomic)\b(.*?)\b(BW|Latency)\b"
                     r"(.*)\bTest\s*$")
-_FIELD = re.compile(r"([A-Za-z][A-Za-z .*_-]*?)\s*:\s*([^\t]*?)\s*(?=\t|$)")
+_FIELD_GAP = re.compile(r"\t+|\s{2,}(?=[A-Za-z][A-Za-z .*_-]*?\s*:)")
+"""What separates two header fields on one line: perftest prints tabs (``Dual-port : OFF\t\tDevice : mlx5_0``);
+outputs copied into documents often have spaces instead (``OFF    Device : mlx5_0``): two or more, then a key."""
 _BW_HEAD = re.compile(r"^\s*#bytes\s+#iterations\s+BW peak\[([A-Za-z/]+)\]\s+BW average\[([A-Za-z/]+)\]"
                       r"\s+MsgRate\[Mpps\]")
 _LAT_HEAD = re.compile(r"^\s*#bytes\s+#iterations\s+t_")
@@ -118,8 +120,11 @@ def _number(text: str) -> float:
 
 
 def _header_fields(line: str, res: PerftestResult) -> None:
-    for key, value in _FIELD.findall(line):
-        key = key.strip()
+    for part in _FIELD_GAP.split(line.strip()):
+        key, sep, value = part.partition(":")
+        if not sep:
+            continue
+        key, value = key.strip(), value.strip()
         if key == "Device":
             res.device = value or None
         elif key == "Link type":
