@@ -41,3 +41,21 @@ def test_job_text_reads_each_ssh_hosts_log_and_only_those(tmp_path: Path) -> Non
     (tmp_path / "mpirun.log").write_text("one log\n")
     assert job_text("mpi", tmp_path, "run-1", ["node-a"]) == "one log\n"
     assert job_text("slurm", tmp_path, "77", ["node-a"]) == ""
+
+
+def test_the_pair_node_command_runs_under_the_launchs_remote_python() -> None:
+    import shlex
+
+    from gpuaccept.isolate.rdma import remote_python
+    from tests.helpers import gpuaccept
+
+    assert remote_python(["--partition=gpu", "--remote-python=/opt/venv/bin/python"]) == "/opt/venv/bin/python"
+    assert remote_python(["--remote-python", "/a/python", "--remote-python=/b/python"]) == "/b/python"
+    assert remote_python(["--remote-python"]) is None and remote_python([]) is None
+    r = gpuaccept("isolate", "--backend", "ssh", "--rails-of", "node-b=node-a",
+                  "--rail-test", "rdma", "--rail-ports", "mlx5_0:1,mlx5_1:1", "--results-dir", "/r",
+                  "--launch-arg=--remote-python=/opt/venv/bin/python", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    argv = shlex.split(next(line for line in r.stdout.splitlines() if line.startswith("gpuaccept launch")))
+    cmd = argv[argv.index("--") + 1:]
+    assert cmd[:5] == ["/opt/venv/bin/python", "-m", "gpuaccept", "rdma", "pair-node"]

@@ -93,6 +93,19 @@ def verdicts(node: str, nics: Sequence[str], text: str, run: Run) -> tuple[list[
     return out, [r.to_dict() for r in results.values()]
 
 
+def remote_python(launch_args: Sequence[str]) -> str | None:
+    """The interpreter the launch runs on the nodes when ``launch_args`` name one (``--remote-python PATH`` or
+    ``--remote-python=PATH``, the ssh launcher's flag; the last wins), else None: the pair-node command then
+    runs under this machine's interpreter path, as every other launched command does. Pure."""
+    found = None
+    for i, arg in enumerate(launch_args):
+        if arg.startswith("--remote-python="):
+            found = arg.split("=", 1)[1] or None
+        elif arg == "--remote-python" and i + 1 < len(launch_args):
+            found = launch_args[i + 1]
+    return found
+
+
 def run_rails(runner: Any, node: str, partner: str, nics: Sequence[str], tag: str, ports_from: str,
               log: IO[str] | None = None, python: str | None = None) -> Any:
     """Run the pair job of ``node``'s rails with ``partner`` and judge them: a :class:`RailReport`."""
@@ -106,6 +119,7 @@ def run_many(runner: Any, jobs: Sequence[tuple[str, str, Sequence[str], str]], t
     from gpuaccept.isolate.pairs import PairTest
     from gpuaccept.isolate.rails import RailReport
 
+    python = python or remote_python(getattr(runner, "launch_args", None) or ())
     ports = base_ports([len(nics) for _n, _p, nics, _f in jobs])
     tests: list[tuple[Test, str, list[str]]] = []
     for (node, partner, nics, _src), base in zip(jobs, ports, strict=True):
@@ -139,4 +153,6 @@ def dry_run_line(runner: Any, node: str, partner: str, nics: Sequence[str], tag:
     from gpuaccept.isolate.pairs import PairTest
 
     return ["gpuaccept", *runner.argv(Test((partner, node), "rail"), f"{tag}-rdma-{node}",
-                                      flags=launch_flags(runner.backend, node, partner, nics), pair=PairTest("rdma"))]
+                                      flags=launch_flags(runner.backend, node, partner, nics,
+                                                         remote_python(getattr(runner, "launch_args", None) or ())),
+                                      pair=PairTest("rdma"))]
