@@ -7,8 +7,12 @@ per metric with its host, device, check, name, value, unit, the tags
 measured (``hw_kind``, ``hw_id``, ``hw_serial``: :mod:`gpuaccept.results.hwid`;
 NULL where unknown), and one ``hardware`` row per piece of hardware the node
 report names (kind, id, serial, device, beside the host). NaN and infinite values
-are stored as NULL. The full report JSON is kept on the run row so a stored run
-reads back exactly as it was written (``budget`` included).
+are stored as NULL. The full report is kept on the run row so a stored run
+reads back exactly as it was written (``budget`` included): since schema v7 as zlib-compressed compact JSON in
+``report_z`` (about 6x smaller; ``report_json`` is then empty), read back by :func:`unpack_report`.
+
+A cluster report is flattened a node at a time (:class:`ClusterRows`), so a store can take a cluster report
+read a node line at a time (:func:`gpuaccept.results.load.open_cluster`) in bounded memory.
 
 A deeper re-run of ``run --budget``'s second pass (:attr:`~gpuaccept.model.CheckResult.is_rerun`) is
 stored like any result, its ``checks`` and ``metrics`` rows flagged ``rerun = 1``: the history keeps
@@ -18,22 +22,53 @@ so each run is one value of a series, measured as planned, not two.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuaccept.model import ClusterReport, NodeReport
+from gpuaccept.errors import InputError
+from gpuaccept.model import ClusterReport, NodeEntry, NodeReport, Verdict
 from gpuaccept.results.config_history import config_rows
 from gpuaccept.results.hwid import HwId, hardware_of_checks
 from gpuaccept.results.timespec import iso_to_epoch
 
 RUN_COLUMNS = ("run_id", "kind", "host", "profile", "backend", "job_id", "started", "started_ts", "finished",
-               "verdict", "device", "version", "expected_nodes", "sku", "report_json", "stored_at")
+               "verdict", "device", "version", "expected_nodes", "sku", "report_json", "stored_at", "report_z")
 CHECK_COLUMNS = ("name", "status", "reason", "duration_s", "rank", "host", "rerun")
 METRIC_COLUMNS = ("host", "check_name", "name", "device", "value", "unit", "expected", "threshold_op",
                   "threshold_value", "dtype", "size_bytes", "tags_json", "rerun", "hw_kind", "hw_id", "hw_serial")
 HARDWARE_COLUMNS = ("host", "kind", "hw_id", "serial", "device")
+ZLIB_LEVEL = 3
+"""zlib level of a stored report: 1-3 cost the same (about 1.6 ms per 160 KB node report), 6 three times that."""
+MAX_REPORT_BYTES = 256 * 1024 * 1024
+"""The most bytes a stored report decompresses to (a damaged or hostile database is refused, not inflated)."""
+
+
+def pack_report(data: dict[str, Any]) -> bytes:
+    """A report dict as the history stores it (``report_z``): zlib of its compact JSON."""
+    return zlib.compress(json.dumps(data, separators=(",", ":")).encode(), ZLIB_LEVEL)
+
+
+def unpack_report(text: str | None, packed: bytes | None, where: str) -> dict[str, Any]:
+    """The report dict of a ``runs`` row: ``report_z`` when set (schema v7), else the ``report_json`` text of a
+    run stored before. InputError naming ``where`` when it cannot be read."""
+    try:
+        if packed is not None:
+            inflate = zlib.decompressobj()
+            raw = inflate.decompress(bytes(packed), MAX_REPORT_BYTES)
+            if inflate.unconsumed_tail or not inflate.eof:
+                raise ValueError(f"not a whole zlib stream, or over {MAX_REPORT_BYTES // (1024 * 1024)} MiB")
+            data = json.loads(raw)
+        else:
+            data = json.loads(text or "")
+    except (ValueError, zlib.error) as exc:
+        raise InputError(f"{where}: the stored report cannot be read ({type(exc).__name__}: {exc})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{where}: the stored report is not a JSON object")
+    return data
 
 
 @dataclass
@@ -141,7 +176,7 @@ def flatten_node(report: NodeReport, stored_at: str, data: dict[str, Any] | None
     started_ts = iso_to_epoch(report.started, f"report {report.run_id}: started")
     row = (report.run_id, "node", report.host, report.profile, None, None, report.started, started_ts,
            report.finished, report.verdict.value, report.device, report.version, None, node_sku(data),
-           json.dumps(data, separators=(",", ":")), stored_at)
+           "", stored_at, pack_report(data))
     hw = hardware_of_checks((c.name, c.details) for c in report.checks)
     checks = []
     for c in report.checks:
@@ -156,25 +191,57 @@ def flatten_node(report: NodeReport, stored_at: str, data: dict[str, Any] | None
     return FlatRun(row=row, checks=checks, hardware=hardware, config=config)
 
 
-def flatten_cluster(report: ClusterReport, stored_at: str) -> tuple[FlatRun, list[FlatRun]]:
-    """Rows for a cluster report and for each node report in it.
+class ClusterRows:
+    """The rows of a cluster report built a node at a time: :meth:`add` each node entry (its node run's rows
+    come back), then :meth:`run` gives the cluster's own row.
 
-    The cluster row's JSON keeps every node entry (missing nodes with their
-    reason) but not the node reports themselves: those are their own rows,
-    named in the entry by ``report_run_id`` and ``report_host``.
+    The cluster row's report keeps every node entry (missing nodes with their reason) but not the node
+    reports themselves: those are their own rows, named in the entry by ``report_run_id`` and ``report_host``.
+    Only those small entries are held, never the node reports. InputError when ``started`` is unreadable.
     """
-    data = report.to_dict()
-    nodes = []
-    for entry, entry_dict in zip(report.nodes, data["nodes"], strict=True):
-        if entry.report is not None:
-            nodes.append(flatten_node(entry.report, stored_at, entry_dict["report"]))
-            entry_dict["report"] = None
-            entry_dict["report_run_id"] = entry.report.run_id
-            entry_dict["report_host"] = entry.report.host
-    started_ts = iso_to_epoch(report.started, f"cluster report {report.run_id}: started")
-    skus = {n.row[RUN_COLUMNS.index("sku")] for n in nodes} - {None}
-    sku = (skus.pop() if len(skus) == 1 else "mixed") if skus else None
-    row = (report.run_id, "cluster", "", None, report.backend, report.job_id, report.started, started_ts,
-           report.finished, report.verdict.value, None, None, report.expected_nodes, sku,
-           json.dumps(data, separators=(",", ":")), stored_at)
-    return FlatRun(row=row), nodes
+
+    def __init__(self, header: ClusterReport, stored_at: str) -> None:
+        self.header = header
+        self.stored_at = stored_at
+        self.started_ts = iso_to_epoch(header.started, f"cluster report {header.run_id}: started")
+        self.entries: list[dict[str, Any]] = []
+        self.skus: set[str] = set()
+        self.all_success = True
+
+    def add(self, entry: NodeEntry) -> FlatRun | None:
+        """Note ``entry`` in the cluster's report; its node run's rows (None for a missing node)."""
+        data = dataclasses.replace(entry, report=None).to_dict()
+        data["verdict"] = entry.verdict.value
+        self.entries.append(data)
+        self.all_success = self.all_success and entry.verdict is Verdict.SUCCESS
+        if entry.report is None:
+            return None
+        flat = flatten_node(entry.report, self.stored_at)
+        sku = flat.row[RUN_COLUMNS.index("sku")]
+        if sku is not None:
+            self.skus.add(sku)
+        data["report_run_id"] = entry.report.run_id
+        data["report_host"] = entry.report.host
+        return flat
+
+    def verdict(self) -> Verdict:
+        """:attr:`ClusterReport.verdict` of the entries added: SUCCESS only when every expected node reported and
+        none failed."""
+        n = len(self.entries)
+        return Verdict.SUCCESS if n and n >= self.header.expected_nodes and self.all_success else Verdict.FAILURE
+
+    def run(self) -> FlatRun:
+        """The cluster's ``runs`` row, for the entries added so far."""
+        h = self.header
+        data = {**h.header_dict(), "verdict": self.verdict().value, "nodes": self.entries, "analysis": h.analysis}
+        sku = (next(iter(self.skus)) if len(self.skus) == 1 else "mixed") if self.skus else None
+        row = (h.run_id, "cluster", "", None, h.backend, h.job_id, h.started, self.started_ts, h.finished,
+               data["verdict"], None, None, h.expected_nodes, sku, "", self.stored_at, pack_report(data))
+        return FlatRun(row=row)
+
+
+def flatten_cluster(report: ClusterReport, stored_at: str) -> tuple[FlatRun, list[FlatRun]]:
+    """Rows for a cluster report and for each node report in it (:class:`ClusterRows`)."""
+    rows = ClusterRows(report, stored_at)
+    nodes = [flat for entry in report.nodes if (flat := rows.add(entry)) is not None]
+    return rows.run(), nodes
