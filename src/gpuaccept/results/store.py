@@ -85,8 +85,12 @@ def _chunks(items: Sequence[T], n: int = 500) -> Iterator[Sequence[T]]:
 def _batched(items: Iterable[T], n: int) -> Iterator[list[T]]:
     """``items`` in lists of ``n`` (the last shorter), read lazily."""
     it = iter(items)
-    while part := list(itertools.islice(it, n)):
+    while True:
+        part = list(itertools.islice(it, n))
+        if not part:
+            return
         yield part
+        del part  # not held while the next one is read
 
 
 class Store(abc.ABC):
@@ -218,6 +222,7 @@ class Store(abc.ABC):
                 for node in nodes:
                     self._insert_run(node, cluster_pk, bulk)
                 self._flush(bulk)
+                del part, nodes, bulk  # before the next batch is read: one batch held, not two
             self._execute(f"UPDATE runs SET {', '.join(f'{c} = ?' for c in RUN_COLUMNS)} WHERE id = ?",
                           (*rows.run().row, cluster_pk))
             return header.run_id
