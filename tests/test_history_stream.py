@@ -178,3 +178,16 @@ def test_every_reader_sees_the_same_history_after_a_streamed_import(tmp_path: Pa
         out[4] = "\n".join(line for line in out[4].splitlines() if not line.lstrip().startswith("created:"))
     assert streamed == whole
     assert len(json.loads(streamed[0])) == 3 and "c3" in streamed[1] and "gemm_bf16_tflops" in streamed[4]
+
+
+def test_the_tag_columns_cache_gives_what_the_tags_give() -> None:
+    from gpuaccept.results.rows import _tag_columns, _tag_columns_memo
+
+    cases = [{"a": 1}, {"a": 1.0}, {"a": True}, {"a": "1"}, {"a": 1, "b": 2}, {"b": 2, "a": 1}, {"a": 2, "b": 1},
+             {"dtype": "bf16", "size_bytes": 1 << 30}, {"size_bytes": float("inf")}, {"size_bytes": True},
+             {"dtype": 16}, {"b": [1, 2]}, {}]
+    for _ in range(2):  # filled, then hit
+        for tags in cases:
+            assert _tag_columns_memo(tags) == _tag_columns(tags)
+    assert _tag_columns({"dtype": "bf16", "size_bytes": 1024.0})[1:] == ("bf16", 1024)
+    assert _tag_columns({"size_bytes": True, "dtype": 16})[1:] == ("16", None)

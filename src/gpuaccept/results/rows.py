@@ -111,22 +111,46 @@ def tags_json(tags: dict[str, Any]) -> str:
     return json.dumps(tags, sort_keys=True, separators=(",", ":"), default=str)
 
 
-_TAGS_CACHE: dict[tuple[tuple[str, type, Any], ...], str] = {}
+_TAGS_CACHE: dict[tuple[Any, ...], tuple[str, str | None, int | None]] = {}
 
 
-def tags_json_memo(tags: dict[str, Any]) -> str:
-    """:func:`tags_json`, memoised: a fleet's metrics share a few hundred tag sets (bounded cache)."""
+def _tags_key(tags: dict[str, Any]) -> tuple[Any, ...]:
+    """A hashable key that tells tag sets apart: the keys, the values and their types (1, 1.0 and True are
+    equal values), in the dict's order (the same tags in another order only make another cache entry).
+    TypeError for an unhashable value."""
+    values = tags.values()
+    key = (*tags, *values, *map(type, values))
+    hash(key)
+    return key
+
+
+def _tag_columns(tags: dict[str, Any]) -> tuple[str, str | None, int | None]:
+    """The ``tags_json``, ``dtype`` and ``size_bytes`` columns of a metric's tags (uncached)."""
+    dtype = tags.get("dtype")
+    size = tags.get("size_bytes")
+    size_bytes = int(size) if isinstance(size, (int, float)) and not isinstance(size, bool) and math.isfinite(size) \
+        else None
+    return tags_json(tags), str(dtype) if dtype is not None else None, size_bytes
+
+
+def _tag_columns_memo(tags: dict[str, Any]) -> tuple[str, str | None, int | None]:
+    """:func:`_tag_columns`, memoised: a fleet's metrics share a few hundred tag sets (bounded cache)."""
     try:
-        key = tuple(sorted((k, type(v), v) for k, v in tags.items()))  # the type: 1, 1.0 and True are equal keys
-        hit = _TAGS_CACHE.get(key)
-    except TypeError:  # an unhashable or unorderable tag value
-        return tags_json(tags)
+        key = _tags_key(tags)
+    except TypeError:  # an unhashable tag value
+        return _tag_columns(tags)
+    hit = _TAGS_CACHE.get(key)
     if hit is None:
-        hit = tags_json(tags)
+        hit = _tag_columns(tags)
         if len(_TAGS_CACHE) >= 4096:
             _TAGS_CACHE.clear()
         _TAGS_CACHE[key] = hit
     return hit
+
+
+def tags_json_memo(tags: dict[str, Any]) -> str:
+    """:func:`tags_json`, memoised: a fleet's metrics share a few hundred tag sets (bounded cache)."""
+    return _tag_columns_memo(tags)[0]
 
 
 def node_sku(report: dict[str, Any]) -> str | None:
@@ -157,15 +181,10 @@ def node_sku(report: dict[str, Any]) -> str | None:
 
 
 def _metric_row(host: str, check_name: str, m: Any, hw: HwId | None, rerun: bool) -> tuple[Any, ...]:
-    tags = dict(m.tags)
-    dtype = tags.get("dtype")
-    size = tags.get("size_bytes")
-    size_bytes = int(size) if isinstance(size, (int, float)) and not isinstance(size, bool) and math.isfinite(size) \
-        else None
+    tags_text, dtype, size_bytes = _tag_columns_memo(m.tags)
     thr = m.threshold
     return (host, check_name, m.name, m.device, finite(m.value), m.unit, finite(m.expected),
-            thr.op if thr else None, finite(thr.value) if thr else None,
-            str(dtype) if dtype is not None else None, size_bytes, tags_json_memo(tags), int(rerun),
+            thr.op if thr else None, finite(thr.value) if thr else None, dtype, size_bytes, tags_text, int(rerun),
             hw.kind if hw else None, hw.id if hw else None, hw.serial if hw else None)
 
 
