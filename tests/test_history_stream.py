@@ -16,7 +16,7 @@ from gpuaccept.errors import InputError
 from gpuaccept.model import ClusterReport, NodeEntry
 from gpuaccept.results.clusterfile import write_cluster_file
 from gpuaccept.results.history import open_store
-from gpuaccept.results.load import open_cluster
+from gpuaccept.results.load import open_cluster, open_cluster_data
 from gpuaccept.results.rows import RUN_COLUMNS, flatten_cluster
 from tests.helpers import gpuaccept, ok, one_line_error
 from tests.pg_server import shared_server
@@ -46,11 +46,12 @@ def _state(url: str, run_id: str) -> dict[str, Any]:
                 "report": store.get_run(run_id).report.to_dict()}
 
 
-def test_a_streamed_cluster_stores_what_the_whole_one_does(url: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("opener", [open_cluster_data, open_cluster])
+def test_a_streamed_cluster_stores_what_the_whole_one_does(url: str, tmp_path: Path, opener: Any) -> None:
+    """Stored from the file's validated JSON (history --import) or from NodeEntry objects, as a whole report."""
     cluster = cluster_report("c1", HOSTS, missing=("gpu03",), failing=("gpu05",))
     with open_store(url) as store:
-        assert store.add_cluster_stream(lambda: open_cluster(_write(tmp_path / "c.json", cluster, True)),
-                                        batch=4) == "c1"
+        assert store.add_cluster_stream(lambda: opener(_write(tmp_path / "c.json", cluster, True)), batch=4) == "c1"
     streamed = _state(url, "c1")
     whole = f"sqlite:///{tmp_path / 'whole.db'}" if url.startswith("sqlite") else shared_server().new_database()
     with open_store(whole) as store:
@@ -113,7 +114,7 @@ def test_stored_again_replaces_and_links_a_node_stored_alone(url: str, tmp_path:
         assert alone is not None
         store.add_node_report(alone)
         for _ in range(2):
-            store.add_cluster_stream(lambda: open_cluster(path), batch=3)
+            store.add_cluster_stream(lambda: open_cluster_data(path), batch=3)
         runs = store.list_runs(include_members=True)
         assert len(runs) == len(HOSTS) + 1
         assert {r.parent_run_id for r in runs if r.kind == "node"} == {"c1"}

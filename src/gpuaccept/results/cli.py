@@ -220,7 +220,7 @@ def _import(args: argparse.Namespace) -> int:
     report was stored."""
     from gpuaccept.model import ClusterReport
     from gpuaccept.results.history import open_store
-    from gpuaccept.results.load import open_cluster
+    from gpuaccept.results.load import open_cluster_data
 
     streams = {i: (text, found) for i, text in enumerate(args.import_paths)
                if (found := _streamed(Path(text))) is not None}
@@ -229,7 +229,7 @@ def _import(args: argparse.Namespace) -> int:
     with open_store(args.db) as store:
         stored: list[tuple[int, dict[str, str]]] = []
         for i, (text, path) in streams.items():
-            run_id = store.add_cluster_stream(functools.partial(open_cluster, path))
+            run_id = store.add_cluster_stream(functools.partial(open_cluster_data, path))
             stored.append((i, {"file": text, "run_id": run_id}))
         for i, f, rep in whole:
             if isinstance(rep, ClusterReport):

@@ -180,33 +180,43 @@ def node_sku(report: dict[str, Any]) -> str | None:
     return found.pop() if len(found) == 1 else "mixed"
 
 
-def _metric_row(host: str, check_name: str, m: Any, hw: HwId | None, rerun: bool) -> tuple[Any, ...]:
-    tags_text, dtype, size_bytes = _tag_columns_memo(m.tags)
-    thr = m.threshold
-    return (host, check_name, m.name, m.device, finite(m.value), m.unit, finite(m.expected),
-            thr.op if thr else None, finite(thr.value) if thr else None, dtype, size_bytes, tags_text, int(rerun),
-            hw.kind if hw else None, hw.id if hw else None, hw.serial if hw else None)
+def _metric_row(host: str, check_name: str, m: dict[str, Any], hw: HwId | None, rerun: bool) -> tuple[Any, ...]:
+    """The METRIC_COLUMNS row of a metric given as its report JSON (``Metric.to_dict``)."""
+    tags_text, dtype, size_bytes = _tag_columns_memo(m.get("tags") or {})
+    thr = m.get("threshold")
+    return (host, check_name, m["name"], m.get("device"), finite(m["value"]), m["unit"], finite(m.get("expected")),
+            thr["op"] if thr else None, finite(thr["value"]) if thr else None, dtype, size_bytes, tags_text,
+            int(rerun), hw.kind if hw else None, hw.id if hw else None, hw.serial if hw else None)
 
 
 def flatten_node(report: NodeReport, stored_at: str, data: dict[str, Any] | None = None) -> FlatRun:
     """Rows for one node report (``data``: its ``to_dict()`` when the caller has it already).
     InputError when its ``started`` time is unreadable."""
-    data = report.to_dict() if data is None else data
-    started_ts = iso_to_epoch(report.started, f"report {report.run_id}: started")
-    row = (report.run_id, "node", report.host, report.profile, None, None, report.started, started_ts,
-           report.finished, report.verdict.value, report.device, report.version, None, node_sku(data),
-           "", stored_at, pack_report(data))
-    hw = hardware_of_checks((c.name, c.details) for c in report.checks)
+    return flatten_node_data(report.to_dict() if data is None else data, stored_at)
+
+
+def flatten_node_data(data: dict[str, Any], stored_at: str) -> FlatRun:
+    """Rows for one node report given as its JSON (``NodeReport.to_dict``, or a report file's validated JSON,
+    stored as it is). InputError when its ``started`` time is unreadable."""
+    run_id, host = data["run_id"], data["host"]
+    checks_data = data.get("checks") or []
+    row = (run_id, "node", host, data["profile"], None, None, data["started"],
+           iso_to_epoch(data["started"], f"report {run_id}: started"), data.get("finished"), data["verdict"],
+           data.get("device"), data.get("version", ""), None, node_sku(data), "", stored_at, pack_report(data))
+    hw = hardware_of_checks((c["name"], c.get("details", {})) for c in checks_data)
     checks = []
-    for c in report.checks:
-        host = c.host or report.host
-        ours = host == report.host  # a check merged from another host's ranks measured that host's hardware
+    for c in checks_data:
+        name, details = c["name"], c.get("details", {})
+        rerun = isinstance(details, dict) and "rerun" in details  # CheckResult.is_rerun
+        where = c.get("host") or host
+        ours = where == host  # a check merged from another host's ranks measured that host's hardware
         checks.append(FlatCheck(
-            row=(c.name, c.status.value, c.reason, finite(c.duration_s), c.rank, host, int(c.is_rerun)),
-            metrics=[_metric_row(host, c.name, m, hw.lookup(c.name, m.device) if ours else None, c.is_rerun)
-                     for m in c.metrics]))
-    hardware = [(report.host, h.kind, h.id, h.serial, device) for h, device in hw.identities()]
-    config = config_rows(report.host, ((c.name, c.details) for c in report.checks))
+            row=(name, c["status"], c.get("reason", ""), finite(c.get("duration_s", 0.0)), c.get("rank"), where,
+                 int(rerun)),
+            metrics=[_metric_row(where, name, m, hw.lookup(name, m.get("device")) if ours else None, rerun)
+                     for m in c.get("metrics") or []]))
+    hardware = [(host, h.kind, h.id, h.serial, device) for h, device in hw.identities()]
+    config = config_rows(host, ((c["name"], c.get("details", {})) for c in checks_data))
     return FlatRun(row=row, checks=checks, hardware=hardware, config=config)
 
 
@@ -227,20 +237,34 @@ class ClusterRows:
         self.skus: set[str] = set()
         self.all_success = True
 
-    def add(self, entry: NodeEntry) -> FlatRun | None:
-        """Note ``entry`` in the cluster's report; its node run's rows (None for a missing node)."""
-        data = dataclasses.replace(entry, report=None).to_dict()
-        data["verdict"] = entry.verdict.value
+    def add(self, entry: NodeEntry | dict[str, Any]) -> FlatRun | None:
+        """Note ``entry`` (a NodeEntry, or a cluster report file's validated JSON of one) in the cluster's
+        report; its node run's rows (None for a missing node). InputError when it cannot be stored."""
+        if isinstance(entry, NodeEntry):
+            report = entry.report.to_dict() if entry.report is not None else None
+            data = dataclasses.replace(entry, report=None).to_dict()
+        else:
+            report = entry.get("report")
+            try:
+                data = NodeEntry.from_dict({**entry, "report": None}).to_dict()
+            except (KeyError, TypeError, ValueError) as exc:
+                raise InputError(f"node entry {len(self.entries)}: {type(exc).__name__}: {exc}") from None
+        verdict = report["verdict"] if report is not None else Verdict.FAILURE.value  # NodeEntry.verdict
+        data["verdict"] = verdict
         self.entries.append(data)
-        self.all_success = self.all_success and entry.verdict is Verdict.SUCCESS
-        if entry.report is None:
+        self.all_success = self.all_success and verdict == Verdict.SUCCESS.value
+        if report is None:
             return None
-        flat = flatten_node(entry.report, self.stored_at)
+        try:
+            flat = flatten_node_data(report, self.stored_at)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise InputError(f"node entry {len(self.entries) - 1} ({data['host']}): not a node report that can be "
+                             f"stored: {type(exc).__name__}: {exc}") from None
         sku = flat.row[RUN_COLUMNS.index("sku")]
         if sku is not None:
             self.skus.add(sku)
-        data["report_run_id"] = entry.report.run_id
-        data["report_host"] = entry.report.host
+        data["report_run_id"] = flat.run_id
+        data["report_host"] = flat.host
         return flat
 
     def verdict(self) -> Verdict:

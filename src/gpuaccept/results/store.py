@@ -199,10 +199,11 @@ class Store(abc.ABC):
         """Store a cluster report and each node report in it, linked to it. Returns the cluster run id."""
         return self.add_cluster_stream(lambda: (report, report.nodes))
 
-    def add_cluster_stream(self, source: Callable[[], tuple[ClusterReport, Iterable[NodeEntry]]],
+    def add_cluster_stream(self, source: Callable[[], tuple[ClusterReport, Iterable[NodeEntry | dict[str, Any]]]],
                            batch: int = NODE_BATCH) -> str:
         """Store a cluster report read a node at a time: ``source()`` gives its header (a ClusterReport; its own
-        ``nodes`` are not read) and its node entries, which are stored ``batch`` nodes at a time, so memory
+        ``nodes`` are not read) and its node entries (NodeEntry, or the validated JSON of one as a cluster report
+        file holds it: stored as read, not rebuilt), which are stored ``batch`` nodes at a time, so memory
         holds a batch, not the cluster. One transaction, as :meth:`add_cluster_report`: an error from the
         entries (a malformed line) rolls back everything of this run. ``source`` is called again when the
         transaction is retried. Returns the cluster run id."""
