@@ -23,6 +23,7 @@ from gpuaccept.node.calibrate import (
     samples_of,
 )
 from gpuaccept.results.history import open_store
+from gpuaccept.results.rows import unpack_report
 from tests.helpers import gpuaccept, validate_report
 from tests.pg_server import shared_server
 
@@ -198,8 +199,8 @@ def test_run_budget_learns_from_this_hosts_past_runs(tmp_path: Path) -> None:
     kept = {k["name"]: k for k in rep["budget"]["kept"]}
     assert set(rep["estimates"]) == set(kept)
     with sqlite3.connect(tmp_path / "h.db") as conn:
-        stored = json.loads(conn.execute("SELECT report_json FROM runs WHERE run_id = ?",
-                                         (rep["run_id"],)).fetchone()[0])
+        stored = unpack_report(*conn.execute("SELECT report_json, report_z FROM runs WHERE run_id = ?",
+                                             (rep["run_id"],)).fetchone(), "h.db")
     assert stored["estimates"] == rep["estimates"]  # the next plan learns from this one too
 
 

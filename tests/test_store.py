@@ -8,6 +8,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -167,7 +168,7 @@ def _raw(url: str) -> tuple[Callable[[str, tuple[Any, ...]], list[Any]], Callabl
 
 #: The columns each schema version added (results/migrations.py), left out of a history written at an older one.
 ADDED_BY = {2: {"runs": {"sku"}}, 3: {"metrics": {"hw_kind", "hw_id", "hw_serial"}},
-            4: {"checks": {"rerun"}, "metrics": {"rerun"}}}
+            4: {"checks": {"rerun"}, "metrics": {"rerun"}}, 7: {"runs": {"report_z"}}}
 
 
 def write_old_history(url: str, reps: list[NodeReport], version: int, stamp: str = "2026-01-01T00:00:00Z") -> None:
@@ -182,6 +183,8 @@ def write_old_history(url: str, reps: list[NodeReport], version: int, stamp: str
 
     def insert(table: str, lead: dict[str, Any], columns: tuple[str, ...], row: Any) -> None:
         values = dict(zip(columns, row, strict=True))
+        if "report_z" in values and "report_z" not in kept(table, columns):  # before v7: the JSON text
+            values["report_json"] = zlib.decompress(values["report_z"]).decode()
         cols = [*lead, *kept(table, columns)]
         ex(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
            (*lead.values(), *(values[c] for c in kept(table, columns))))

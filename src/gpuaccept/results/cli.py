@@ -8,6 +8,7 @@ touch). Nothing heavy is imported until a command runs.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import sys
@@ -202,30 +203,58 @@ def _report_files(paths: list[str]) -> list[tuple[Path, Any]]:
     return found
 
 
+def _streamed(path: Path) -> Path | None:
+    """The line-layout cluster report (:mod:`gpuaccept.results.clusterfile`) that ``path`` names, itself or as
+    a run directory's ``cluster-report.json``: imported a node at a time. None for any other report."""
+    from gpuaccept.results.clusterfile import is_line_layout
+    from gpuaccept.results.load import CLUSTER_FILE
+
+    candidate = path / CLUSTER_FILE if path.is_dir() else path
+    return candidate if is_line_layout(candidate) else None
+
+
+def _import(args: argparse.Namespace) -> int:
+    """``history --import``: every report file is read and checked before anything is stored, except a
+    cluster report in the line layout, checked a node at a time as it is stored (in one transaction, so a bad
+    line stores nothing of it). Those are stored first: only a second one of them can fail after another
+    report was stored."""
+    from gpuaccept.model import ClusterReport
+    from gpuaccept.results.history import open_store
+    from gpuaccept.results.load import open_cluster_data
+
+    streams = {i: (text, found) for i, text in enumerate(args.import_paths)
+               if (found := _streamed(Path(text))) is not None}
+    whole = [(i, f, rep) for i, text in enumerate(args.import_paths) if i not in streams
+             for f, rep in _report_files([text])]
+    with open_store(args.db) as store:
+        stored: list[tuple[int, dict[str, str]]] = []
+        for i, (text, path) in streams.items():
+            run_id = store.add_cluster_stream(functools.partial(open_cluster_data, path))
+            stored.append((i, {"file": text, "run_id": run_id}))
+        for i, f, rep in whole:
+            if isinstance(rep, ClusterReport):
+                store.add_cluster_report(rep)
+            else:
+                store.add_node_report(rep)
+            stored.append((i, {"file": str(f), "run_id": rep.run_id}))
+        listed = [item for _, item in sorted(stored, key=lambda pair: pair[0])]  # in the order given
+        if args.json:
+            _dump(args.json, {"db": str(store), "stored": listed})
+        if args.json != "-":
+            for item in listed:
+                print(f"stored {item['run_id']} from {item['file']}")
+            print(f"{len(listed)} report(s) stored in {store}")
+    return 0
+
+
 # ---- commands --------------------------------------------------------------------------------------------------------
 def cmd_history(args: argparse.Namespace) -> int:
-    from gpuaccept.model import ClusterReport
     from gpuaccept.results.history import open_store
     from gpuaccept.results.timespec import parse_since
 
     since = parse_since(args.since) if args.since else None
     if args.import_paths:
-        reports = _report_files(args.import_paths)  # every file is checked before anything is stored
-        with open_store(args.db) as store:
-            stored = []
-            for f, rep in reports:
-                if isinstance(rep, ClusterReport):
-                    store.add_cluster_report(rep)
-                else:
-                    store.add_node_report(rep)
-                stored.append({"file": str(f), "run_id": rep.run_id})
-            if args.json:
-                _dump(args.json, {"db": str(store), "stored": stored})
-            if args.json != "-":
-                for s in stored:
-                    print(f"stored {s['run_id']} from {s['file']}")
-                print(f"{len(stored)} report(s) stored in {store}")
-        return 0
+        return _import(args)
     hw, kind = _hardware_arg(args)
     with open_store(args.db, read_only=True) as store:
         known_check(store, args.check)

@@ -207,6 +207,27 @@ def _node_entries(entries: Iterator[tuple[int, dict[str, Any]]], where: str) -> 
                              f"{one_line(str(exc))[:200]}") from None
 
 
+def open_cluster_data(path: Path) -> tuple[ClusterReport, Iterator[dict[str, Any]]]:
+    """:func:`open_cluster` of a line-layout file, each node entry given as its validated JSON object, not rebuilt
+    as model objects (for ``history --import``, which stores the data as read). InputError as there."""
+    where = str(path)
+    header, entries = iter_cluster(path)
+    if header.get("kind") != "cluster":
+        raise InputError(f"{where}: line 1: not a cluster report (no \"kind\": \"cluster\")")
+    cluster = report_from_dict(header, where)
+    assert isinstance(cluster, ClusterReport)
+
+    def checked() -> Iterator[dict[str, Any]]:
+        for i, data in entries:
+            at = f"{where}: nodes[{i}]"
+            _validate(data, "entry", at, "cluster report node")
+            if data.get("report") is not None:
+                _validate_node(data["report"], f"{at} ({one_line(data['host'])[:80]})")
+            yield data
+
+    return cluster, checked()
+
+
 def _started_from(run_id: str, results: Path) -> str:
     stamp = run_id.split("-", 1)[0]
     try:

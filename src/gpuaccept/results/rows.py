@@ -7,8 +7,12 @@ per metric with its host, device, check, name, value, unit, the tags
 measured (``hw_kind``, ``hw_id``, ``hw_serial``: :mod:`gpuaccept.results.hwid`;
 NULL where unknown), and one ``hardware`` row per piece of hardware the node
 report names (kind, id, serial, device, beside the host). NaN and infinite values
-are stored as NULL. The full report JSON is kept on the run row so a stored run
-reads back exactly as it was written (``budget`` included).
+are stored as NULL. The full report is kept on the run row so a stored run
+reads back exactly as it was written (``budget`` included): since schema v7 as zlib-compressed compact JSON in
+``report_z`` (about 6x smaller; ``report_json`` is then empty), read back by :func:`unpack_report`.
+
+A cluster report is flattened a node at a time (:class:`ClusterRows`), so a store can take a cluster report
+read a node line at a time (:func:`gpuaccept.results.load.open_cluster`) in bounded memory.
 
 A deeper re-run of ``run --budget``'s second pass (:attr:`~gpuaccept.model.CheckResult.is_rerun`) is
 stored like any result, its ``checks`` and ``metrics`` rows flagged ``rerun = 1``: the history keeps
@@ -18,22 +22,53 @@ so each run is one value of a series, measured as planned, not two.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuaccept.model import ClusterReport, NodeReport
+from gpuaccept.errors import InputError
+from gpuaccept.model import ClusterReport, NodeEntry, NodeReport, Verdict
 from gpuaccept.results.config_history import config_rows
 from gpuaccept.results.hwid import HwId, hardware_of_checks
 from gpuaccept.results.timespec import iso_to_epoch
 
 RUN_COLUMNS = ("run_id", "kind", "host", "profile", "backend", "job_id", "started", "started_ts", "finished",
-               "verdict", "device", "version", "expected_nodes", "sku", "report_json", "stored_at")
+               "verdict", "device", "version", "expected_nodes", "sku", "report_json", "stored_at", "report_z")
 CHECK_COLUMNS = ("name", "status", "reason", "duration_s", "rank", "host", "rerun")
 METRIC_COLUMNS = ("host", "check_name", "name", "device", "value", "unit", "expected", "threshold_op",
                   "threshold_value", "dtype", "size_bytes", "tags_json", "rerun", "hw_kind", "hw_id", "hw_serial")
 HARDWARE_COLUMNS = ("host", "kind", "hw_id", "serial", "device")
+ZLIB_LEVEL = 3
+"""zlib level of a stored report: 1-3 cost the same (about 1.6 ms per 160 KB node report), 6 three times that."""
+MAX_REPORT_BYTES = 256 * 1024 * 1024
+"""The most bytes a stored report decompresses to (a damaged or hostile database is refused, not inflated)."""
+
+
+def pack_report(data: dict[str, Any]) -> bytes:
+    """A report dict as the history stores it (``report_z``): zlib of its compact JSON."""
+    return zlib.compress(json.dumps(data, separators=(",", ":")).encode(), ZLIB_LEVEL)
+
+
+def unpack_report(text: str | None, packed: bytes | None, where: str) -> dict[str, Any]:
+    """The report dict of a ``runs`` row: ``report_z`` when set (schema v7), else the ``report_json`` text of a
+    run stored before. InputError naming ``where`` when it cannot be read."""
+    try:
+        if packed is not None:
+            inflate = zlib.decompressobj()
+            raw = inflate.decompress(bytes(packed), MAX_REPORT_BYTES)
+            if inflate.unconsumed_tail or not inflate.eof:
+                raise ValueError(f"not a whole zlib stream, or over {MAX_REPORT_BYTES // (1024 * 1024)} MiB")
+            data = json.loads(raw)
+        else:
+            data = json.loads(text or "")
+    except (ValueError, zlib.error) as exc:
+        raise InputError(f"{where}: the stored report cannot be read ({type(exc).__name__}: {exc})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{where}: the stored report is not a JSON object")
+    return data
 
 
 @dataclass
@@ -76,22 +111,46 @@ def tags_json(tags: dict[str, Any]) -> str:
     return json.dumps(tags, sort_keys=True, separators=(",", ":"), default=str)
 
 
-_TAGS_CACHE: dict[tuple[tuple[str, type, Any], ...], str] = {}
+_TAGS_CACHE: dict[tuple[Any, ...], tuple[str, str | None, int | None]] = {}
 
 
-def tags_json_memo(tags: dict[str, Any]) -> str:
-    """:func:`tags_json`, memoised: a fleet's metrics share a few hundred tag sets (bounded cache)."""
+def _tags_key(tags: dict[str, Any]) -> tuple[Any, ...]:
+    """A hashable key that tells tag sets apart: the keys, the values and their types (1, 1.0 and True are
+    equal values), in the dict's order (the same tags in another order only make another cache entry).
+    TypeError for an unhashable value."""
+    values = tags.values()
+    key = (*tags, *values, *map(type, values))
+    hash(key)
+    return key
+
+
+def _tag_columns(tags: dict[str, Any]) -> tuple[str, str | None, int | None]:
+    """The ``tags_json``, ``dtype`` and ``size_bytes`` columns of a metric's tags (uncached)."""
+    dtype = tags.get("dtype")
+    size = tags.get("size_bytes")
+    size_bytes = int(size) if isinstance(size, (int, float)) and not isinstance(size, bool) and math.isfinite(size) \
+        else None
+    return tags_json(tags), str(dtype) if dtype is not None else None, size_bytes
+
+
+def _tag_columns_memo(tags: dict[str, Any]) -> tuple[str, str | None, int | None]:
+    """:func:`_tag_columns`, memoised: a fleet's metrics share a few hundred tag sets (bounded cache)."""
     try:
-        key = tuple(sorted((k, type(v), v) for k, v in tags.items()))  # the type: 1, 1.0 and True are equal keys
-        hit = _TAGS_CACHE.get(key)
-    except TypeError:  # an unhashable or unorderable tag value
-        return tags_json(tags)
+        key = _tags_key(tags)
+    except TypeError:  # an unhashable tag value
+        return _tag_columns(tags)
+    hit = _TAGS_CACHE.get(key)
     if hit is None:
-        hit = tags_json(tags)
+        hit = _tag_columns(tags)
         if len(_TAGS_CACHE) >= 4096:
             _TAGS_CACHE.clear()
         _TAGS_CACHE[key] = hit
     return hit
+
+
+def tags_json_memo(tags: dict[str, Any]) -> str:
+    """:func:`tags_json`, memoised: a fleet's metrics share a few hundred tag sets (bounded cache)."""
+    return _tag_columns_memo(tags)[0]
 
 
 def node_sku(report: dict[str, Any]) -> str | None:
@@ -121,60 +180,111 @@ def node_sku(report: dict[str, Any]) -> str | None:
     return found.pop() if len(found) == 1 else "mixed"
 
 
-def _metric_row(host: str, check_name: str, m: Any, hw: HwId | None, rerun: bool) -> tuple[Any, ...]:
-    tags = dict(m.tags)
-    dtype = tags.get("dtype")
-    size = tags.get("size_bytes")
-    size_bytes = int(size) if isinstance(size, (int, float)) and not isinstance(size, bool) and math.isfinite(size) \
-        else None
-    thr = m.threshold
-    return (host, check_name, m.name, m.device, finite(m.value), m.unit, finite(m.expected),
-            thr.op if thr else None, finite(thr.value) if thr else None,
-            str(dtype) if dtype is not None else None, size_bytes, tags_json_memo(tags), int(rerun),
-            hw.kind if hw else None, hw.id if hw else None, hw.serial if hw else None)
+def _metric_row(host: str, check_name: str, m: dict[str, Any], hw: HwId | None, rerun: bool) -> tuple[Any, ...]:
+    """The METRIC_COLUMNS row of a metric given as its report JSON (``Metric.to_dict``)."""
+    tags_text, dtype, size_bytes = _tag_columns_memo(m.get("tags") or {})
+    thr = m.get("threshold")
+    return (host, check_name, m["name"], m.get("device"), finite(m["value"]), m["unit"], finite(m.get("expected")),
+            thr["op"] if thr else None, finite(thr["value"]) if thr else None, dtype, size_bytes, tags_text,
+            int(rerun), hw.kind if hw else None, hw.id if hw else None, hw.serial if hw else None)
 
 
 def flatten_node(report: NodeReport, stored_at: str, data: dict[str, Any] | None = None) -> FlatRun:
     """Rows for one node report (``data``: its ``to_dict()`` when the caller has it already).
     InputError when its ``started`` time is unreadable."""
-    data = report.to_dict() if data is None else data
-    started_ts = iso_to_epoch(report.started, f"report {report.run_id}: started")
-    row = (report.run_id, "node", report.host, report.profile, None, None, report.started, started_ts,
-           report.finished, report.verdict.value, report.device, report.version, None, node_sku(data),
-           json.dumps(data, separators=(",", ":")), stored_at)
-    hw = hardware_of_checks((c.name, c.details) for c in report.checks)
+    return flatten_node_data(report.to_dict() if data is None else data, stored_at)
+
+
+def flatten_node_data(data: dict[str, Any], stored_at: str) -> FlatRun:
+    """Rows for one node report given as its JSON (``NodeReport.to_dict``, or a report file's validated JSON,
+    stored as it is). InputError when its ``started`` time is unreadable."""
+    run_id, host = data["run_id"], data["host"]
+    checks_data = data.get("checks") or []
+    row = (run_id, "node", host, data["profile"], None, None, data["started"],
+           iso_to_epoch(data["started"], f"report {run_id}: started"), data.get("finished"), data["verdict"],
+           data.get("device"), data.get("version", ""), None, node_sku(data), "", stored_at, pack_report(data))
+    hw = hardware_of_checks((c["name"], c.get("details", {})) for c in checks_data)
     checks = []
-    for c in report.checks:
-        host = c.host or report.host
-        ours = host == report.host  # a check merged from another host's ranks measured that host's hardware
+    for c in checks_data:
+        name, details = c["name"], c.get("details", {})
+        rerun = isinstance(details, dict) and "rerun" in details  # CheckResult.is_rerun
+        where = c.get("host") or host
+        ours = where == host  # a check merged from another host's ranks measured that host's hardware
         checks.append(FlatCheck(
-            row=(c.name, c.status.value, c.reason, finite(c.duration_s), c.rank, host, int(c.is_rerun)),
-            metrics=[_metric_row(host, c.name, m, hw.lookup(c.name, m.device) if ours else None, c.is_rerun)
-                     for m in c.metrics]))
-    hardware = [(report.host, h.kind, h.id, h.serial, device) for h, device in hw.identities()]
-    config = config_rows(report.host, ((c.name, c.details) for c in report.checks))
+            row=(name, c["status"], c.get("reason", ""), finite(c.get("duration_s", 0.0)), c.get("rank"), where,
+                 int(rerun)),
+            metrics=[_metric_row(where, name, m, hw.lookup(name, m.get("device")) if ours else None, rerun)
+                     for m in c.get("metrics") or []]))
+    hardware = [(host, h.kind, h.id, h.serial, device) for h, device in hw.identities()]
+    config = config_rows(host, ((c["name"], c.get("details", {})) for c in checks_data))
     return FlatRun(row=row, checks=checks, hardware=hardware, config=config)
 
 
-def flatten_cluster(report: ClusterReport, stored_at: str) -> tuple[FlatRun, list[FlatRun]]:
-    """Rows for a cluster report and for each node report in it.
+class ClusterRows:
+    """The rows of a cluster report built a node at a time: :meth:`add` each node entry (its node run's rows
+    come back), then :meth:`run` gives the cluster's own row.
 
-    The cluster row's JSON keeps every node entry (missing nodes with their
-    reason) but not the node reports themselves: those are their own rows,
-    named in the entry by ``report_run_id`` and ``report_host``.
+    The cluster row's report keeps every node entry (missing nodes with their reason) but not the node
+    reports themselves: those are their own rows, named in the entry by ``report_run_id`` and ``report_host``.
+    Only those small entries are held, never the node reports. InputError when ``started`` is unreadable.
     """
-    data = report.to_dict()
-    nodes = []
-    for entry, entry_dict in zip(report.nodes, data["nodes"], strict=True):
-        if entry.report is not None:
-            nodes.append(flatten_node(entry.report, stored_at, entry_dict["report"]))
-            entry_dict["report"] = None
-            entry_dict["report_run_id"] = entry.report.run_id
-            entry_dict["report_host"] = entry.report.host
-    started_ts = iso_to_epoch(report.started, f"cluster report {report.run_id}: started")
-    skus = {n.row[RUN_COLUMNS.index("sku")] for n in nodes} - {None}
-    sku = (skus.pop() if len(skus) == 1 else "mixed") if skus else None
-    row = (report.run_id, "cluster", "", None, report.backend, report.job_id, report.started, started_ts,
-           report.finished, report.verdict.value, None, None, report.expected_nodes, sku,
-           json.dumps(data, separators=(",", ":")), stored_at)
-    return FlatRun(row=row), nodes
+
+    def __init__(self, header: ClusterReport, stored_at: str) -> None:
+        self.header = header
+        self.stored_at = stored_at
+        self.started_ts = iso_to_epoch(header.started, f"cluster report {header.run_id}: started")
+        self.entries: list[dict[str, Any]] = []
+        self.skus: set[str] = set()
+        self.all_success = True
+
+    def add(self, entry: NodeEntry | dict[str, Any]) -> FlatRun | None:
+        """Note ``entry`` (a NodeEntry, or a cluster report file's validated JSON of one) in the cluster's
+        report; its node run's rows (None for a missing node). InputError when it cannot be stored."""
+        if isinstance(entry, NodeEntry):
+            report = entry.report.to_dict() if entry.report is not None else None
+            data = dataclasses.replace(entry, report=None).to_dict()
+        else:
+            report = entry.get("report")
+            try:
+                data = NodeEntry.from_dict({**entry, "report": None}).to_dict()
+            except (KeyError, TypeError, ValueError) as exc:
+                raise InputError(f"node entry {len(self.entries)}: {type(exc).__name__}: {exc}") from None
+        verdict = report["verdict"] if report is not None else Verdict.FAILURE.value  # NodeEntry.verdict
+        data["verdict"] = verdict
+        self.entries.append(data)
+        self.all_success = self.all_success and verdict == Verdict.SUCCESS.value
+        if report is None:
+            return None
+        try:
+            flat = flatten_node_data(report, self.stored_at)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise InputError(f"node entry {len(self.entries) - 1} ({data['host']}): not a node report that can be "
+                             f"stored: {type(exc).__name__}: {exc}") from None
+        sku = flat.row[RUN_COLUMNS.index("sku")]
+        if sku is not None:
+            self.skus.add(sku)
+        data["report_run_id"] = flat.run_id
+        data["report_host"] = flat.host
+        return flat
+
+    def verdict(self) -> Verdict:
+        """:attr:`ClusterReport.verdict` of the entries added: SUCCESS only when every expected node reported and
+        none failed."""
+        n = len(self.entries)
+        return Verdict.SUCCESS if n and n >= self.header.expected_nodes and self.all_success else Verdict.FAILURE
+
+    def run(self) -> FlatRun:
+        """The cluster's ``runs`` row, for the entries added so far."""
+        h = self.header
+        data = {**h.header_dict(), "verdict": self.verdict().value, "nodes": self.entries, "analysis": h.analysis}
+        sku = (next(iter(self.skus)) if len(self.skus) == 1 else "mixed") if self.skus else None
+        row = (h.run_id, "cluster", "", None, h.backend, h.job_id, h.started, self.started_ts, h.finished,
+               data["verdict"], None, None, h.expected_nodes, sku, "", self.stored_at, pack_report(data))
+        return FlatRun(row=row)
+
+
+def flatten_cluster(report: ClusterReport, stored_at: str) -> tuple[FlatRun, list[FlatRun]]:
+    """Rows for a cluster report and for each node report in it (:class:`ClusterRows`)."""
+    rows = ClusterRows(report, stored_at)
+    nodes = [flat for entry in report.nodes if (flat := rows.add(entry)) is not None]
+    return rows.run(), nodes

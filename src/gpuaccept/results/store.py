@@ -26,16 +26,17 @@ leak out. A refused database is never modified.
 from __future__ import annotations
 
 import abc
+import itertools
 import json
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Any, ClassVar, TypeVar
 
 from gpuaccept.errors import GpuacceptError, InputError
-from gpuaccept.model import ClusterReport, NodeReport
+from gpuaccept.model import ClusterReport, NodeEntry, NodeReport
 from gpuaccept.results import migrations
 from gpuaccept.results.config_history import CONFIG_COLUMNS
 from gpuaccept.results.dburl import DbUrl
@@ -45,13 +46,17 @@ from gpuaccept.results.rows import (
     CHECK_COLUMNS,
     HARDWARE_COLUMNS,
     RUN_COLUMNS,
+    ClusterRows,
     FlatRun,
-    flatten_cluster,
     flatten_node,
+    unpack_report,
 )
 from gpuaccept.results.timespec import epoch_to_iso
 
 T = TypeVar("T")
+
+NODE_BATCH = 32
+"""Node reports flattened and stored at a time by :meth:`Store.add_cluster_stream` (about 1 MB each as objects)."""
 
 
 class StoreError(GpuacceptError):
@@ -75,6 +80,17 @@ def _like_escape(text: str) -> str:
 def _chunks(items: Sequence[T], n: int = 500) -> Iterator[Sequence[T]]:
     for i in range(0, len(items), n):
         yield items[i:i + n]
+
+
+def _batched(items: Iterable[T], n: int) -> Iterator[list[T]]:
+    """``items`` in lists of ``n`` (the last shorter), read lazily."""
+    it = iter(items)
+    while True:
+        part = list(itertools.islice(it, n))
+        if not part:
+            return
+        yield part
+        del part  # not held while the next one is read
 
 
 class Store(abc.ABC):
@@ -181,28 +197,49 @@ class Store(abc.ABC):
 
     def add_cluster_report(self, report: ClusterReport) -> str:
         """Store a cluster report and each node report in it, linked to it. Returns the cluster run id."""
-        flat, nodes = flatten_cluster(report, epoch_to_iso(time.time()))
+        return self.add_cluster_stream(lambda: (report, report.nodes))
 
-        def write() -> None:
+    def add_cluster_stream(self, source: Callable[[], tuple[ClusterReport, Iterable[NodeEntry | dict[str, Any]]]],
+                           batch: int = NODE_BATCH) -> str:
+        """Store a cluster report read a node at a time: ``source()`` gives its header (a ClusterReport; its own
+        ``nodes`` are not read) and its node entries (NodeEntry, or the validated JSON of one as a cluster report
+        file holds it: stored as read, not rebuilt), which are stored ``batch`` nodes at a time, so memory
+        holds a batch, not the cluster. One transaction, as :meth:`add_cluster_report`: an error from the
+        entries (a malformed line) rolls back everything of this run. ``source`` is called again when the
+        transaction is retried. Returns the cluster run id."""
+        stored_at = epoch_to_iso(time.time())
+
+        def write() -> str:
+            header, entries = source()
+            rows = ClusterRows(header, stored_at)
             old = [r[0] for r in self._execute("SELECT id FROM runs WHERE run_id = ? AND kind = 'cluster'",
-                                               (flat.run_id,))]
-            stale = list(old)
-            for pk in old:
-                stale += [r[0] for r in self._execute("SELECT id FROM runs WHERE parent = ?", (pk,))]
-            wanted = {(node.run_id, node.host) for node in nodes}
-            for ids in _chunks(sorted({node.run_id for node in nodes})):  # one query per 500 run ids, not per node
-                stale += [r[0] for r in self._execute(
-                    f"SELECT id, run_id, host FROM runs WHERE kind = 'node' AND run_id IN ({','.join('?' * len(ids))})",
-                    ids) if (r[1], r[2]) in wanted]
-            self._delete_runs(sorted(set(stale), reverse=True))
-            bulk: dict[str, list[tuple[Any, ...]]] = {"metrics": [], "hardware": [], "config": []}
-            cluster_pk = self._insert_run(flat, None, bulk)
-            for node in nodes:
-                self._insert_run(node, cluster_pk, bulk)
-            self._flush(bulk)
+                                               (header.run_id,))]
+            self._delete_runs(old)  # with their node runs
+            cluster_pk = self._insert_run(rows.run(), None)  # rewritten below, once every node is stored
+            for part in _batched(entries, batch):
+                nodes = [flat for entry in part if (flat := rows.add(entry)) is not None]
+                self._delete_stale_nodes(nodes)
+                bulk: dict[str, list[tuple[Any, ...]]] = {"metrics": [], "hardware": [], "config": []}
+                for node in nodes:
+                    self._insert_run(node, cluster_pk, bulk)
+                self._flush(bulk)
+                del part, nodes, bulk  # before the next batch is read: one batch held, not two
+            self._execute(f"UPDATE runs SET {', '.join(f'{c} = ?' for c in RUN_COLUMNS)} WHERE id = ?",
+                          (*rows.run().row, cluster_pk))
+            return header.run_id
 
-        self._retrying(write, write=True)
-        return report.run_id
+        return self._retrying(write, write=True)
+
+    def _delete_stale_nodes(self, nodes: Sequence[FlatRun]) -> None:
+        """Delete the stored node runs these replace (same run id and host), unless stored by this very write."""
+        wanted = {(node.run_id, node.host) for node in nodes}
+        if not wanted:
+            return
+        ids, hosts = sorted({w[0] for w in wanted}), sorted({w[1] for w in wanted})
+        stale = [r[0] for r in self._execute(
+            f"SELECT id, run_id, host FROM runs WHERE kind = 'node' AND run_id IN ({','.join('?' * len(ids))}) "
+            f"AND host IN ({','.join('?' * len(hosts))})", [*ids, *hosts]) if (r[1], r[2]) in wanted]
+        self._delete_runs(sorted(stale, reverse=True))
 
     def _delete_runs(self, pks: list[int]) -> None:
         """Delete runs and their checks and metrics; children (node runs of a cluster) first."""
@@ -363,7 +400,7 @@ class Store(abc.ABC):
                                        "ORDER BY started_ts DESC, id DESC LIMIT ?", (host, int(limit))):
                 try:
                     report = self._load_report(pk, "node")
-                except (ValueError, KeyError, TypeError):
+                except (ValueError, KeyError, TypeError, InputError):
                     continue
                 if isinstance(report, NodeReport):
                     out.append(report)
@@ -389,14 +426,16 @@ class Store(abc.ABC):
         return rows
 
     def _load_report(self, run_pk: int, kind: str) -> NodeReport | ClusterReport:
-        (text,) = self._execute("SELECT report_json FROM runs WHERE id = ?", (run_pk,))[0]
-        data = json.loads(text)
+        run_id, text, packed = self._execute("SELECT run_id, report_json, report_z FROM runs WHERE id = ?",
+                                             (run_pk,))[0]
+        data = unpack_report(text, packed, f"{self.url.redacted()}: run {run_id}")
         if kind == "node":
             return NodeReport.from_dict(data)
         children: dict[tuple[str, str], NodeReport] = {}
-        for child_run_id, child_host, child_text in self._execute(
-                "SELECT run_id, host, report_json FROM runs WHERE parent = ?", (run_pk,)):
-            children[(child_run_id, child_host)] = NodeReport.from_dict(json.loads(child_text))
+        for child_run_id, child_host, child_text, child_packed in self._execute(
+                "SELECT run_id, host, report_json, report_z FROM runs WHERE parent = ?", (run_pk,)):
+            where = f"{self.url.redacted()}: run {child_run_id} on {child_host}"
+            children[(child_run_id, child_host)] = NodeReport.from_dict(unpack_report(child_text, child_packed, where))
         cluster = ClusterReport.from_dict(data)
         for entry, entry_dict in zip(cluster.nodes, data.get("nodes", []), strict=True):
             key = (entry_dict.get("report_run_id"), entry_dict.get("report_host"))
