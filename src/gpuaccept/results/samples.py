@@ -267,7 +267,7 @@ class Samples:
         return gpu_dev[self.device]
 
 
-class _Builder:
+class Builder:
     """Accumulates samples report by report; the hot loop touches each metric once."""
 
     def __init__(self) -> None:
@@ -360,7 +360,7 @@ def node_reports(reports: Iterable[NodeReport | ClusterReport]) -> Iterator[Node
 
 def collect(reports: Iterable[NodeReport | ClusterReport]) -> Samples:
     """Every judged, finite metric of ``reports`` as :class:`Samples`."""
-    b = _Builder()
+    b = Builder()
     for report in node_reports(reports):
         b.add_report(report)
     return b.build()

@@ -1,0 +1,258 @@
+"""Gathering a fleet's node reports one at a time (issue #27): bounded memory, the same cluster report.
+
+:class:`StreamGather` takes the node reports one by one (from :func:`iter_reports`, which reads each file
+only when it is wanted). Each node's entry line (the compact JSON :func:`~gpuaccept.results.clusterfile.
+write_cluster_file` writes) goes at once to an unnamed temporary file in the run directory; only what the
+header, the summary and the analysis need is kept (a :class:`~gpuaccept.launch.gather.NodeLine`, the
+metrics table's columns, the conformance items, the cross-node accumulator). :meth:`StreamGather.finish`
+then writes the cluster report exactly as :func:`~gpuaccept.launch.gather.merge_reports`,
+:func:`~gpuaccept.launch.collect.analysed_table` and :func:`~gpuaccept.launch.collect.write_cluster` write
+it for the same reports (byte for byte; tests/test_gather_stream.py).
+
+Reports that :func:`~gpuaccept.launch.gather.split_by_host` would merge (a report holding other hosts'
+results, or a host in two reports) are held and merged at the end, as before.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpuaccept.launch.gather import CrossNode, NodeLine, cluster_verdict, entry_reason, split_by_host, summary_of
+from gpuaccept.model import SCHEMA_VERSION, NodeEntry, NodeReport, NodeState, Verdict
+
+MISSING_REASON = "no report: the node never ran the job or its report did not come back"
+
+
+def iter_reports(directory: Path, warn: Callable[[str], None]) -> Iterator[NodeReport]:
+    """Every readable ``**/report.json`` under ``directory`` in path order, each read when it is wanted;
+    ``warn`` gets one line per file that is not a report (as :func:`~gpuaccept.launch.collect.
+    read_reports_tolerant` lists them)."""
+    for path in sorted(directory.glob("**/report.json")):
+        try:
+            report = NodeReport.from_dict(json.loads(path.read_bytes()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            warn(f"{path}: not a gpuaccept report ({type(exc).__name__}: {exc})")
+            continue
+        yield report
+
+
+def peek(reports: Iterable[Any]) -> Iterable[Any] | None:
+    """``reports`` unchanged (its first item read ahead), or None when it has none."""
+    it = iter(reports)
+    first = next(it, None)
+    return None if first is None else itertools.chain((first,), it)
+
+
+@dataclass
+class Gathered:
+    """What a streamed gather wrote: the cluster report's path, verdict and summary lines."""
+
+    path: Path
+    verdict: Verdict
+    lines: list[str]
+
+
+class StreamGather:
+    """The cluster report of a run, fed a node report at a time (see the module docstring)."""
+
+    def __init__(self, run_dir: Path, expected_hosts: Iterable[str] = ()) -> None:
+        from gpuaccept.results.samples import Builder
+
+        self.run_dir = run_dir
+        self.expected = list(dict.fromkeys(expected_hosts))
+        self.rank = {h: i for i, h in enumerate(self.expected)}
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.tmp = tempfile.TemporaryFile(dir=run_dir)  # no name (O_TMPFILE) or unlinked at once: never left
+        self.size = 0
+        self.where: dict[str, tuple[int, int, int]] = {}  # host -> (arrival, offset, length) of its line
+        self.nodes: dict[str, NodeLine] = {}
+        self.held: list[tuple[int, NodeReport]] = []      # (arrival, report) merged at the end
+        self.held_hosts: set[str] = set()
+        self.cross = CrossNode()
+        self.builder: Builder | None = Builder()
+        self.built: list[str] = []
+        self.configs: dict[str, dict[str, Any]] = {}
+        self.arrivals = 0
+
+    def close(self) -> None:
+        self.tmp.close()
+
+    def __enter__(self) -> StreamGather:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def add(self, report: NodeReport) -> None:
+        """Take one node report (as :func:`~gpuaccept.launch.gather.merge_reports` takes each of its list)."""
+        self.cross.add(report)
+        arrival = self.arrivals
+        self.arrivals += 1
+        hosts = list(dict.fromkeys(c.host or report.host for c in report.checks)) if report.checks else [report.host]
+        host = report.host
+        if hosts == [host] and host not in self.where and host not in self.held_hosts:
+            self._write(host, report, arrival)
+            return
+        for h in hosts:  # merged at the end with every other report of these hosts, in arrival order
+            if h in self.where:
+                first, _o, _n = self.where[h]
+                self.held.append((first, NodeReport.from_dict(json.loads(self._line(h))["report"])))
+                del self.where[h], self.nodes[h]
+                self.builder = None  # its columns hold that report: rebuilt at the end
+        self.held.append((arrival, report))
+        self.held_hosts.update(hosts)
+
+    def _write(self, host: str, report: NodeReport, arrival: int) -> None:
+        from gpuaccept.results.conformance_fleet import config_of_report
+
+        rank = self.rank.get(host)
+        reason = entry_reason(report)
+        if rank is None and self.expected:
+            reason = "; ".join(x for x in (reason, "not in the expected host list") if x)
+        entry = NodeEntry(host, NodeState.REPORTED, report=report, node_rank=rank, reason=reason)
+        line = json.dumps(entry.to_dict(), allow_nan=False).encode()
+        self.tmp.seek(self.size)
+        self.tmp.write(line)
+        self.where[host] = (arrival, self.size, len(line))
+        self.size += len(line)
+        self.nodes[host] = NodeLine.of(entry)
+        if self.builder is not None:
+            self.builder.add_report(report)
+            self.built.append(host)
+            items = config_of_report(report)
+            if items is not None:
+                self.configs[host] = items
+
+    def _line(self, host: str) -> bytes:
+        _a, offset, length = self.where[host]
+        self.tmp.seek(offset)
+        return self.tmp.read(length)
+
+    def _report(self, host: str) -> NodeReport:
+        return NodeReport.from_dict(json.loads(self._line(host))["report"])
+
+    def _table(self, order: list[str]) -> tuple[Any, dict[str, Any]]:
+        """The metrics table and conformance items of the reported hosts in ``order`` (cluster order): as
+        collected while streaming when the reports came in that order, else read back from the lines."""
+        from gpuaccept.results.conformance_fleet import config_of_report
+        from gpuaccept.results.samples import Builder
+
+        if self.builder is not None and self.built == order:
+            return self.builder.build(), self.configs
+        self.builder = None
+        builder, configs = Builder(), {}
+        for host in order:
+            report = self._report(host)
+            builder.add_report(report)
+            items = config_of_report(report)
+            if items is not None:
+                configs[host] = items
+        return builder.build(), configs
+
+    def finish(self, *, run_id: str, backend: str, started: str, finished: str | None, expected_nodes: int = 0,
+               job_id: str | None = None, job: dict[str, Any] | None = None, extra: str | None = None
+               ) -> Gathered:
+        """Write ``cluster-report.json`` (and its metrics table; a copy at ``extra``); print the analysis's
+        ``[RESULT]`` lines. ``job``: the launch's ``analysis.job``."""
+        from gpuaccept.launch.collect import analyse, install
+        from gpuaccept.results.clusterfile import LINE_LAYOUT_MIN_NODES
+
+        if self.held:
+            self.held.sort(key=lambda x: x[0])
+            merged = split_by_host(r for _a, r in self.held)
+            self.held, self.held_hosts = [], set()
+            for host, report in merged.items():
+                self._write(host, report, -1)
+        expected = self.expected
+        extra_hosts = sorted(h for h in self.where if h not in self.rank)
+        order: list[tuple[str, int | None, str | None]] = []  # (host, node_rank, why missing)
+        for rank, host in enumerate(expected):
+            order.append((host, rank, None if host in self.where else MISSING_REASON))
+        order.extend((h, None, None) for h in extra_hosts)
+        for k in range(len(order), expected_nodes):
+            order.append((f"missing-{k}", None, f"{expected_nodes} node(s) expected; no report from this one "
+                                                "(its name is unknown)"))
+        lines = [self.nodes[h] if why is None else NodeLine(h, NodeState.MISSING, Verdict.FAILURE, why)
+                 for h, _r, why in order]
+        total = max(expected_nodes, len(expected))
+        verdict = cluster_verdict(lines, total)
+        analysis: dict[str, Any] = {"gather": {
+            "reported": sum(n.state is NodeState.REPORTED for n in lines),
+            "missing": [n.host for n in lines if n.state is NodeState.MISSING],
+            "failed": [n.host for n in lines if n.verdict is not Verdict.SUCCESS],
+            "unexpected": extra_hosts if expected else [],
+        }}
+        fabric = self.cross.result(total)
+        if fabric is not None:
+            analysis["cross_node"] = fabric
+        if job is not None:
+            analysis["job"] = job
+        table = self._table([h for h, _r, why in order if why is None])
+        analyse(analysis, *table)
+        header = {"schema_version": SCHEMA_VERSION, "kind": "cluster", "run_id": run_id, "backend": backend,
+                  "job_id": job_id, "started": started, "finished": finished, "expected_nodes": total,
+                  "verdict": verdict.value}
+
+        def entries() -> Iterator[str]:
+            for host, rank, why in order:
+                if why is None:
+                    yield self._line(host).decode()
+                else:
+                    yield json.dumps(NodeEntry(host, NodeState.MISSING, node_rank=rank, reason=why).to_dict(),
+                                     allow_nan=False)
+
+        def write(fh: Any) -> None:
+            from gpuaccept import inputs
+            from gpuaccept.results.clusterfile import write_line_layout
+
+            if len(order) <= LINE_LAYOUT_MIN_NODES:  # small: indented, as always
+                whole = {**header, "nodes": [json.loads(e) for e in entries()], "analysis": analysis}
+                text = json.dumps(whole, indent=2, allow_nan=False) + "\n"
+                del whole
+                if len(text.encode()) <= inputs.MAX_INPUT_BYTES:
+                    fh.write(text)
+                    return
+                del text
+            write_line_layout(fh, {**header, "analysis": analysis}, entries())
+
+        path = install(self.run_dir, extra, table, write)
+        return Gathered(path, verdict, summary_of(run_id, backend, job_id, total, lines, analysis))
+
+
+def stream_gather(reports: Iterable[NodeReport], run_dir: Path, *, expected_hosts: Iterable[str] = (),
+                  **finish: Any) -> Gathered:
+    """Gather ``reports`` (read lazily, one at a time) into ``run_dir/cluster-report.json``; ``finish``:
+    the keywords of :meth:`StreamGather.finish`."""
+    with StreamGather(run_dir, expected_hosts) as sg:
+        for report in reports:
+            sg.add(report)
+        return sg.finish(**finish)
+
+
+def report_out(gathered: Gathered, args: Any) -> None:
+    """Print the summary and where the cluster report is; store it in the history unless ``--no-history``
+    (which reads it back from the file)."""
+    from gpuaccept.results.autosave import save
+
+    for line in gathered.lines:
+        print(line, flush=True)
+    print(f"[RESULT] cluster report: {gathered.path}", flush=True)
+    if getattr(args, "no_history", False):
+        return
+    from gpuaccept.errors import GpuacceptError
+    from gpuaccept.results.load import load_file
+
+    try:
+        cluster = load_file(gathered.path)
+    except GpuacceptError as exc:
+        print(f"gpuaccept: warning: not stored in the history ({exc}); the report is in {gathered.path}",
+              file=sys.stderr)
+        return
+    save(cluster, args, gathered.path)
