@@ -1,0 +1,146 @@
+"""The streamed gather (launch/stream.py) writes what the whole-cluster path writes, byte for byte (issue #27)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpuaccept.errors import InputError
+from gpuaccept.launch.collect import analysed_table, write_cluster
+from gpuaccept.launch.gather import merge_reports, summary_lines
+from gpuaccept.launch.stream import iter_reports, stream_gather
+from gpuaccept.model import CheckResult, Metric, NodeReport, Status, Verdict
+from gpuaccept.results.clusterfile import LINE_LAYOUT_MIN_NODES, is_line_layout
+from tests.fleet_sim import node_report
+
+KW = {"run_id": "run-s", "backend": "slurm", "started": "2026-01-01T00:00:00Z", "finished": "2026-01-01T01:00:00Z",
+      "job_id": "77"}
+JOB = {"state": "COMPLETED", "ok": True, "detail": "", "timed_out": False, "interrupted": False}
+
+
+def _conformance(fw: str) -> CheckResult:
+    items = {"gpu.0.name": "NVIDIA H100 80GB HBM3", "gpu_count": 2, "nic.mlx5_0.fw_ver": fw}
+    return CheckResult("conformance", Status.PASS, "", details={"conformance": {"items": items}})
+
+
+def _fleet(nodes: int, seed: int = 5) -> list[NodeReport]:
+    """Reports of ``nodes`` hosts: one slow GPU (an outlier), one node failing, one odd firmware, cross-node
+    collectives on every rank, a not-judged figure."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for n in range(nodes):
+        host = f"node{n:03d}"
+        extra = [_conformance("28.41" if n == 2 else "28.39"),
+                 CheckResult("collectives", Status.FAIL if n == 3 else Status.PASS, "slow" if n == 3 else "",
+                             metrics=[Metric("allreduce_busbw_gbs", 300.0 + n, "GB/s")],
+                             details={"distributed": True}, rank=n, host=host)]
+        rep = node_report(host, rng, gpus=2, slow={1: 0.7} if n == 1 else None, extra=extra, run_id="run-s")
+        rep.verdict = rep.decide()
+        out.append(rep)
+    return out
+
+
+def _old(reports: list[NodeReport], run_dir: Path, hosts: list[str], nodes: int) -> tuple[bytes, list[str]]:
+    cluster = merge_reports(reports, expected_hosts=hosts, expected_nodes=nodes, **KW)
+    cluster.analysis["job"] = dict(JOB)
+    cluster, table = analysed_table(cluster)
+    path = write_cluster(cluster, run_dir, None, table)
+    return path.read_bytes(), summary_lines(cluster)
+
+
+def _new(reports: list[NodeReport], run_dir: Path, hosts: list[str], nodes: int) -> tuple[bytes, list[str]]:
+    got = stream_gather(iter(reports), run_dir, expected_hosts=hosts, expected_nodes=nodes, job=dict(JOB), **KW)
+    return got.path.read_bytes(), got.lines
+
+
+def _same(tmp_path: Path, reports: list[NodeReport], hosts: list[str], nodes: int,
+          capsys: pytest.CaptureFixture[str]) -> bytes:
+    old, old_lines = _old(reports, tmp_path / "old", hosts, nodes)
+    old_out = capsys.readouterr().out
+    new, new_lines = _new(reports, tmp_path / "new", hosts, nodes)
+    assert capsys.readouterr().out == old_out  # the same [RESULT] lines of the analysis
+    assert new == old and new_lines == old_lines
+    table_old = np.load(tmp_path / "old" / "cluster-report.metrics.npz")
+    table_new = np.load(tmp_path / "new" / "cluster-report.metrics.npz")
+    assert sorted(table_old.files) == sorted(table_new.files)
+    assert all(np.array_equal(table_old[k], table_new[k]) for k in table_old.files)
+    assert sorted(os.listdir(tmp_path / "new")) == ["cluster-report.json", "cluster-report.metrics.npz"]
+    return new
+
+
+def test_line_layout_is_byte_for_byte_the_old_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    reports = _fleet(LINE_LAYOUT_MIN_NODES + 6)
+    hosts = [r.host for r in reports[:-2]] + ["gone01"]  # one expected host never reported, two unexpected
+    text = _same(tmp_path, reports, hosts, len(reports) + 2, capsys)  # and one whose name is unknown
+    assert is_line_layout(tmp_path / "new" / "cluster-report.json")
+    doc = json.loads(text)
+    assert doc["analysis"]["gather"]["missing"] == ["gone01", f"missing-{len(reports) + 1}"]
+    assert doc["analysis"]["cross_node"]["checks"]["collectives"]["failed_ranks"] == [3]
+    assert doc["analysis"]["outliers"] and doc["analysis"]["conformance"]["odd"]
+
+
+def test_reports_out_of_cluster_order_give_the_same_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    reports = _fleet(LINE_LAYOUT_MIN_NODES + 3)
+    hosts = [r.host for r in reports]
+    random.Random(1).shuffle(reports)  # rebuilt from the node lines in cluster order
+    _same(tmp_path, reports, hosts, len(hosts), capsys)
+    reports.sort(key=lambda r: r.host, reverse=True)  # no expected hosts: every host is sorted by name
+    _same(tmp_path / "b", reports, [], 0, capsys)
+
+
+def test_a_small_cluster_is_the_same_indented_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    reports = _fleet(5)
+    text = _same(tmp_path, reports, [r.host for r in reports] + ["late"], 6, capsys)
+    assert text.startswith(b'{\n  "schema_version"')
+
+
+def test_reports_that_merge_are_held_and_merged_as_before(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    reports = _fleet(LINE_LAYOUT_MIN_NODES + 2)
+    a, b = reports[4].host, reports[9].host
+    # a second report of a host already written, and a rank-0 report holding another host's results
+    again = NodeReport("run-s", a, "standard", "2026-01-01T00:00:00Z", "2026-01-01T00:20:00Z", Verdict.FAILURE,
+                       [CheckResult("health", Status.FAIL, "xid 79")])
+    both = NodeReport("run-s", b, "standard", "2026-01-01T00:00:00Z", "2026-01-01T00:20:00Z", Verdict.SUCCESS,
+                      [CheckResult("env", Status.PASS, "", host=b), CheckResult("env", Status.PASS, "", host="zz")])
+    reports += [again, both]
+    text = _same(tmp_path, reports, [r.host for r in reports[:-2]], 0, capsys)
+    doc = json.loads(text)
+    by = {n["host"]: n for n in doc["nodes"]}
+    assert by[a]["verdict"] == "failure" and [c["name"] for c in by[a]["report"]["checks"]][-1] == "health"
+    assert "zz" in by and doc["analysis"]["gather"]["unexpected"] == ["zz"]
+
+
+def test_iter_reports_reads_lazily_and_warns_once_per_bad_file(tmp_path: Path) -> None:
+    for rep in _fleet(3):
+        (tmp_path / rep.host).mkdir()
+        (tmp_path / rep.host / "report.json").write_text(json.dumps(rep.to_dict()))
+    (tmp_path / "zz-broken").mkdir()
+    (tmp_path / "zz-broken" / "report.json").write_text("{not json")
+    warned: list[str] = []
+    it = iter_reports(tmp_path, warned.append)
+    assert next(it).host == "node000" and warned == []  # nothing else read yet
+    assert [r.host for r in it] == ["node001", "node002"]
+    bad = tmp_path / "zz-broken" / "report.json"
+    assert len(warned) == 1 and warned[0].startswith(f"{bad}: not a gpuaccept report (JSONDecodeError")
+
+
+def test_an_error_while_streaming_leaves_no_file_behind(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "cluster-report.json").write_text("earlier\n")
+
+    def reports() -> Iterator[NodeReport]:
+        yield from _fleet(2)
+        raise InputError("node002/report.json: not a gpuaccept report")
+
+    with pytest.raises(InputError):
+        stream_gather(reports(), run, **KW)
+    assert sorted(os.listdir(run)) == ["cluster-report.json"]  # the temporary node lines went with the error
+    assert (run / "cluster-report.json").read_text() == "earlier\n"
