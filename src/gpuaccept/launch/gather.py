@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuaccept.model import (
-    NOT_JUDGED,
     CheckResult,
     ClusterReport,
     NodeEntry,
@@ -209,8 +208,10 @@ class NodeLine:
         if e.report is None:
             return cls(e.host, e.state, e.verdict, e.reason)
         r = e.report
-        return cls(e.host, e.state, e.verdict, e.reason, len(r.checks), r.state_counts()[NOT_JUDGED],
-                   r.cpu_only or "", tuple(r.not_judged()))
+        figures = [(c, c.not_judged) for c in r.checks]  # each check's once (r.state_counts, r.not_judged)
+        unjudged = sum(1 for c, names in figures if names and c.status is Status.PASS)
+        return cls(e.host, e.state, e.verdict, e.reason, len(r.checks), unjudged, r.cpu_only or "",
+                   tuple(dict.fromkeys((c.name, n) for c, names in figures for n in names)))
 
 
 def cluster_verdict(nodes: Sequence[NodeLine], expected_nodes: int) -> Verdict:

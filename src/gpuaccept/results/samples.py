@@ -33,6 +33,7 @@ from __future__ import annotations
 import fnmatch
 import math
 import re
+from array import array
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -271,10 +272,10 @@ class Builder:
     """Accumulates samples report by report; the hot loop touches each metric once."""
 
     def __init__(self) -> None:
-        self.values: list[float] = []
-        self.key: list[int] = []
-        self.place: list[int] = []
-        self.node: list[int] = []
+        self.values = array("d")  # 8 bytes a sample, not a float object and a pointer (a fleet has millions)
+        self.key = array("q")
+        self.place = array("q")
+        self.node = array("q")
         self.keys: dict[SampleKey, int] = {}
         self.raw_keys: dict[tuple[Any, ...], int] = {}   # as written in the report -> key id, -1 never judged
         self.skus: dict[str, int] = {}
@@ -335,16 +336,16 @@ class Builder:
                 add_value(v)
                 add_key(kid)
                 add_place(pid)
-        self.node.extend([node_id] * (len(self.values) - start))
+        self.node.extend(array("q", [node_id]) * (len(self.values) - start))
 
     def build(self) -> Samples:
         n = len(self.values)
         place_sku = np.array([sd[0] for sd in self.places] or [0], dtype=np.intp)
         place_dev = np.array([sd[1] for sd in self.places] or [0], dtype=np.intp)
-        place = np.fromiter(self.place, dtype=np.intp, count=n)
-        return Samples(value=np.fromiter(self.values, dtype=np.float64, count=n),
-                       key=np.fromiter(self.key, dtype=np.intp, count=n),
-                       sku=place_sku[place], node=np.fromiter(self.node, dtype=np.intp, count=n),
+        place = np.frombuffer(self.place, dtype=np.int64, count=n).astype(np.intp)
+        return Samples(value=np.frombuffer(self.values, dtype=np.float64, count=n).copy(),
+                       key=np.frombuffer(self.key, dtype=np.int64, count=n).astype(np.intp),
+                       sku=place_sku[place], node=np.frombuffer(self.node, dtype=np.int64, count=n).astype(np.intp),
                        device=place_dev[place], keys=list(self.keys), skus=list(self.skus), nodes=self.nodes,
                        devices=list(self.devices), hardware=self.hardware)
 
