@@ -144,3 +144,34 @@ def test_an_error_while_streaming_leaves_no_file_behind(tmp_path: Path) -> None:
         stream_gather(reports(), run, **KW)
     assert sorted(os.listdir(run)) == ["cluster-report.json"]  # the temporary node lines went with the error
     assert (run / "cluster-report.json").read_text() == "earlier\n"
+
+
+def test_gather_cli_reads_the_run_dir_one_report_at_a_time(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from gpuaccept.launch.collect import read_reports_tolerant
+    from tests.cli_inproc import run_main
+
+    run = tmp_path / "run"
+    reports = _fleet(LINE_LAYOUT_MIN_NODES + 1)
+    for rep in reports:
+        (run / rep.host).mkdir(parents=True)
+        (run / rep.host / "report.json").write_text(json.dumps(rep.to_dict(), indent=2) + "\n")
+    (run / "zz-broken").mkdir()
+    (run / "zz-broken" / "report.json").write_text("[]")
+    hosts = [r.host for r in reports]
+    (run / "launch").mkdir()
+    (run / "launch" / "job.json").write_text(json.dumps({"run_id": "run-s", "backend": "slurm", "nodes": len(hosts),
+                                                         "expected_hosts": hosts, "started": KW["started"]}))
+    r = run_main("gather", str(run), "--local", "--no-history", "--cluster-report", str(tmp_path / "copy.json"))
+    assert r.rc == 1  # node003 failed
+    assert [line for line in r.err_lines if "not a gpuaccept report" in line] == [
+        f"[LAUNCH] warning: {run / 'zz-broken' / 'report.json'}: not a gpuaccept report "
+        "(TypeError: list indices must be integers or slices, not str)"]
+    got = (run / "cluster-report.json").read_bytes()
+    assert (tmp_path / "copy.json").read_bytes() == got
+    finished = json.loads(got.split(b"\n", 1)[0][:-len(b', "nodes": [')] + b"}")["finished"]
+    old = merge_reports(read_reports_tolerant(run)[0], run_id="run-s", backend="slurm", started=KW["started"],
+                        finished=finished, expected_hosts=hosts, expected_nodes=len(hosts))
+    old, table = analysed_table(old)
+    assert write_cluster(old, tmp_path / "old", None, table).read_bytes() == got
+    lines = summary_lines(old)
+    assert r.out.splitlines()[-len(lines) - 1:] == [*lines, f"[RESULT] cluster report: {run / 'cluster-report.json'}"]
