@@ -547,7 +547,7 @@ def _still_running(job: dict[str, Any], args: argparse.Namespace) -> str | None:
 
 
 def _cmd_gather(args: argparse.Namespace) -> int:
-    from gpuaccept.launch.stream import iter_reports, report_out, stream_gather
+    from gpuaccept.launch.stream import ReportFiles, report_out, stream_gather
     from gpuaccept.model import Verdict
 
     run_dir = Path(args.run_dir)
@@ -567,7 +567,7 @@ def _cmd_gather(args: argparse.Namespace) -> int:
         print(f"[RESULT] STILL RUNNING: {running}; nothing written, gather again when it has ended")
         return EXIT_RUNNING
     fetched = _reports_from_backend(job, job_path, run_dir, args)
-    reports, ran_on = (iter_reports(run_dir, warn), []) if fetched is None else fetched
+    reports, ran_on = (ReportFiles(run_dir, warn), []) if fetched is None else fetched
     hosts = args.hosts if args.hosts is not None else (ran_on or list(job.get("expected_hosts") or []))
     try:
         nodes = args.nodes if args.nodes is not None else int(job.get("nodes") or 0)

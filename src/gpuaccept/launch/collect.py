@@ -67,12 +67,12 @@ def backend_reports(backend: Any, submission: Any, spec: Any, run_dir: Path) -> 
     with a warning that says why. A backend that reads ``run_dir`` itself (the default ``gather``, a shared
     results directory): the reports there, each read when it is wanted (that is what its fallback reads too)."""
     from gpuaccept.launch.base import Backend
-    from gpuaccept.launch.stream import iter_reports
+    from gpuaccept.launch.stream import ReportFiles
 
     if type(backend).gather is Backend.gather and Path(spec.run_results_dir).resolve() == run_dir.resolve():
         for line in getattr(submission.handle, "problems", None) or []:
             warn(str(line))
-        return iter_reports(run_dir, warn)
+        return ReportFiles(run_dir, warn)
     try:
         reports: list[Any] = backend.gather(submission, spec)
         fallback = ""

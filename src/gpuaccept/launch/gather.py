@@ -92,10 +92,17 @@ class CrossNode:
     def __init__(self) -> None:
         self.per_check: dict[str, dict[int | None, tuple[Status, str, str | None]]] = {}
 
+    @staticmethod
+    def items(report: NodeReport) -> list[tuple[str, int | None, Status, str, str | None]]:
+        """What :meth:`add` takes of ``report``: (check, rank, status, reason, host) of each cross-node result."""
+        return [(c.name, c.rank, c.status, c.reason, c.host) for c in report.checks if c.details.get("distributed")]
+
     def add(self, report: NodeReport) -> None:
-        for c in report.checks:
-            if c.details.get("distributed"):  # one result per rank, even when a report and a rank file both hold it
-                self.per_check.setdefault(c.name, {}).setdefault(c.rank, (c.status, c.reason, c.host))
+        self.add_items(self.items(report))
+
+    def add_items(self, items: Iterable[tuple[str, int | None, Status, str, str | None]]) -> None:
+        for name, rank, status, reason, host in items:  # one result per rank, even when a report and a rank
+            self.per_check.setdefault(name, {}).setdefault(rank, (status, reason, host))  # file both hold it
 
     def result(self, expected_nodes: int = 0) -> dict[str, Any] | None:
         """:func:`cross_node` of the reports added."""

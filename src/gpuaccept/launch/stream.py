@@ -15,17 +15,23 @@ results, or a host in two reports) are held and merged at the end, as before.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import json
+import multiprocessing
+import os
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuaccept.launch.gather import CrossNode, NodeLine, cluster_verdict, entry_reason, split_by_host, summary_of
-from gpuaccept.model import SCHEMA_VERSION, NodeEntry, NodeReport, NodeState, Verdict
+from gpuaccept.model import SCHEMA_VERSION, NodeEntry, NodeReport, NodeState, Status, Verdict
+
+if TYPE_CHECKING:
+    from gpuaccept.results.samples import NodeSamples
 
 MISSING_REASON = "no report: the node never ran the job or its report did not come back"
 
@@ -50,6 +56,20 @@ def peek(reports: Iterable[Any]) -> Iterable[Any] | None:
     return None if first is None else itertools.chain((first,), it)
 
 
+class ReportFiles:
+    """The node reports under a directory, read when they are wanted (:func:`iter_reports`): iterated, one at a
+    time; :func:`stream_gather` may read them in worker processes instead."""
+
+    def __init__(self, directory: Path, warn: Callable[[str], None]) -> None:
+        self.directory, self.warn = directory, warn
+
+    def __iter__(self) -> Iterator[NodeReport]:
+        return iter_reports(self.directory, self.warn)
+
+    def paths(self) -> list[Path]:
+        return sorted(self.directory.glob("**/report.json"))
+
+
 @dataclass
 class Gathered:
     """What a streamed gather wrote: the cluster report's path, verdict and summary lines."""
@@ -57,6 +77,70 @@ class Gathered:
     path: Path
     verdict: Verdict
     lines: list[str]
+
+
+@dataclass
+class Prepared:
+    """What the cluster report takes of one node report (picklable: made where the report was read)."""
+
+    host: str
+    hosts: list[str]                 # the hosts its results belong to
+    line: bytes                      # its node entry as the cluster report holds it (empty when it names others)
+    node: NodeLine | None
+    samples: NodeSamples | None
+    config: dict[str, Any] | None
+    cross: list[tuple[str, int | None, Status, str, str | None]]
+    report: NodeReport | None = None  # kept when its results belong to other hosts too (merged at the end)
+
+
+def prepare(report: NodeReport, rank: dict[str, int], expected: bool, *, whole: bool = False) -> Prepared:
+    """:class:`Prepared` of ``report``; ``rank``: the expected hosts' node ranks (``expected``: whether any host
+    was expected); ``whole``: its entry even when its results name other hosts (a merged report)."""
+    from gpuaccept.results.conformance_fleet import config_of_report
+    from gpuaccept.results.samples import node_samples
+
+    host = report.host
+    hosts = list(dict.fromkeys(c.host or host for c in report.checks)) if report.checks else [host]
+    cross = CrossNode.items(report)
+    if hosts != [host] and not whole:
+        return Prepared(host, hosts, b"", None, None, None, cross, report)
+    node_rank = rank.get(host)
+    reason = entry_reason(report)
+    if node_rank is None and expected:
+        reason = "; ".join(x for x in (reason, "not in the expected host list") if x)
+    entry = NodeEntry(host, NodeState.REPORTED, report=report, node_rank=node_rank, reason=reason)
+    line = json.dumps(entry.to_dict(), allow_nan=False).encode()
+    return Prepared(host, hosts, line, NodeLine.of(entry), node_samples(report), config_of_report(report), cross)
+
+
+_RANK: dict[str, int] = {}
+_EXPECTED = False
+
+
+def _init_worker(rank: dict[str, int], expected: bool) -> None:
+    global _RANK, _EXPECTED
+    _RANK, _EXPECTED = rank, expected
+
+
+def _prepare_file(path: str) -> Prepared | str:
+    """In a worker process: :func:`prepare` of the report at ``path``, or the warning line for a file that is
+    not a report."""
+    try:
+        report = NodeReport.from_dict(json.loads(Path(path).read_bytes()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        return f"{path}: not a gpuaccept report ({type(exc).__name__}: {exc})"
+    return prepare(report, _RANK, _EXPECTED)
+
+
+def default_workers() -> int:
+    """Worker processes for reading node reports: the CPUs this process may run on, at most 8; 1 (none) where
+    processes cannot be forked."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return 1
+    try:
+        return max(1, min(8, len(os.sched_getaffinity(0))))
+    except (AttributeError, OSError):
+        return max(1, min(8, os.cpu_count() or 1))
 
 
 class StreamGather:
@@ -92,43 +176,40 @@ class StreamGather:
 
     def add(self, report: NodeReport) -> None:
         """Take one node report (as :func:`~gpuaccept.launch.gather.merge_reports` takes each of its list)."""
-        self.cross.add(report)
+        self.take(prepare(report, self.rank, bool(self.expected)), report)
+
+    def take(self, p: Prepared, report: NodeReport | None = None) -> None:
+        """Take one node report as :func:`prepare` made it (``report``: the report itself, when at hand)."""
+        self.cross.add_items(p.cross)
         arrival = self.arrivals
         self.arrivals += 1
-        hosts = list(dict.fromkeys(c.host or report.host for c in report.checks)) if report.checks else [report.host]
-        host = report.host
-        if hosts == [host] and host not in self.where and host not in self.held_hosts:
-            self._write(host, report, arrival)
+        host = p.host
+        if p.hosts == [host] and host not in self.where and host not in self.held_hosts:
+            self._store(p, arrival)
             return
-        for h in hosts:  # merged at the end with every other report of these hosts, in arrival order
+        if report is None:
+            report = p.report or NodeReport.from_dict(json.loads(p.line)["report"])
+        for h in p.hosts:  # merged at the end with every other report of these hosts, in arrival order
             if h in self.where:
                 first, _o, _n = self.where[h]
-                self.held.append((first, NodeReport.from_dict(json.loads(self._line(h))["report"])))
+                self.held.append((first, self._report(h)))
                 del self.where[h], self.nodes[h]
                 self.builder = None  # its columns hold that report: rebuilt at the end
         self.held.append((arrival, report))
-        self.held_hosts.update(hosts)
+        self.held_hosts.update(p.hosts)
 
-    def _write(self, host: str, report: NodeReport, arrival: int) -> None:
-        from gpuaccept.results.conformance_fleet import config_of_report
-
-        rank = self.rank.get(host)
-        reason = entry_reason(report)
-        if rank is None and self.expected:
-            reason = "; ".join(x for x in (reason, "not in the expected host list") if x)
-        entry = NodeEntry(host, NodeState.REPORTED, report=report, node_rank=rank, reason=reason)
-        line = json.dumps(entry.to_dict(), allow_nan=False).encode()
+    def _store(self, p: Prepared, arrival: int) -> None:
+        assert p.node is not None and p.samples is not None
         self.tmp.seek(self.size)
-        self.tmp.write(line)
-        self.where[host] = (arrival, self.size, len(line))
-        self.size += len(line)
-        self.nodes[host] = NodeLine.of(entry)
+        self.tmp.write(p.line)
+        self.where[p.host] = (arrival, self.size, len(p.line))
+        self.size += len(p.line)
+        self.nodes[p.host] = p.node
         if self.builder is not None:
-            self.builder.add_report(report)
-            self.built.append(host)
-            items = config_of_report(report)
-            if items is not None:
-                self.configs[host] = items
+            self.builder.add_node(p.samples)
+            self.built.append(p.host)
+            if p.config is not None:
+                self.configs[p.host] = p.config
 
     def _line(self, host: str) -> bytes:
         _a, offset, length = self.where[host]
@@ -164,13 +245,13 @@ class StreamGather:
         from gpuaccept.launch.collect import analyse, install
         from gpuaccept.results.clusterfile import LINE_LAYOUT_MIN_NODES
 
+        expected = self.expected
         if self.held:
             self.held.sort(key=lambda x: x[0])
             merged = split_by_host(r for _a, r in self.held)
             self.held, self.held_hosts = [], set()
-            for host, report in merged.items():
-                self._write(host, report, -1)
-        expected = self.expected
+            for report in merged.values():
+                self._store(prepare(report, self.rank, bool(expected), whole=True), -1)
         extra_hosts = sorted(h for h in self.where if h not in self.rank)
         order: list[tuple[str, int | None, str | None]] = []  # (host, node_rank, why missing)
         for rank, host in enumerate(expected):
@@ -227,13 +308,42 @@ class StreamGather:
 
 
 def stream_gather(reports: Iterable[NodeReport], run_dir: Path, *, expected_hosts: Iterable[str] = (),
-                  **finish: Any) -> Gathered:
-    """Gather ``reports`` (read lazily, one at a time) into ``run_dir/cluster-report.json``; ``finish``:
-    the keywords of :meth:`StreamGather.finish`."""
+                  workers: int | None = None, **finish: Any) -> Gathered:
+    """Gather ``reports`` (read lazily, one at a time) into ``run_dir/cluster-report.json``; ``finish``: the
+    keywords of :meth:`StreamGather.finish`. :class:`ReportFiles` are read and prepared in ``workers`` processes
+    (default :func:`default_workers`), a few files ahead of the writer, in path order all the same."""
     with StreamGather(run_dir, expected_hosts) as sg:
-        for report in reports:
-            sg.add(report)
+        n = default_workers() if workers is None else workers
+        if isinstance(reports, ReportFiles) and n > 1:
+            _take_files(sg, reports, n)
+        else:
+            for report in reports:
+                sg.add(report)
         return sg.finish(**finish)
+
+
+def _take_files(sg: StreamGather, files: ReportFiles, workers: int) -> None:
+    from concurrent.futures import Future, ProcessPoolExecutor
+
+    paths = iter(files.paths())
+    ctx = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
+                             initargs=(sg.rank, bool(sg.expected))) as pool:
+        try:
+            ahead: collections.deque[Future[Prepared | str]] = collections.deque(
+                pool.submit(_prepare_file, str(p)) for p in itertools.islice(paths, 2 * workers))
+            while ahead:
+                done = ahead.popleft().result()
+                nxt = next(paths, None)
+                if nxt is not None:
+                    ahead.append(pool.submit(_prepare_file, str(nxt)))
+                if isinstance(done, str):
+                    files.warn(done)
+                else:
+                    sg.take(done)
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
 
 
 def report_out(gathered: Gathered, args: Any) -> None:
