@@ -175,3 +175,27 @@ def test_gather_cli_reads_the_run_dir_one_report_at_a_time(tmp_path: Path, capsy
     assert write_cluster(old, tmp_path / "old", None, table).read_bytes() == got
     lines = summary_lines(old)
     assert r.out.splitlines()[-len(lines) - 1:] == [*lines, f"[RESULT] cluster report: {run / 'cluster-report.json'}"]
+
+
+def test_worker_processes_write_the_same_file_and_warnings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from gpuaccept.launch.stream import ReportFiles
+
+    reports = _fleet(LINE_LAYOUT_MIN_NODES + 2)
+    again = NodeReport("run-s", reports[7].host, "standard", "2026-01-01T00:00:00Z", "2026-01-01T00:20:00Z",
+                       Verdict.FAILURE, [CheckResult("health", Status.FAIL, "xid 79")])
+    outs = []
+    for workers in (1, 3):
+        run = tmp_path / f"w{workers}"
+        for i, rep in enumerate([*reports, again]):
+            (run / f"n{i:03d}").mkdir(parents=True)  # the second report of one host comes last
+            (run / f"n{i:03d}" / "report.json").write_text(json.dumps(rep.to_dict(), indent=2))
+        (run / "n010" / "report.json").write_text('{"host": 1}')
+        warned: list[str] = []
+        got = stream_gather(ReportFiles(run, warned.append), run, expected_hosts=[r.host for r in reports],
+                            workers=workers, **KW)
+        outs.append((got.path.read_bytes(), got.lines, [w.replace(str(run), "RUN") for w in warned],
+                     capsys.readouterr().out))
+    assert outs[0] == outs[1]
+    _text, lines, warned, _out = outs[0]
+    assert warned == ["RUN/n010/report.json: not a gpuaccept report (KeyError: 'run_id')"]
+    assert "[NODE] node010: MISSING" in "\n".join(lines) and "[NODE] node007: FAILURE - failed: health" in lines
