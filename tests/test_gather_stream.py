@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from gpuaccept.errors import InputError
-from gpuaccept.launch.collect import analysed_table, write_cluster
+from gpuaccept.launch.collect import analysed_table, iter_reports, write_cluster
 from gpuaccept.launch.gather import merge_reports, summary_lines
-from gpuaccept.launch.stream import iter_reports, stream_gather
+from gpuaccept.launch.stream import stream_gather
 from gpuaccept.model import CheckResult, Metric, NodeReport, Status, Verdict
 from gpuaccept.results.clusterfile import LINE_LAYOUT_MIN_NODES, is_line_layout
 from tests.fleet_sim import node_report
@@ -178,7 +178,7 @@ def test_gather_cli_reads_the_run_dir_one_report_at_a_time(tmp_path: Path, capsy
 
 
 def test_worker_processes_write_the_same_file_and_warnings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from gpuaccept.launch.stream import ReportFiles
+    from gpuaccept.launch.collect import ReportFiles
 
     reports = _fleet(LINE_LAYOUT_MIN_NODES + 2)
     again = NodeReport("run-s", reports[7].host, "standard", "2026-01-01T00:00:00Z", "2026-01-01T00:20:00Z",

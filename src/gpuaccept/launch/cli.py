@@ -32,6 +32,7 @@ from gpuaccept.errors import GpuacceptError, InputError, UsageError
 from gpuaccept.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNNING
 from gpuaccept.launch.collect import (
     CLUSTER_REPORT,
+    ReportFiles,
     backend_reports,
     progress,
     warn,
@@ -547,7 +548,7 @@ def _still_running(job: dict[str, Any], args: argparse.Namespace) -> str | None:
 
 
 def _cmd_gather(args: argparse.Namespace) -> int:
-    from gpuaccept.launch.stream import ReportFiles, report_out, stream_gather
+    from gpuaccept.launch.stream import report_out, stream_gather
     from gpuaccept.model import Verdict
 
     run_dir = Path(args.run_dir)

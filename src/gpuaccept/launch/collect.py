@@ -12,11 +12,14 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from gpuaccept.errors import GpuacceptError, InputError
+
+if TYPE_CHECKING:
+    from gpuaccept.model import NodeReport
 
 CLUSTER_REPORT = "cluster-report.json"
 
@@ -56,6 +59,35 @@ def read_reports_tolerant(directory: Path) -> tuple[list[Any], list[str]]:
     return reports, problems
 
 
+def iter_reports(directory: Path, warn: Callable[[str], None]) -> Iterator[NodeReport]:
+    """Every readable ``**/report.json`` under ``directory`` in path order, each read when it is wanted;
+    ``warn`` gets one line per file that is not a report (as :func:`~gpuaccept.launch.collect.
+    read_reports_tolerant` lists them)."""
+    from gpuaccept.model import NodeReport
+
+    for path in sorted(directory.glob("**/report.json")):
+        try:
+            report = NodeReport.from_dict(json.loads(path.read_bytes()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            warn(f"{path}: not a gpuaccept report ({type(exc).__name__}: {exc})")
+            continue
+        yield report
+
+
+class ReportFiles:
+    """The node reports under a directory, read when they are wanted (:func:`iter_reports`): iterated, one at a
+    time; :func:`stream_gather` may read them in worker processes instead."""
+
+    def __init__(self, directory: Path, warn: Callable[[str], None]) -> None:
+        self.directory, self.warn = directory, warn
+
+    def __iter__(self) -> Iterator[NodeReport]:
+        return iter_reports(self.directory, self.warn)
+
+    def paths(self) -> list[Path]:
+        return sorted(self.directory.glob("**/report.json"))
+
+
 def warn(line: str) -> None:
     print(f"[LAUNCH] warning: {line}", file=sys.stderr, flush=True)
 
@@ -67,7 +99,6 @@ def backend_reports(backend: Any, submission: Any, spec: Any, run_dir: Path) -> 
     with a warning that says why. A backend that reads ``run_dir`` itself (the default ``gather``, a shared
     results directory): the reports there, each read when it is wanted (that is what its fallback reads too)."""
     from gpuaccept.launch.base import Backend
-    from gpuaccept.launch.stream import ReportFiles
 
     if type(backend).gather is Backend.gather and Path(spec.run_results_dir).resolve() == run_dir.resolve():
         for line in getattr(submission.handle, "problems", None) or []:

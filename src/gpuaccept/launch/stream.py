@@ -1,13 +1,18 @@
 """Gathering a fleet's node reports one at a time (issue #27): bounded memory, the same cluster report.
 
-:class:`StreamGather` takes the node reports one by one (from :func:`iter_reports`, which reads each file
-only when it is wanted). Each node's entry line (the compact JSON :func:`~gpuaccept.results.clusterfile.
-write_cluster_file` writes) goes at once to an unnamed temporary file in the run directory; only what the
-header, the summary and the analysis need is kept (a :class:`~gpuaccept.launch.gather.NodeLine`, the
-metrics table's columns, the conformance items, the cross-node accumulator). :meth:`StreamGather.finish`
-then writes the cluster report exactly as :func:`~gpuaccept.launch.gather.merge_reports`,
-:func:`~gpuaccept.launch.collect.analysed_table` and :func:`~gpuaccept.launch.collect.write_cluster` write
-it for the same reports (byte for byte; tests/test_gather_stream.py).
+:class:`StreamGather` takes the node reports one by one (from
+:func:`~gpuaccept.launch.collect.iter_reports`, which reads each file only when it is wanted). Each node's
+entry line (the compact JSON that :func:`~gpuaccept.results.clusterfile.write_cluster_file` writes) goes at
+once to an unnamed temporary file in the run directory; only what the header, the summary and the analysis
+need is kept (a :class:`~gpuaccept.launch.gather.NodeLine`, the node's metrics as
+:class:`~gpuaccept.results.samples.NodeSamples`, the conformance items, the cross-node results).
+:meth:`StreamGather.finish` then writes the cluster report exactly as
+:func:`~gpuaccept.launch.gather.merge_reports`, :func:`~gpuaccept.launch.collect.analysed_table` and
+:func:`~gpuaccept.launch.collect.write_cluster` write it for the same reports (byte for byte;
+tests/test_gather_stream.py).
+
+The files of a :class:`~gpuaccept.launch.collect.ReportFiles` are read and prepared (:func:`prepare`) in
+worker processes, a few ahead of the writer, which takes them in path order.
 
 Reports that :func:`~gpuaccept.launch.gather.split_by_host` would merge (a report holding other hosts'
 results, or a host in two reports) are held and merged at the end, as before.
@@ -22,11 +27,12 @@ import multiprocessing
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuaccept.launch.collect import ReportFiles
 from gpuaccept.launch.gather import CrossNode, NodeLine, cluster_verdict, entry_reason, split_by_host, summary_of
 from gpuaccept.model import SCHEMA_VERSION, NodeEntry, NodeReport, NodeState, Status, Verdict
 
@@ -36,38 +42,11 @@ if TYPE_CHECKING:
 MISSING_REASON = "no report: the node never ran the job or its report did not come back"
 
 
-def iter_reports(directory: Path, warn: Callable[[str], None]) -> Iterator[NodeReport]:
-    """Every readable ``**/report.json`` under ``directory`` in path order, each read when it is wanted;
-    ``warn`` gets one line per file that is not a report (as :func:`~gpuaccept.launch.collect.
-    read_reports_tolerant` lists them)."""
-    for path in sorted(directory.glob("**/report.json")):
-        try:
-            report = NodeReport.from_dict(json.loads(path.read_bytes()))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            warn(f"{path}: not a gpuaccept report ({type(exc).__name__}: {exc})")
-            continue
-        yield report
-
-
 def peek(reports: Iterable[Any]) -> Iterable[Any] | None:
     """``reports`` unchanged (its first item read ahead), or None when it has none."""
     it = iter(reports)
     first = next(it, None)
     return None if first is None else itertools.chain((first,), it)
-
-
-class ReportFiles:
-    """The node reports under a directory, read when they are wanted (:func:`iter_reports`): iterated, one at a
-    time; :func:`stream_gather` may read them in worker processes instead."""
-
-    def __init__(self, directory: Path, warn: Callable[[str], None]) -> None:
-        self.directory, self.warn = directory, warn
-
-    def __iter__(self) -> Iterator[NodeReport]:
-        return iter_reports(self.directory, self.warn)
-
-    def paths(self) -> list[Path]:
-        return sorted(self.directory.glob("**/report.json"))
 
 
 @dataclass
