@@ -27,11 +27,13 @@ import multiprocessing
 import os
 import sys
 import tempfile
+import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuaccept.errors import InputError
 from gpuaccept.launch.collect import ReportFiles
 from gpuaccept.launch.gather import CrossNode, NodeLine, cluster_verdict, entry_reason, split_by_host, summary_of
 from gpuaccept.model import SCHEMA_VERSION, NodeEntry, NodeReport, NodeState, Status, Verdict
@@ -113,9 +115,9 @@ def _prepare_file(path: str) -> Prepared | str:
 
 def default_workers() -> int:
     """Worker processes for reading node reports: the CPUs this process may run on, at most 8; 1 (none) where
-    processes cannot be forked."""
-    if "fork" not in multiprocessing.get_all_start_methods():
-        return 1
+    processes cannot be forked, or this one runs threads."""
+    if "fork" not in multiprocessing.get_all_start_methods() or threading.active_count() > 1:
+        return 1  # forking a process that runs threads (a backend's log readers) could copy a held lock
     try:
         return max(1, min(8, len(os.sched_getaffinity(0))))
     except (AttributeError, OSError):
@@ -303,6 +305,7 @@ def stream_gather(reports: Iterable[NodeReport], run_dir: Path, *, expected_host
 
 def _take_files(sg: StreamGather, files: ReportFiles, workers: int) -> None:
     from concurrent.futures import Future, ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
 
     paths = iter(files.paths())
     ctx = multiprocessing.get_context("fork")
@@ -320,6 +323,9 @@ def _take_files(sg: StreamGather, files: ReportFiles, workers: int) -> None:
                     files.warn(done)
                 else:
                     sg.take(done)
+        except BrokenProcessPool as exc:
+            raise InputError(f"a worker process reading the node reports under {files.directory} died ({exc}); "
+                             "'gpuaccept gather' again reads them anew") from None
         except BaseException:
             pool.shutdown(wait=False, cancel_futures=True)
             raise
