@@ -199,3 +199,22 @@ def test_worker_processes_write_the_same_file_and_warnings(tmp_path: Path, capsy
     _text, lines, warned, _out = outs[0]
     assert warned == ["RUN/n010/report.json: not a gpuaccept report (KeyError: 'run_id')"]
     assert "[NODE] node010: MISSING" in "\n".join(lines) and "[NODE] node007: FAILURE - failed: health" in lines
+
+
+@pytest.mark.parametrize("nodes", [4, LINE_LAYOUT_MIN_NODES + 1])
+def test_the_history_gets_the_cluster_read_back_from_the_file(tmp_path: Path, nodes: int) -> None:
+    from gpuaccept.launch.collect import ReportFiles
+    from gpuaccept.launch.stream import read_back
+    from tests.cli_inproc import run_main
+
+    run = tmp_path / "run"
+    reports = _fleet(nodes)
+    for rep in reports:
+        (run / rep.host).mkdir(parents=True)
+        (run / rep.host / "report.json").write_text(json.dumps(rep.to_dict()))
+    got = stream_gather(ReportFiles(run, print), run, expected_hosts=[r.host for r in reports], workers=1, **KW)
+    old = merge_reports(reports, expected_hosts=[r.host for r in reports], **KW)
+    old, _table = analysed_table(old)
+    assert read_back(got.path).to_dict() == json.loads(json.dumps(old.to_dict()))
+    r = run_main("gather", str(run), "--local", "--db", f"sqlite:///{tmp_path / 'h.db'}")
+    assert f"stored cluster run {run.name} ({nodes} nodes)" in r.err

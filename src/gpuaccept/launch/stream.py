@@ -25,7 +25,6 @@ import itertools
 import json
 import multiprocessing
 import os
-import sys
 import tempfile
 import threading
 from collections.abc import Iterable, Iterator
@@ -341,13 +340,18 @@ def report_out(gathered: Gathered, args: Any) -> None:
     print(f"[RESULT] cluster report: {gathered.path}", flush=True)
     if getattr(args, "no_history", False):
         return
-    from gpuaccept.errors import GpuacceptError
-    from gpuaccept.results.load import load_file
+    save(read_back(gathered.path), args, gathered.path)
 
-    try:
-        cluster = load_file(gathered.path)
-    except GpuacceptError as exc:
-        print(f"gpuaccept: warning: not stored in the history ({exc}); the report is in {gathered.path}",
-              file=sys.stderr)
-        return
-    save(cluster, args, gathered.path)
+
+def read_back(path: Path) -> Any:
+    """The :class:`~gpuaccept.model.ClusterReport` this module just wrote at ``path`` (a node line at a time in
+    the line layout; not schema-validated, as gather never validated what it stored)."""
+    from gpuaccept.model import ClusterReport
+    from gpuaccept.results.clusterfile import is_line_layout, iter_cluster
+
+    if not is_line_layout(path):
+        return ClusterReport.from_dict(json.loads(path.read_bytes()))
+    header, entries = iter_cluster(path)
+    cluster = ClusterReport.from_dict(header)
+    cluster.nodes = [NodeEntry.from_dict(e) for _i, e in entries]
+    return cluster
