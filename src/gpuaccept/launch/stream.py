@@ -25,6 +25,7 @@ import itertools
 import json
 import multiprocessing
 import os
+import signal
 import tempfile
 import threading
 from collections.abc import Iterable, Iterator
@@ -100,6 +101,7 @@ _EXPECTED = False
 def _init_worker(rank: dict[str, int], expected: bool) -> None:
     global _RANK, _EXPECTED
     _RANK, _EXPECTED = rank, expected
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the writer's to act on (it stops the pool)
 
 
 def _prepare_file(path: str) -> Prepared | str:
