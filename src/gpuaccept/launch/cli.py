@@ -18,7 +18,7 @@ import json
 import os
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -32,15 +32,13 @@ from gpuaccept.errors import GpuacceptError, InputError, UsageError
 from gpuaccept.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNNING
 from gpuaccept.launch.collect import (
     CLUSTER_REPORT,
-    analysed_table,
+    ReportFiles,
     backend_reports,
     progress,
-    read_reports_tolerant,
     warn,
-    write_cluster,
 )
 from gpuaccept.launch.registry import BACKENDS
-from gpuaccept.results.autosave import add_history_options, save
+from gpuaccept.results.autosave import add_history_options
 from gpuaccept.suiteplan import add_plan_option, show_plan
 
 JOB_FILE = "job.json"
@@ -414,12 +412,12 @@ def _cmd_launch(args: argparse.Namespace) -> int:
 
 def _finish(backend: Any, submission: Any, spec: Any, plan: Any, outcome: Any, started: str,
             args: argparse.Namespace, run_dir: Path) -> int:
-    from gpuaccept.launch.gather import merge_reports, summary_lines
     from gpuaccept.launch.jobargv import launch_dir
+    from gpuaccept.launch.stream import peek, report_out, stream_gather
     from gpuaccept.model import Verdict
 
     state = outcome.state
-    reports = backend_reports(backend, submission, spec, run_dir)
+    fetched = backend_reports(backend, submission, spec, run_dir)
     job_failed = state.done and not state.ok and state.state != "UNKNOWN"
     if job_failed or outcome.timed_out or outcome.interrupted or spec.command is not None:
         tail = backend.logs(submission)
@@ -427,26 +425,23 @@ def _finish(backend: Any, submission: Any, spec: Any, plan: Any, outcome: Any, s
             print(f"[LAUNCH] last output of the job ({state.state}):", file=sys.stderr)
             print(tail, file=sys.stderr)
         print(f"[LAUNCH] job output: {Path(launch_dir(spec))}", file=sys.stderr)
-    cluster = None
-    if spec.command is None or reports:
-        cluster = merge_reports(reports, run_id=spec.run_id, backend=backend.name, started=started,
-                                finished=utc_now(), expected_hosts=submission.hosts or plan.expected_hosts,
-                                expected_nodes=spec.nodes, job_id=submission.job_id)
-        cluster.analysis["job"] = {"state": state.state, "ok": state.ok, "detail": state.detail,
-                                   "timed_out": outcome.timed_out, "interrupted": outcome.interrupted}
-        cluster, table = analysed_table(cluster)
-        path = write_cluster(cluster, run_dir, args.cluster_report, table)
-        for line in summary_lines(cluster):
-            print(line, flush=True)
-        print(f"[RESULT] cluster report: {path}", flush=True)
-        save(cluster, args, path)
+    gathered = None
+    reports = fetched if spec.command is None else peek(fetched)
+    if reports is not None:
+        job = {"state": state.state, "ok": state.ok, "detail": state.detail, "timed_out": outcome.timed_out,
+               "interrupted": outcome.interrupted}
+        gathered = stream_gather(reports, run_dir, expected_hosts=submission.hosts or plan.expected_hosts,
+                                 run_id=spec.run_id, backend=backend.name, started=started, finished=utc_now(),
+                                 expected_nodes=spec.nodes, job_id=submission.job_id, job=job,
+                                 extra=args.cluster_report)
+        report_out(gathered, args)
     if outcome.interrupted:
         return EXIT_INTERRUPTED
     if outcome.timed_out:
         return EXIT_FAILED
     ended = f"the {backend.name} job ended {state.state}" + (f" ({state.detail})" if state.detail else "")
-    if cluster is not None:
-        if cluster.verdict is not Verdict.SUCCESS:
+    if gathered is not None:
+        if gathered.verdict is not Verdict.SUCCESS:
             return EXIT_FAILED
         if job_failed:
             print(f"[RESULT] FAILURE: every node reported success, but {ended}", flush=True)
@@ -502,7 +497,7 @@ def _gather_overrides(args: argparse.Namespace, backend_name: str) -> dict[str, 
 
 
 def _reports_from_backend(job: dict[str, Any], job_path: Path, run_dir: Path,
-                          args: argparse.Namespace) -> tuple[list[Any], list[str]] | None:
+                          args: argparse.Namespace) -> tuple[Iterable[Any], list[str]] | None:
     """(reports, hosts the job ran on) fetched through the backend that submitted the run, for a backend that
     can find a detached job again (``resume``); None when the run's reports are just the files under run_dir."""
     from gpuaccept.launch.registry import backend_class
@@ -553,7 +548,7 @@ def _still_running(job: dict[str, Any], args: argparse.Namespace) -> str | None:
 
 
 def _cmd_gather(args: argparse.Namespace) -> int:
-    from gpuaccept.launch.gather import merge_reports, summary_lines
+    from gpuaccept.launch.stream import report_out, stream_gather
     from gpuaccept.model import Verdict
 
     run_dir = Path(args.run_dir)
@@ -573,26 +568,15 @@ def _cmd_gather(args: argparse.Namespace) -> int:
         print(f"[RESULT] STILL RUNNING: {running}; nothing written, gather again when it has ended")
         return EXIT_RUNNING
     fetched = _reports_from_backend(job, job_path, run_dir, args)
-    if fetched is None:
-        reports, problems = read_reports_tolerant(run_dir)
-        for line in problems:
-            warn(line)
-        ran_on: list[str] = []
-    else:
-        reports, ran_on = fetched
+    reports, ran_on = (ReportFiles(run_dir, warn), []) if fetched is None else fetched
     hosts = args.hosts if args.hosts is not None else (ran_on or list(job.get("expected_hosts") or []))
     try:
         nodes = args.nodes if args.nodes is not None else int(job.get("nodes") or 0)
     except (TypeError, ValueError):
         raise InputError(f"{job_path}: nodes is not a number: {job.get('nodes')!r}") from None
-    cluster = merge_reports(reports, run_id=str(job.get("run_id") or run_dir.name),
-                            backend=str(job.get("backend") or "unknown"), started=str(job.get("started") or utc_now()),
-                            finished=utc_now(), expected_hosts=hosts, expected_nodes=nodes,
-                            job_id=job.get("job_id"))
-    cluster, table = analysed_table(cluster)
-    path = write_cluster(cluster, run_dir, args.cluster_report, table)
-    for line in summary_lines(cluster):
-        print(line)
-    print(f"[RESULT] cluster report: {path}")
-    save(cluster, args, path)
-    return EXIT_OK if cluster.verdict is Verdict.SUCCESS else EXIT_FAILED
+    gathered = stream_gather(reports, run_dir, expected_hosts=hosts, run_id=str(job.get("run_id") or run_dir.name),
+                             backend=str(job.get("backend") or "unknown"), started=str(job.get("started") or utc_now()),
+                             finished=utc_now(), expected_nodes=nodes, job_id=job.get("job_id"),
+                             extra=args.cluster_report)
+    report_out(gathered, args)
+    return EXIT_OK if gathered.verdict is Verdict.SUCCESS else EXIT_FAILED

@@ -13,11 +13,11 @@ Everything here is pure.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from gpuaccept.model import (
-    NOT_JUDGED,
     CheckResult,
     ClusterReport,
     NodeEntry,
@@ -75,7 +75,7 @@ def split_by_host(reports: Iterable[NodeReport]) -> dict[str, NodeReport]:
     return merged
 
 
-def _reason(report: NodeReport) -> str:
+def entry_reason(report: NodeReport) -> str:
     if report.verdict is Verdict.RUNNING:
         done = len(report.checks)
         return f"the report never finished ({done} check(s) done): the node stopped during the run"
@@ -83,6 +83,45 @@ def _reason(report: NodeReport) -> str:
         return "the run was interrupted"
     failed = report.failed_checks()
     return "failed: " + ", ".join(failed) if failed else ""
+
+
+class CrossNode:
+    """:func:`cross_node` fed one report at a time (a fleet's reports are never held together): per check,
+    the first result of each rank, in the order the reports come."""
+
+    def __init__(self) -> None:
+        self.per_check: dict[str, dict[int | None, tuple[Status, str, str | None]]] = {}
+
+    @staticmethod
+    def items(report: NodeReport) -> list[tuple[str, int | None, Status, str, str | None]]:
+        """What :meth:`add` takes of ``report``: (check, rank, status, reason, host) of each cross-node result."""
+        return [(c.name, c.rank, c.status, c.reason, c.host) for c in report.checks if c.details.get("distributed")]
+
+    def add(self, report: NodeReport) -> None:
+        self.add_items(self.items(report))
+
+    def add_items(self, items: Iterable[tuple[str, int | None, Status, str, str | None]]) -> None:
+        for name, rank, status, reason, host in items:  # one result per rank, even when a report and a rank
+            self.per_check.setdefault(name, {}).setdefault(rank, (status, reason, host))  # file both hold it
+
+    def result(self, expected_nodes: int = 0) -> dict[str, Any] | None:
+        """:func:`cross_node` of the reports added."""
+        if not self.per_check:
+            return None
+        checks: dict[str, dict[str, Any]] = {}
+        ranks: set[int] = set()
+        hosts: list[str] = []
+        for name, seen in self.per_check.items():
+            failed = [(rank, reason) for rank, (status, reason, _h) in seen.items() if status.is_failure]
+            status = worst(*(s for s, _r, _h in seen.values()))
+            checks[name] = {"status": status.value, "ranks": len(seen),
+                            "failed_ranks": sorted(rank for rank, _r in failed if rank is not None),
+                            "reason": failed[0][1] if failed else ""}
+            ranks.update(r for r in seen if r is not None)
+            hosts.extend(h for _s, _r, h in seen.values() if h and h not in hosts)
+        ok = all(not Status(v["status"]).is_failure for v in checks.values()) and len(hosts) >= expected_nodes
+        return {"verdict": (Verdict.SUCCESS if ok else Verdict.FAILURE).value, "ranks": len(ranks), "hosts": hosts,
+                "expected_nodes": expected_nodes, "checks": checks}
 
 
 def cross_node(reports: Iterable[NodeReport], expected_nodes: int = 0) -> dict[str, Any] | None:
@@ -93,30 +132,10 @@ def cross_node(reports: Iterable[NodeReport], expected_nodes: int = 0) -> dict[s
     "reason"}}}``: a check's status is the worst of its ranks', its reason the first failing rank's. The verdict
     is a failure when any check failed, or when fewer hosts took part than ``expected_nodes``.
     """
-    per_check: dict[str, list[CheckResult]] = {}
+    acc = CrossNode()
     for report in reports:
-        for c in report.checks:
-            if c.details.get("distributed"):
-                per_check.setdefault(c.name, []).append(c)
-    if not per_check:
-        return None
-    checks: dict[str, dict[str, Any]] = {}
-    ranks: set[int] = set()
-    hosts: list[str] = []
-    for name, results in per_check.items():
-        seen: dict[int | None, CheckResult] = {}
-        for c in results:  # one result per rank, even when a report and a rank file both hold it
-            seen.setdefault(c.rank, c)
-        failed = [c for c in seen.values() if c.status.is_failure]
-        status = worst(*(c.status for c in seen.values()))
-        checks[name] = {"status": status.value, "ranks": len(seen),
-                        "failed_ranks": sorted(c.rank for c in failed if c.rank is not None),
-                        "reason": failed[0].reason if failed else ""}
-        ranks.update(r for r in seen if r is not None)
-        hosts.extend(c.host for c in seen.values() if c.host and c.host not in hosts)
-    ok = all(not Status(v["status"]).is_failure for v in checks.values()) and len(hosts) >= expected_nodes
-    return {"verdict": (Verdict.SUCCESS if ok else Verdict.FAILURE).value, "ranks": len(ranks), "hosts": hosts,
-            "expected_nodes": expected_nodes, "checks": checks}
+        acc.add(report)
+    return acc.result(expected_nodes)
 
 
 def cross_node_line(summary: dict[str, Any]) -> str:
@@ -152,12 +171,13 @@ def merge_reports(reports: Iterable[NodeReport], *, run_id: str, backend: str, s
             entries.append(NodeEntry(host, NodeState.MISSING, node_rank=rank,
                                      reason="no report: the node never ran the job or its report did not come back"))
         else:
-            entries.append(NodeEntry(host, NodeState.REPORTED, report=report, node_rank=rank, reason=_reason(report)))
+            entries.append(NodeEntry(host, NodeState.REPORTED, report=report, node_rank=rank,
+                                     reason=entry_reason(report)))
     extra = sorted(h for h in by_host if h not in expected)
     for host in extra:
         report = by_host[host]
         note = "not in the expected host list" if expected else ""
-        reason = "; ".join(x for x in (_reason(report), note) if x)
+        reason = "; ".join(x for x in (entry_reason(report), note) if x)
         entries.append(NodeEntry(host, NodeState.REPORTED, report=report, reason=reason))
     for k in range(len(entries), expected_nodes):
         entries.append(NodeEntry(f"missing-{k}", NodeState.MISSING,
@@ -177,35 +197,70 @@ def merge_reports(reports: Iterable[NodeReport], *, run_id: str, backend: str, s
     return cluster
 
 
+@dataclass(frozen=True)
+class NodeLine:
+    """What the summary says of one node entry (kept instead of its report when a fleet is streamed)."""
+
+    host: str
+    state: NodeState
+    verdict: Verdict
+    reason: str
+    checks: int = 0
+    unjudged: int = 0
+    cpu_only: str = ""
+    not_judged: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of(cls, e: NodeEntry) -> NodeLine:
+        if e.report is None:
+            return cls(e.host, e.state, e.verdict, e.reason)
+        r = e.report
+        figures = [(c, c.not_judged) for c in r.checks]  # each check's once (r.state_counts, r.not_judged)
+        unjudged = sum(1 for c, names in figures if names and c.status is Status.PASS)
+        return cls(e.host, e.state, e.verdict, e.reason, len(r.checks), unjudged, r.cpu_only or "",
+                   tuple(dict.fromkeys((c.name, n) for c, names in figures for n in names)))
+
+
+def cluster_verdict(nodes: Sequence[NodeLine], expected_nodes: int) -> Verdict:
+    """:attr:`ClusterReport.verdict` of these node lines."""
+    if len(nodes) < expected_nodes or any(n.verdict is not Verdict.SUCCESS for n in nodes):
+        return Verdict.FAILURE
+    return Verdict.SUCCESS if nodes else Verdict.FAILURE
+
+
 def summary_lines(cluster: ClusterReport) -> list[str]:
     """Plain, greppable lines: one per node, then the verdict (``[RESULT] SUCCESS`` or ``FAILURE: hosts``)."""
-    reported = sum(e.state is NodeState.REPORTED for e in cluster.nodes)
-    job = f" ({cluster.backend} job {cluster.job_id})" if cluster.job_id else f" ({cluster.backend})"
-    lines = [f"[CLUSTER] run {cluster.run_id}{job}: {reported}/{cluster.expected_nodes or len(cluster.nodes)} "
-             "node(s) reported"]
-    for e in cluster.nodes:
+    return summary_of(cluster.run_id, cluster.backend, cluster.job_id, cluster.expected_nodes,
+                      [NodeLine.of(e) for e in cluster.nodes], cluster.analysis)
+
+
+def summary_of(run_id: str, backend: str, job_id: str | None, expected_nodes: int, nodes: Sequence[NodeLine],
+               analysis: dict[str, Any]) -> list[str]:
+    """:func:`summary_lines` of a cluster given as its node lines."""
+    reported = sum(e.state is NodeState.REPORTED for e in nodes)
+    job = f" ({backend} job {job_id})" if job_id else f" ({backend})"
+    lines = [f"[CLUSTER] run {run_id}{job}: {reported}/{expected_nodes or len(nodes)} node(s) reported"]
+    for e in nodes:
         if e.state is NodeState.MISSING:
             lines.append(f"[NODE] {e.host}: MISSING - {e.reason}")
             continue
-        assert e.report is not None
-        n = len(e.report.checks)
-        verdict = e.verdict.value.upper()
-        unjudged = e.report.state_counts()[NOT_JUDGED]
-        detail = e.reason or f"{n} check(s)" + (f", {unjudged} not judged" if unjudged else "")
-        cpu = f" (CPU only: {e.report.cpu_only})" if e.report.cpu_only else ""
-        lines.append(f"[NODE] {e.host}: {verdict}{cpu} - {detail}")
-    fabric = cluster.analysis.get("cross_node")
+        detail = e.reason or f"{e.checks} check(s)" + (f", {e.unjudged} not judged" if e.unjudged else "")
+        cpu = f" (CPU only: {e.cpu_only})" if e.cpu_only else ""
+        lines.append(f"[NODE] {e.host}: {e.verdict.value.upper()}{cpu} - {detail}")
+    fabric = analysis.get("cross_node")
     if isinstance(fabric, dict) and fabric.get("checks"):
         lines.append(cross_node_line(fabric))
-    figures = list(dict.fromkeys(f for e in cluster.nodes if e.report is not None for f in e.report.not_judged()))
+    figures = list(dict.fromkeys(f for e in nodes for f in e.not_judged))
     notes = [n for n in (not_judged_note(figures),) if n]
-    cpu_only = cluster.cpu_only_nodes()
-    if cpu_only and cluster.verdict is Verdict.SUCCESS:
-        notes.insert(0, f"CPU only on {len(cpu_only)} of {len(cluster.nodes)} node(s): "
+    verdict = cluster_verdict(nodes, expected_nodes)
+    cpu_only = [e.host for e in nodes if e.cpu_only]
+    if cpu_only and verdict is Verdict.SUCCESS:
+        notes.insert(0, f"CPU only on {len(cpu_only)} of {len(nodes)} node(s): "
                         f"{', '.join(cpu_only[:8])}{', ...' if len(cpu_only) > 8 else ''}")
     tail = f" ({'; '.join(notes)})" if notes else ""
-    if cluster.verdict is Verdict.SUCCESS:
+    if verdict is Verdict.SUCCESS:
         lines.append("[RESULT] SUCCESS" + tail)
     else:
-        lines.append("[RESULT] FAILURE: " + (", ".join(cluster.failed_nodes()) or "no node reported") + tail)
+        failed = [e.host for e in nodes if e.verdict is not Verdict.SUCCESS]
+        lines.append("[RESULT] FAILURE: " + (", ".join(failed) or "no node reported") + tail)
     return lines

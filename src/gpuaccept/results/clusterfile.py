@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -52,11 +52,21 @@ def write_cluster_file(cluster: Any, fh: TextIO, *, line_layout: bool | None = N
             return
         del text
     head = {**cluster.header_dict(), "analysis": cluster.analysis}
+    write_line_layout(fh, head, (json.dumps(e.to_dict(), allow_nan=False) for e in cluster.nodes))
+
+
+def write_line_layout(fh: TextIO, head: dict[str, Any], lines: Iterable[str]) -> None:
+    """The line layout: ``head`` (every key but ``nodes``), then each of ``lines`` (a node entry's compact
+    JSON, one line each), then the close."""
     text = json.dumps(head, allow_nan=False)
     fh.write(text[:-1] + (", " if len(head) else "") + NODES_OPEN + "\n")
-    last = len(cluster.nodes) - 1
-    for i, entry in enumerate(cluster.nodes):
-        fh.write(json.dumps(entry.to_dict(), allow_nan=False) + (",\n" if i < last else "\n"))
+    prev: str | None = None
+    for line in lines:
+        if prev is not None:
+            fh.write(prev + ",\n")
+        prev = line
+    if prev is not None:
+        fh.write(prev + "\n")
     fh.write(CLOSE + "\n")
 
 

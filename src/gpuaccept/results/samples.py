@@ -33,6 +33,7 @@ from __future__ import annotations
 import fnmatch
 import math
 import re
+from array import array
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -267,84 +268,115 @@ class Samples:
         return gpu_dev[self.device]
 
 
-class _Builder:
-    """Accumulates samples report by report; the hot loop touches each metric once."""
+@dataclass
+class NodeSamples:
+    """One node report's judged, finite metrics, numbered within the node (raw keys and (SKU, device) places in
+    order of first appearance): what :meth:`Builder.add_node` numbers fleet-wide. Small and picklable, so that
+    it can be made where the report was read."""
+
+    host: str
+    run_id: str
+    hardware: HardwareMap
+    raws: list[tuple[Any, ...]]              # (check, metric, unit, *tag items) as written in the report
+    places: list[tuple[str, str | None]]     # (SKU, device)
+    value: array = field(default_factory=lambda: array("d"))
+    raw: array = field(default_factory=lambda: array("q"))    # index into raws, per value
+    place: array = field(default_factory=lambda: array("q"))  # index into places, per value
+
+
+def node_samples(report: NodeReport) -> NodeSamples:
+    """The :class:`NodeSamples` of ``report`` (rules in the module docstring); the hot loop touches each metric
+    once."""
+    resolver = SkuResolver(report)
+    local: dict[tuple[Any, ...], int] = {}  # raw -> index into raws, -1 never judged
+    places: dict[tuple[str, str | None], int] = {}
+    out = NodeSamples(report.host, report.run_id, hardware_of_checks((c.name, c.details) for c in report.checks),
+                      [], [])
+    raws = out.raws
+    add_value, add_raw, add_place = out.value.append, out.raw.append, out.place.append
+    isfinite = math.isfinite
+    for check in report.checks:
+        if check.status in _SKIPPED_STATUSES or not check.metrics or check.is_rerun:
+            continue
+        cname = check.name
+        dev_place: dict[str | None, int] = {}
+        for m in check.metrics:
+            v = m.value
+            if not isfinite(v):
+                continue
+            tags = m.tags
+            raw = (cname, m.name, m.unit, *tags.items()) if tags else (cname, m.name, m.unit)
+            try:
+                rid = local.get(raw)
+            except TypeError:  # a tag value that is not a scalar (a hand-written report): use its text
+                text_tags: dict[str, str | int | float] = {k: repr(t) for k, t in tags.items()}
+                raw = (cname, m.name, m.unit, *text_tags.items())
+                m = Metric(m.name, v, m.unit, m.device, m.expected, m.threshold, text_tags)
+                rid = local.get(raw)
+            if rid is None:
+                rid = local[raw] = -1 if direction(m.name, m.unit) is None else len(raws)
+                if rid >= 0:
+                    raws.append(raw)
+            if rid < 0:
+                continue
+            pid = dev_place.get(m.device)
+            if pid is None:
+                label = resolver.for_device(check, m.device, m)
+                pid = dev_place[m.device] = places.setdefault((label, m.device), len(places))
+            add_value(v)
+            add_raw(rid)
+            add_place(pid)
+    out.places = list(places)
+    return out
+
+
+class Builder:
+    """Accumulates samples node by node (:class:`NodeSamples`), numbering keys and places fleet-wide in order
+    of first appearance."""
 
     def __init__(self) -> None:
-        self.values: list[float] = []
-        self.key: list[int] = []
-        self.place: list[int] = []
-        self.node: list[int] = []
+        self.values = array("d")  # 8 bytes a sample, not a float object and a pointer (a fleet has millions)
+        self.key = array("q")
+        self.place = array("q")
+        self.node = array("q")
         self.keys: dict[SampleKey, int] = {}
-        self.raw_keys: dict[tuple[Any, ...], int] = {}   # as written in the report -> key id, -1 never judged
+        self.raw_keys: dict[tuple[Any, ...], int] = {}   # as written in the report -> key id
         self.skus: dict[str, int] = {}
         self.devices: dict[str | None, int] = {None: 0}
         self.places: dict[tuple[int, int], int] = {}     # (sku id, device id) -> place id
         self.nodes: list[tuple[str, str]] = []
         self.hardware: list[HardwareMap] = []
 
-    def _key_id(self, raw: tuple[Any, ...], check: str, m: Metric) -> int:
-        if direction(m.name, m.unit) is None:
-            kid = -1
-        else:
-            k = SampleKey(check, m.name, m.unit, tag_key(m.tags))
-            kid = self.keys.setdefault(k, len(self.keys))
-        self.raw_keys[raw] = kid
+    def _key_id(self, raw: tuple[Any, ...]) -> int:
+        k = SampleKey(raw[0], raw[1], raw[2], tag_key(dict(raw[3:])))
+        kid = self.raw_keys[raw] = self.keys.setdefault(k, len(self.keys))
         return kid
 
-    def _place_id(self, resolver: SkuResolver, check: CheckResult, m: Metric) -> int:
-        label = resolver.for_device(check, m.device, m)
-        sid = self.skus.setdefault(label, len(self.skus))
-        did = self.devices.setdefault(m.device, len(self.devices))
-        return self.places.setdefault((sid, did), len(self.places))
-
     def add_report(self, report: NodeReport) -> None:
-        resolver = SkuResolver(report)
+        self.add_node(node_samples(report))
+
+    def add_node(self, ns: NodeSamples) -> None:
         node_id = len(self.nodes)
-        self.nodes.append((report.host, report.run_id))
-        self.hardware.append(hardware_of_checks((c.name, c.details) for c in report.checks))
+        self.nodes.append((ns.host, ns.run_id))
+        self.hardware.append(ns.hardware)
         raw_keys = self.raw_keys
-        add_value, add_key, add_place = self.values.append, self.key.append, self.place.append
-        isfinite = math.isfinite
-        start = len(self.values)
-        for check in report.checks:
-            if check.status in _SKIPPED_STATUSES or not check.metrics or check.is_rerun:
-                continue
-            cname = check.name
-            dev_place: dict[str | None, int] = {}
-            for m in check.metrics:
-                v = m.value
-                if not isfinite(v):
-                    continue
-                tags = m.tags
-                raw = (cname, m.name, m.unit, *tags.items()) if tags else (cname, m.name, m.unit)
-                try:
-                    kid = raw_keys.get(raw)
-                except TypeError:  # a tag value that is not a scalar (a hand-written report): use its text
-                    text_tags: dict[str, str | int | float] = {k: repr(t) for k, t in tags.items()}
-                    raw = (cname, m.name, m.unit, *text_tags.items())
-                    m = Metric(m.name, v, m.unit, m.device, m.expected, m.threshold, text_tags)
-                    kid = raw_keys.get(raw)
-                if kid is None:
-                    kid = self._key_id(raw, cname, m)
-                if kid < 0:
-                    continue
-                pid = dev_place.get(m.device)
-                if pid is None:
-                    pid = dev_place[m.device] = self._place_id(resolver, check, m)
-                add_value(v)
-                add_key(kid)
-                add_place(pid)
-        self.node.extend([node_id] * (len(self.values) - start))
+        kmap = np.array([raw_keys[r] if r in raw_keys else self._key_id(r) for r in ns.raws] or [0], dtype=np.int64)
+        pmap = np.array([self.places.setdefault((self.skus.setdefault(label, len(self.skus)),
+                                                 self.devices.setdefault(dev, len(self.devices))), len(self.places))
+                         for label, dev in ns.places] or [0], dtype=np.int64)
+        self.values.extend(ns.value)
+        self.key.frombytes(kmap[np.frombuffer(ns.raw, dtype=np.int64)].tobytes())
+        self.place.frombytes(pmap[np.frombuffer(ns.place, dtype=np.int64)].tobytes())
+        self.node.extend(array("q", [node_id]) * len(ns.value))
 
     def build(self) -> Samples:
         n = len(self.values)
         place_sku = np.array([sd[0] for sd in self.places] or [0], dtype=np.intp)
         place_dev = np.array([sd[1] for sd in self.places] or [0], dtype=np.intp)
-        place = np.fromiter(self.place, dtype=np.intp, count=n)
-        return Samples(value=np.fromiter(self.values, dtype=np.float64, count=n),
-                       key=np.fromiter(self.key, dtype=np.intp, count=n),
-                       sku=place_sku[place], node=np.fromiter(self.node, dtype=np.intp, count=n),
+        place = np.frombuffer(self.place, dtype=np.int64, count=n).astype(np.intp)
+        return Samples(value=np.frombuffer(self.values, dtype=np.float64, count=n).copy(),
+                       key=np.frombuffer(self.key, dtype=np.int64, count=n).astype(np.intp),
+                       sku=place_sku[place], node=np.frombuffer(self.node, dtype=np.int64, count=n).astype(np.intp),
                        device=place_dev[place], keys=list(self.keys), skus=list(self.skus), nodes=self.nodes,
                        devices=list(self.devices), hardware=self.hardware)
 
@@ -360,7 +392,7 @@ def node_reports(reports: Iterable[NodeReport | ClusterReport]) -> Iterator[Node
 
 def collect(reports: Iterable[NodeReport | ClusterReport]) -> Samples:
     """Every judged, finite metric of ``reports`` as :class:`Samples`."""
-    b = _Builder()
+    b = Builder()
     for report in node_reports(reports):
         b.add_report(report)
     return b.build()
