@@ -218,3 +218,34 @@ def test_the_history_gets_the_cluster_read_back_from_the_file(tmp_path: Path, no
     assert read_back(got.path).to_dict() == json.loads(json.dumps(old.to_dict()))
     r = run_main("gather", str(run), "--local", "--db", f"sqlite:///{tmp_path / 'h.db'}")
     assert f"stored cluster run {run.name} ({nodes} nodes)" in r.err
+
+
+def test_gather_stores_the_history_a_batch_of_nodes_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                              ) -> None:
+    """The history gets the written file's node lines in batches (``Store.add_cluster_stream``), never the whole
+    cluster as objects, and stores what ``history --import`` of the same file stores."""
+    from gpuaccept.launch.stream import read_back
+    from gpuaccept.results import store as store_mod
+    from gpuaccept.results.history import open_store
+    from tests.cli_inproc import run_main
+
+    run = tmp_path / "run"
+    reports = _fleet(LINE_LAYOUT_MIN_NODES + 6)
+    for rep in reports:
+        (run / rep.host).mkdir(parents=True)
+        (run / rep.host / "report.json").write_text(json.dumps(rep.to_dict()))
+    held: list[int] = []
+    real = store_mod._batched
+
+    def watched(items, n):  # type: ignore[no-untyped-def]
+        for part in real(items, n):
+            held.append(len(part))
+            yield part
+    monkeypatch.setattr(store_mod, "_batched", watched)
+    monkeypatch.setattr(store_mod.Store, "add_cluster_report", lambda *a: pytest.fail("whole cluster stored"))
+    r = run_main("gather", str(run), "--local", "--db", f"sqlite:///{tmp_path / 'h.db'}")
+    assert f"stored cluster run {run.name} ({len(reports)} nodes)" in r.err, r.err
+    assert len(held) >= 2 and max(held) <= store_mod.NODE_BATCH and sum(held) == len(reports)
+    with open_store(f"sqlite:///{tmp_path / 'h.db'}", read_only=True) as st:
+        stored = st.get_run(run.name).report
+    assert stored.to_dict() == read_back(run / "cluster-report.json").to_dict()

@@ -21,6 +21,7 @@ results, or a host in two reports) are held and merged at the end, as before.
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import json
 import multiprocessing
@@ -335,25 +336,33 @@ def _take_files(sg: StreamGather, files: ReportFiles, workers: int) -> None:
 def report_out(gathered: Gathered, args: Any) -> None:
     """Print the summary and where the cluster report is; store it in the history unless ``--no-history``
     (which reads it back from the file)."""
-    from gpuaccept.results.autosave import save
+    from gpuaccept.results.autosave import save_stream
 
     for line in gathered.lines:
         print(line, flush=True)
     print(f"[RESULT] cluster report: {gathered.path}", flush=True)
     if getattr(args, "no_history", False):
         return
-    save(read_back(gathered.path), args, gathered.path)
+    save_stream(functools.partial(read_back_stream, gathered.path), gathered.verdict, args, gathered.path)
 
 
-def read_back(path: Path) -> Any:
-    """The :class:`~gpuaccept.model.ClusterReport` this module just wrote at ``path`` (a node line at a time in
-    the line layout; not schema-validated, as gather never validated what it stored)."""
+def read_back_stream(path: Path) -> tuple[Any, Iterator[Any]]:
+    """The cluster this module just wrote at ``path``: its header as a :class:`~gpuaccept.model.ClusterReport`
+    without nodes, and its node entries as read (in the line layout one line at a time, as JSON objects, so the
+    history stores a batch at a time; not schema-validated, as gather never validated what it stored)."""
     from gpuaccept.model import ClusterReport
     from gpuaccept.results.clusterfile import is_line_layout, iter_cluster
 
     if not is_line_layout(path):
-        return ClusterReport.from_dict(json.loads(path.read_bytes()))
+        cluster = ClusterReport.from_dict(json.loads(path.read_bytes()))
+        nodes, cluster.nodes = cluster.nodes, []
+        return cluster, iter(nodes)
     header, entries = iter_cluster(path)
-    cluster = ClusterReport.from_dict(header)
-    cluster.nodes = [NodeEntry.from_dict(e) for _i, e in entries]
+    return ClusterReport.from_dict(header), (e for _i, e in entries)
+
+
+def read_back(path: Path) -> Any:
+    """The whole :class:`~gpuaccept.model.ClusterReport` of :func:`read_back_stream`."""
+    cluster, entries = read_back_stream(path)
+    cluster.nodes = [e if isinstance(e, NodeEntry) else NodeEntry.from_dict(e) for e in entries]
     return cluster

@@ -11,7 +11,7 @@ import contextlib
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,18 @@ def save(report: NodeReport | ClusterReport, args: argparse.Namespace, where: Pa
     return store(report, where, db=getattr(args, "db", None), off=bool(getattr(args, "no_history", False)))
 
 
+def save_stream(source: Callable[[], tuple[ClusterReport, Iterable[Any]]], verdict: Verdict,
+                args: argparse.Namespace, where: Path) -> bool:
+    """:func:`save` of a cluster (of ``verdict``) read a node at a time: ``source()`` gives its header and node
+    entries (:meth:`gpuaccept.results.store.Store.add_cluster_stream`), so storing holds a batch of nodes, not
+    the cluster."""
+    if getattr(args, "no_history", False):
+        return False
+    from gpuaccept.results.history import record_stream
+
+    return _store(lambda db: record_stream(source, db), verdict, where, db=getattr(args, "db", None))
+
+
 def store(report: NodeReport | ClusterReport, where: Path, *, db: str | None, off: bool = False) -> bool:
     """Store ``report`` in the history at ``db`` (None: the default one) unless ``off``; print one line to stderr
     either way (``where``: the report on disk, named when it could not be stored). Never raises. A stop signal
@@ -42,14 +54,18 @@ def store(report: NodeReport | ClusterReport, where: Path, *, db: str | None, of
         return False
     from gpuaccept.results.history import record
 
+    return _store(lambda url: record(report, url), report.verdict, where, db=db)
+
+
+def _store(do: Callable[[str | None], str], verdict: Verdict, where: Path, *, db: str | None) -> bool:
     with deferred_stop() as caught:
         try:
-            note = record(report, db)
+            note = do(db)
         except GpuacceptError as exc:
             print(f"gpuaccept: warning: not stored in the history ({exc}); the report is in {where}",
                   file=sys.stderr)
             note = ""
-    if caught and report.verdict is not Verdict.INTERRUPTED:  # a finished run's stop comes after its row
+    if caught and verdict is not Verdict.INTERRUPTED:  # a finished run's stop comes after its row
         signal.raise_signal(caught[0])
     if note:
         print(f"[RESULT] {note}", file=sys.stderr, flush=True)

@@ -6,8 +6,9 @@ imports none of its implementations (SQLite, PostgreSQL) and they import only it
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from gpuaccept.model import ClusterReport, NodeReport
 from gpuaccept.results.dburl import DbUrl, parse_db_url, resolve_db_url
@@ -40,6 +41,28 @@ def open_store(url: str | DbUrl | None = None, retry_s: float = 120.0, read_only
     from gpuaccept.results.store_postgres import PostgresStore
 
     return PostgresStore(parsed, retry_s=retry_s, read_only=read_only)
+
+
+def record_stream(source: Callable[[], tuple[ClusterReport, Iterable[Any]]], url: str | DbUrl | None = None) -> str:
+    """:func:`record` of a cluster read a node at a time (:meth:`Store.add_cluster_stream`: ``source`` gives its
+    header and node entries, and is called again when the write is retried); the note counts the nodes stored."""
+    count = 0
+
+    def counted() -> tuple[ClusterReport, Iterable[Any]]:
+        nonlocal count
+        header, entries = source()
+        count = 0
+
+        def each() -> Iterator[Any]:
+            nonlocal count
+            for entry in entries:
+                count += 1
+                yield entry
+        return header, each()
+
+    with _closing(open_store(url)) as store:
+        run_id = store.add_cluster_stream(counted)
+        return f"stored cluster run {run_id} ({count} nodes) in {store}"
 
 
 def record(report: NodeReport | ClusterReport, url: str | DbUrl | None = None) -> str:
