@@ -153,8 +153,12 @@ class _Compiler:
     def _object(self, schema: dict[str, Any]) -> Validator:
         required = list(schema.get("required", []))
         props = {k: self.compile(s) for k, s in schema.get("properties", {}).items()}
+        # a property whose schema is a type alone is checked inline when its value has one of the exact types
+        # (any other value goes through its validator, which decides and words the problem)
+        plain = {k: t for k, s in schema.get("properties", {}).items() if (t := _plain_types(s)) is not None}
         extra = schema.get("additionalProperties", True)
         extra_v = self.compile(extra) if isinstance(extra, dict) else None
+        extra_plain = _plain_types(extra) if isinstance(extra, dict) else None
 
         def check(v: Any, p: Path) -> Problem | None:
             if not isinstance(v, dict):
@@ -162,7 +166,16 @@ class _Compiler:
             for key in required:
                 if key not in v:
                     return p, f"{key!r} is a required property"
+            if extra_plain is not None and not props:  # a map of plain values (tags)
+                for value in v.values():
+                    if type(value) not in extra_plain:
+                        break
+                else:
+                    return None
             for key, value in v.items():
+                exact = plain.get(key)
+                if exact is not None and type(value) in exact:
+                    continue
                 sub = props.get(key)
                 if sub is not None:
                     problem = sub(value, (*p, key))
@@ -193,6 +206,15 @@ class _Compiler:
                         return problem
             return None
         return check
+
+
+def _plain_types(schema: dict[str, Any]) -> frozenset[type] | None:
+    """The exact Python types that a schema of ``type`` alone (annotations aside) accepts without further
+    checks, or None for any other schema. An integer-only schema's integral float is left to the validator."""
+    if "type" not in schema or set(schema) - {"type"} - ANNOTATIONS:
+        return None
+    types = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+    return frozenset(t for name in types for t in _PY_TYPES[name])
 
 
 def compile_schema(schema: dict[str, Any], ref: str | None = None) -> Callable[[Any], Problem | None]:
