@@ -13,7 +13,8 @@ floats) and keeps of each node only what the Markdown and HTML renderers read of
   those of :data:`KEEP_METRICS`, for training against GEMM) and the details of :data:`KEEP_DETAILS` (the SKU,
   the configuration, the training dtype; of other checks only the re-run mark).
 
-The first :data:`FULL_UP_TO` nodes are held whole until a further node shows that the cluster is a fleet. The
+The first :data:`FULL_UP_TO` nodes are held whole until a further node shows that the cluster is a fleet; after
+them, without a grid to gather (Markdown), a healthy node's dropped metrics are never built as objects. The
 rendered text is the same as from the whole report (tests/test_report_slim.py compares them byte for byte).
 """
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from gpuaccept.model import CheckResult, ClusterReport, NodeEntry, NodeState, Status, Verdict, is_not_judged
 from gpuaccept.report.grid import GridBuilder
@@ -62,6 +64,22 @@ def slim_entry(entry: NodeEntry) -> NodeEntry:
     return replace(entry, report=replace(entry.report, checks=[_slim_check(c) for c in entry.report.checks]))
 
 
+def _not_judged_dict(m: dict[str, Any]) -> bool:
+    """:func:`~gpuaccept.model.is_not_judged` of a metric's parsed JSON (as ``Metric.from_dict`` reads it)."""
+    return m.get("performance") is True and not m.get("threshold") and m.get("expected") is None
+
+
+def _lean(data: dict[str, Any]) -> dict[str, Any]:
+    """A node entry's parsed JSON with the metrics a slim node drops left out (shallow copies; ``data`` intact)."""
+    rep = data.get("report")
+    if not isinstance(rep, dict):
+        return data
+    checks = [c if c.get("name") in KEEP_METRICS else {**c, "metrics": [m for m in c.get("metrics", [])
+                                                                          if _not_judged_dict(m)]}
+              for c in rep.get("checks", [])]
+    return {**data, "report": {**rep, "checks": checks}}
+
+
 def view_of(entry: NodeEntry) -> NodeView:
     """The node as :func:`gpuaccept.report.views.node_views` sees it."""
     rep = entry.report if entry.state is NodeState.REPORTED else None
@@ -73,9 +91,9 @@ def load_slim(path: Path, *, grid: bool = True) -> tuple[ClusterReport, GridBuil
     every node in full; None when its header holds no outlier analysis (the caller reads it whole and analyses
     it). ``grid=False``: no grid gathered (the Markdown report has no sweeps or heatmap). InputError (exit 2, one
     line naming the file and line) when malformed, as for a whole read."""
-    from gpuaccept.results.load import open_cluster
+    from gpuaccept.results.load import entry_from_dict, open_cluster_raw
 
-    cluster, entries = open_cluster(path)
+    cluster, entries = open_cluster_raw(path)
     if not cluster.analysis:
         close = getattr(entries, "close", None)
         if close is not None:
@@ -85,7 +103,13 @@ def load_slim(path: Path, *, grid: bool = True) -> tuple[ClusterReport, GridBuil
     builder = GridBuilder() if grid else None
     nodes = cluster.nodes
     held: list[int] = []  # positions of healthy nodes still whole while the cluster is small
-    for entry in entries:
+    for at, data in entries:
+        if builder is None and len(nodes) >= FULL_UP_TO:  # no grid: the metrics a slim node drops are not built
+            entry = entry_from_dict(_lean(data), at)
+            if needs_whole(entry, flagged):
+                entry = entry_from_dict(data, at)
+        else:
+            entry = entry_from_dict(data, at)
         if builder is not None:
             builder.add(view_of(entry))
         if needs_whole(entry, flagged):
