@@ -16,7 +16,11 @@ from gpuaccept.report.views import NodeView, check_host, direction, fmt_bytes, f
 
 def size_of(m: Metric) -> float | None:
     """The message size in bytes of a swept metric (its ``size_bytes`` tag), or None."""
-    v = m.tags.get("size_bytes")
+    return _size(m.tags)
+
+
+def _size(tags: dict[str, Any]) -> float | None:
+    v = tags.get("size_bytes")
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
         return None
     return float(v)
@@ -162,24 +166,44 @@ class GridBuilder:
         self._units: dict[tuple[str, str, str], Metric] = {}
         self._memo: dict[Any, tuple[float | None, tuple[str, str, str], dict[str, Any], tuple[str, str, str]]] = {}
 
-    def _keys(self, check: str, m: Metric) -> tuple[float | None, tuple[str, str, str], dict[str, Any],
-                                                    tuple[str, str, str]]:
+    def _keys(self, check: str, name: str, tags: dict[str, Any]) -> tuple[float | None, tuple[str, str, str],
+                                                                      dict[str, Any], tuple[str, str, str]]:
         """(size, sweep group key, the group's tags, heatmap column key) of a metric, memoised by its check, name
         and tags (each tag's type too: ``1`` and ``True`` are told apart)."""
-        memo_key: Any = (check, m.name, tuple(m.tags.items()), tuple(map(type, m.tags.values())))
+        memo_key: Any = (check, name, tuple(tags.items()), tuple(map(type, tags.values())))
         try:
             got = self._memo.get(memo_key)
         except TypeError:  # a tag value that is not hashable (not from a validated report): not memoised
             got, memo_key = None, None
         if got is None:
-            other = {k: v for k, v in m.tags.items() if k not in _SWEEP_FREE_TAGS}
-            stable = {k: v for k, v in m.tags.items() if k not in _VOLATILE_TAGS}
-            hm_key = (check, m.name, fmt_tags(stable, skip=("op",) if "op" in stable and
-                                              str(stable["op"]) in m.name else ()))
-            got = (size_of(m), (check, m.name, tags_key(other)), other, hm_key)
+            other = {k: v for k, v in tags.items() if k not in _SWEEP_FREE_TAGS}
+            stable = {k: v for k, v in tags.items() if k not in _VOLATILE_TAGS}
+            hm_key = (check, name, fmt_tags(stable, skip=("op",) if "op" in stable and
+                                            str(stable["op"]) in name else ()))
+            got = (_size(tags), (check, name, tags_key(other)), other, hm_key)
             if memo_key is not None:
                 self._memo[memo_key] = got
         return got
+
+    def _take(self, check: str, host: str, node_host: str, rank0: int | None, value: float, device: str | None,
+              expected: Any, tags: dict[str, Any], m: Metric | dict[str, Any]) -> None:
+        """One metric of a first-pass check: ``host`` is the check's, ``m`` the Metric or its parsed JSON (made a
+        Metric only when it is the first of its heatmap column)."""
+        name = m.name if isinstance(m, Metric) else m["name"]
+        size, group_key, other, hm_key = self._keys(check, name, tags)
+        if size is not None:
+            sw = self._groups.get(group_key)
+            if sw is None:
+                unit = m.unit if isinstance(m, Metric) else m["unit"]
+                sw = self._groups[group_key] = Sweep(check, name, unit, other)
+            rank = tags.get("rank", rank0)
+            label = host + (f" {device}" if device else "") + (f" rank {rank}" if rank is not None else "")
+            sw.series.setdefault(label, []).append((size, value, expected))
+            sw.hosts[label] = host
+        if math.isfinite(value):
+            self._raw.setdefault(hm_key, {}).setdefault(node_host, []).append((value, size))
+            if hm_key not in self._units:
+                self._units[hm_key] = m if isinstance(m, Metric) else Metric.from_dict(m)
 
     def add(self, n: NodeView) -> None:
         """Take in one node (in report order); a ``run --budget`` re-run is left out of sweeps and heatmap."""
@@ -190,21 +214,25 @@ class GridBuilder:
             for m in c.metrics:
                 if m.device and m.device.startswith("cuda"):
                     self.gpus.add((host, m.device))
-                if rerun:
-                    continue
-                size, group_key, other, hm_key = self._keys(c.name, m)
-                if size is not None:
-                    sw = self._groups.get(group_key)
-                    if sw is None:
-                        sw = self._groups[group_key] = Sweep(c.name, m.name, m.unit, other)
-                    rank = m.tags.get("rank", c.rank)
-                    label = host + (f" {m.device}" if m.device else "") + (f" rank {rank}" if rank is not None
-                                                                           else "")
-                    sw.series.setdefault(label, []).append((size, m.value, m.expected))
-                    sw.hosts[label] = host
-                if math.isfinite(m.value):
-                    self._raw.setdefault(hm_key, {}).setdefault(n.host, []).append((m.value, size))
-                    self._units.setdefault(hm_key, m)
+                if not rerun:
+                    self._take(c.name, host, n.host, c.rank, m.value, m.device, m.expected, m.tags, m)
+
+    def add_parsed(self, host: str, report: dict[str, Any] | None) -> None:
+        """:meth:`add` of a node from its validated entry's parsed JSON (``report``: None for a missing node),
+        building no Metric objects but one per new heatmap column (read as ``Metric.from_dict`` reads it)."""
+        self.hosts.append(host)
+        for c in report.get("checks", []) if report is not None else []:
+            chost = c.get("host") or host
+            details = c.get("details")
+            rerun = isinstance(details, dict) and "rerun" in details
+            for d in c.get("metrics", []):
+                device = d.get("device")
+                if device and device.startswith("cuda"):
+                    self.gpus.add((chost, device))
+                if not rerun:
+                    raw = d["value"]
+                    self._take(c["name"], chost, host, c.get("rank"), float(raw) if raw is not None else math.nan,
+                               device, d.get("expected"), d.get("tags", {}), d)
 
     def sweeps(self) -> list[Sweep]:
         """What :func:`sweeps` returns for the nodes added."""

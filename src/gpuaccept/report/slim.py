@@ -14,7 +14,7 @@ floats) and keeps of each node only what the Markdown and HTML renderers read of
   the configuration, the training dtype; of other checks only the re-run mark).
 
 The first :data:`FULL_UP_TO` nodes are held whole until a further node shows that the cluster is a fleet; after
-them, without a grid to gather (Markdown), a healthy node's dropped metrics are never built as objects. The
+them, a healthy node's dropped metrics are never built as objects (the grid takes them from the parsed JSON). The
 rendered text is the same as from the whole report (tests/test_report_slim.py compares them byte for byte).
 """
 
@@ -104,14 +104,16 @@ def load_slim(path: Path, *, grid: bool = True) -> tuple[ClusterReport, GridBuil
     nodes = cluster.nodes
     held: list[int] = []  # positions of healthy nodes still whole while the cluster is small
     for at, data in entries:
-        if builder is None and len(nodes) >= FULL_UP_TO:  # no grid: the metrics a slim node drops are not built
+        if len(nodes) >= FULL_UP_TO:  # a fleet: the metrics a slim node drops are never built as objects
             entry = entry_from_dict(_lean(data), at)
             if needs_whole(entry, flagged):
                 entry = entry_from_dict(data, at)
+            if builder is not None:
+                builder.add_parsed(entry.host, data["report"] if entry.state is NodeState.REPORTED else None)
         else:
             entry = entry_from_dict(data, at)
-        if builder is not None:
-            builder.add(view_of(entry))
+            if builder is not None:
+                builder.add(view_of(entry))
         if needs_whole(entry, flagged):
             nodes.append(entry)
         elif len(nodes) < FULL_UP_TO:
