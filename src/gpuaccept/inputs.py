@@ -25,7 +25,6 @@ MAX_INPUT_BYTES = 16 * 1024 * 1024
 MAX_DEPTH = 64
 """The deepest nesting of lists and mappings accepted in JSON or YAML input."""
 
-_CONTAINERS = (dict, list)
 MAX_INT_DIGITS = 30
 """Integers longer than this are not plausible measurements and do not fit a float."""
 
@@ -115,8 +114,12 @@ def check_depth(data: Any, where: str, limit: int = MAX_DEPTH, *, shared: bool =
             if depth >= limit:
                 raise BadInput(where, "", f"nested deeper than {limit} levels")
             below: list[Any] = []
-            for item in level:
-                below += [c for c in (item.values() if type(item) is dict else item) if type(c) in _CONTAINERS]
+            keep = below.append
+            for item in level:  # a plain loop: half the time of a list per container (issue 27)
+                for c in (item.values() if type(item) is dict else item):
+                    kind = type(c)
+                    if kind is dict or kind is list:
+                        keep(c)
             level = below
         return
     stack: list[tuple[Any, int]] = [(data, 0)]
