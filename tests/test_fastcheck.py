@@ -120,6 +120,14 @@ def _get(value: Any, at: tuple[Any, ...]) -> Any:
     {"metric": {"name": "X-Y", "value": 1.0, "unit": "s"}},       # pattern
     {"metric": {"name": "x", "value": 1.0, "unit": "s", "performance": 1}},  # const true is not 1
     {"metric": {"name": "x", "value": 1.0, "unit": "s", "tags": {"a": None}}},
+    # properties and tag maps of a type alone are checked inline (issue 27): each wrong type still found
+    {"metric": {"name": "x", "value": 1.0, "unit": "s", "tags": {"a": "b", "n": 2, "f": 0.5}}},
+    {"metric": {"name": "x", "value": 1.0, "unit": "s", "tags": {"a": "b", "t": True}}},
+    {"metric": {"name": "x", "value": 1.0, "unit": "s", "tags": {"a": "b", "l": [1]}}},
+    {"metric": {"name": "x", "value": 1.0, "unit": 5}},
+    {"check": {"name": "c", "status": "pass", "reason": 3, "duration_s": 1, "metrics": []}},
+    {"check": {"name": "c", "status": "pass", "reason": "", "duration_s": 1, "metrics": [], "details": []}},
+    {"check": {"name": "c", "status": "pass", "reason": "", "duration_s": True, "metrics": []}},
     {"check": {"name": "c", "status": "pass", "reason": "", "duration_s": -1.0, "metrics": []}},
     {"check": {"name": "c", "status": "pass", "reason": "", "duration_s": 1, "metrics": [], "rank": 2.0}},
     {"check": {"name": "c", "status": "pass", "reason": "", "duration_s": 1, "metrics": [], "rank": 2.5}},

@@ -286,3 +286,20 @@ def test_error_messages_are_one_line() -> None:
 
     assert one_line("a\nb\tc") == "a\\nb\\tc"
     assert isinstance(GpuacceptError("x"), Exception)
+
+
+@pytest.mark.parametrize(("text", "ok"), [
+    ("[" + "9" * 30 + "." + "9" * 30 + "e99, -1E-99, 0.5]", True),  # no risky shape: parsed without the hooks
+    ("[" + "1" * 31 + "]", False),                                    # an integer of 31 digits
+    ("[1e400]", False), ("[-1E+308]", True), ("[1e-400]", True),      # 3-digit exponents take the strict path
+    ('["e999 in a string", 1' + "0" * 31 + "]", False),
+])
+def test_json_numbers_are_strict_with_or_without_the_hooks(text: str, ok: bool) -> None:
+    """The per-number hooks run only when the text may need them (issue 27); the verdict is the same."""
+    from gpuaccept.inputs import loads_json
+
+    if ok:
+        assert loads_json(text, "x") == json.loads(text)
+    else:
+        with pytest.raises(GpuacceptError, match="not valid JSON"):
+            loads_json(text, "x")

@@ -92,13 +92,14 @@ def register(subparsers: Any) -> None:
     srv.set_defaults(handler=cmd_serve_metrics)
 
 
-def render(report: Any, fmt: str, analysis: dict[str, Any] | None = None) -> str:
-    """``report`` in format ``fmt`` (a key of FORMATS) as text; ``analysis`` marks outliers (not used by json)."""
+def render(report: Any, fmt: str, analysis: dict[str, Any] | None = None, grid: Any = None) -> str:
+    """``report`` in format ``fmt`` (a key of FORMATS) as text; ``analysis`` marks outliers (not used by json);
+    ``grid``: the HTML page's :class:`~gpuaccept.report.grid.GridBuilder` when gathered while reading."""
     kind = FORMATS[fmt]
     if kind == "html":
         from gpuaccept.report.html import render_html
 
-        return render_html(report, analysis=analysis)
+        return render_html(report, analysis=analysis, grid=grid)
     if kind == "md":
         from gpuaccept.report.markdown import render_markdown
 
@@ -183,14 +184,33 @@ def beside_path(source: Path | None, run_id: str, host: str | None) -> Path:
     return directory / f"{stem}.html"
 
 
+def _load_streamed(ref: str, grid: bool) -> tuple[Any, Any] | None:
+    """(cluster report with slim healthy nodes, its GridBuilder) when ``ref`` is a cluster report file in the line
+    layout (or a run directory holding one) with a stored analysis, read a node at a time
+    (:func:`gpuaccept.report.slim.load_slim`); None otherwise (the report is read whole)."""
+    from gpuaccept.report.slim import load_slim
+    from gpuaccept.results.clusterfile import is_line_layout
+    from gpuaccept.results.load import CLUSTER_FILE
+
+    path = Path(ref).expanduser()
+    if path.is_dir():
+        path = path / CLUSTER_FILE
+    if not path.is_file() or not is_line_layout(path):
+        return None
+    return load_slim(path, grid=grid)
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from gpuaccept.model import Verdict
     from gpuaccept.outputs import FILE, write_output
     from gpuaccept.results.load import load_report
 
-    report = load_report(args.ref, db=args.db, host=args.host, report_dir=args.report_dir or _default_report_dir())
+    kind = FORMATS[args.format]
+    got = _load_streamed(args.ref, kind == "html") if kind in ("md", "html") and args.host is None else None
+    report, grid = got if got is not None else (load_report(args.ref, db=args.db, host=args.host,
+                                                            report_dir=args.report_dir or _default_report_dir()), None)
     analysis = analysis_for(report) if FORMATS[args.format] != "json" else None
-    text = render(report, args.format, analysis)
+    text = render(report, args.format, analysis, grid)
     report_dir = args.report_dir or _default_report_dir()
     if args.output is None and FORMATS[args.format] == "html":
         path: Path | None = beside_path(_source_file(args.ref, report.run_id, report_dir), report.run_id, args.host)

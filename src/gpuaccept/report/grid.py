@@ -16,7 +16,11 @@ from gpuaccept.report.views import NodeView, check_host, direction, fmt_bytes, f
 
 def size_of(m: Metric) -> float | None:
     """The message size in bytes of a swept metric (its ``size_bytes`` tag), or None."""
-    v = m.tags.get("size_bytes")
+    return _size(m.tags)
+
+
+def _size(tags: dict[str, Any]) -> float | None:
+    v = tags.get("size_bytes")
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
         return None
     return float(v)
@@ -58,33 +62,7 @@ def sweeps(nodes: Sequence[NodeView]) -> list[Sweep]:
     returned: algorithm bandwidth and time are the same measurement (nccl-tests
     plots busbw). A ``run --budget`` re-run is left out: its points would join the first pass's curve.
     """
-    groups: dict[tuple[str, str, str], Sweep] = {}
-    for n in nodes:
-        for c in n.checks:
-            if c.is_rerun:
-                continue
-            for m in c.metrics:
-                size = size_of(m)
-                if size is None:
-                    continue
-                other = {k: v for k, v in m.tags.items() if k not in _SWEEP_FREE_TAGS}
-                key = (c.name, m.name, tags_key(other))
-                sw = groups.get(key)
-                if sw is None:
-                    sw = groups[key] = Sweep(c.name, m.name, m.unit, other)
-                host = check_host(c, n)
-                rank = m.tags.get("rank", c.rank)
-                label = host + (f" {m.device}" if m.device else "") + (f" rank {rank}" if rank is not None else "")
-                sw.series.setdefault(label, []).append((size, m.value, m.expected))
-                sw.hosts[label] = host
-    out = []
-    for sw in groups.values():
-        for pts in sw.series.values():
-            pts.sort(key=lambda p: p[0])
-        if max(len({p[0] for p in pts}) for pts in sw.series.values()) >= MIN_SWEEP_SIZES:
-            out.append(sw)
-    busbw = [s for s in out if s.name.endswith("_busbw_gbs")]
-    return busbw or out
+    return GridBuilder.of(nodes).sweeps()
 
 
 def swept_names(sweep_list: Sequence[Sweep]) -> set[tuple[str, str]]:
@@ -168,52 +146,147 @@ def heatmap(nodes: Sequence[NodeView], max_columns: int = 80, min_nodes: int = 3
     value is the same on every node are left out (counted in ``hidden_constant``), and so are
     ``run --budget`` re-runs (each node's first pass is compared).
     """
-    sweep_pairs = swept_names(sweeps(nodes) if sweep_list is None else sweep_list)  # the caller's, when it has them
-    # (column key) -> host -> values; and the size chosen for sweeps
-    raw: dict[tuple[str, str, str], dict[str, list[tuple[Metric, float | None]]]] = {}
-    units: dict[tuple[str, str, str], Metric] = {}
-    for n in nodes:
+    return GridBuilder.of(nodes).heatmap(max_columns, min_nodes, not_compared, sweep_list)
+
+
+class GridBuilder:
+    """The inputs of :func:`sweeps`, :func:`heatmap` and the header's GPU count, gathered a node at a time
+    (:meth:`add`), so that a fleet's nodes need not be held with every metric (``gpuaccept report`` of a cluster
+    report in the line layout keeps only a slim copy of each healthy node, :mod:`gpuaccept.report.slim`).
+
+    Holds per sweep series its (size_bytes, value, expected) points, per heatmap column and host the values
+    (and sizes), and the first metric of each column (its unit and direction): floats, not metric objects.
+    """
+
+    def __init__(self) -> None:
+        self.hosts: list[str] = []
+        self.gpus: set[tuple[str, str]] = set()
+        self._groups: dict[tuple[str, str, str], Sweep] = {}
+        self._raw: dict[tuple[str, str, str], dict[str, list[tuple[float, float | None]]]] = {}
+        self._units: dict[tuple[str, str, str], Metric] = {}
+        self._memo: dict[Any, tuple[float | None, tuple[str, str, str], dict[str, Any], tuple[str, str, str]]] = {}
+
+    def _keys(self, check: str, name: str, tags: dict[str, Any]) -> tuple[float | None, tuple[str, str, str],
+                                                                      dict[str, Any], tuple[str, str, str]]:
+        """(size, sweep group key, the group's tags, heatmap column key) of a metric, memoised by its check, name
+        and tags (each tag's type too: ``1`` and ``True`` are told apart)."""
+        memo_key: Any = (check, name, tuple(tags.items()), tuple(map(type, tags.values())))
+        try:
+            got = self._memo.get(memo_key)
+        except TypeError:  # a tag value that is not hashable (not from a validated report): not memoised
+            got, memo_key = None, None
+        if got is None:
+            other = {k: v for k, v in tags.items() if k not in _SWEEP_FREE_TAGS}
+            stable = {k: v for k, v in tags.items() if k not in _VOLATILE_TAGS}
+            hm_key = (check, name, fmt_tags(stable, skip=("op",) if "op" in stable and
+                                            str(stable["op"]) in name else ()))
+            got = (_size(tags), (check, name, tags_key(other)), other, hm_key)
+            if memo_key is not None:
+                self._memo[memo_key] = got
+        return got
+
+    def _take(self, check: str, host: str, node_host: str, rank0: int | None, value: float, device: str | None,
+              expected: Any, tags: dict[str, Any], m: Metric | dict[str, Any]) -> None:
+        """One metric of a first-pass check: ``host`` is the check's, ``m`` the Metric or its parsed JSON (made a
+        Metric only when it is the first of its heatmap column)."""
+        name = m.name if isinstance(m, Metric) else m["name"]
+        size, group_key, other, hm_key = self._keys(check, name, tags)
+        if size is not None:
+            sw = self._groups.get(group_key)
+            if sw is None:
+                unit = m.unit if isinstance(m, Metric) else m["unit"]
+                sw = self._groups[group_key] = Sweep(check, name, unit, other)
+            rank = tags.get("rank", rank0)
+            label = host + (f" {device}" if device else "") + (f" rank {rank}" if rank is not None else "")
+            sw.series.setdefault(label, []).append((size, value, expected))
+            sw.hosts[label] = host
+        if math.isfinite(value):
+            self._raw.setdefault(hm_key, {}).setdefault(node_host, []).append((value, size))
+            if hm_key not in self._units:
+                self._units[hm_key] = m if isinstance(m, Metric) else Metric.from_dict(m)
+
+    def add(self, n: NodeView) -> None:
+        """Take in one node (in report order); a ``run --budget`` re-run is left out of sweeps and heatmap."""
+        self.hosts.append(n.host)
         for c in n.checks:
-            if c.is_rerun:
-                continue
+            host = check_host(c, n)
+            rerun = c.is_rerun
             for m in c.metrics:
-                if not math.isfinite(m.value):
-                    continue
-                stable = {k: v for k, v in m.tags.items() if k not in _VOLATILE_TAGS}
-                key = (c.name, m.name, fmt_tags(stable, skip=("op",) if "op" in stable and
-                                                str(stable["op"]) in m.name else ()))
-                raw.setdefault(key, {}).setdefault(n.host, []).append((m, size_of(m)))
-                units.setdefault(key, m)
-    columns: list[Column] = []
-    cells: dict[str, list[tuple[float, float | None] | None]] = {n.host: [] for n in nodes}
-    hidden = 0
-    for key, per_host in raw.items():
-        if len(per_host) < 2:
-            continue
-        check, name, tags = key
-        sample = units[key]
-        if (check, name) in sweep_pairs:
-            common = set.intersection(*({s for _, s in vals if s is not None} for vals in per_host.values()))
-            if not common:
+                if m.device and m.device.startswith("cuda"):
+                    self.gpus.add((host, m.device))
+                if not rerun:
+                    self._take(c.name, host, n.host, c.rank, m.value, m.device, m.expected, m.tags, m)
+
+    def add_parsed(self, host: str, report: dict[str, Any] | None) -> None:
+        """:meth:`add` of a node from its validated entry's parsed JSON (``report``: None for a missing node),
+        building no Metric objects but one per new heatmap column (read as ``Metric.from_dict`` reads it)."""
+        self.hosts.append(host)
+        for c in report.get("checks", []) if report is not None else []:
+            chost = c.get("host") or host
+            details = c.get("details")
+            rerun = isinstance(details, dict) and "rerun" in details
+            for d in c.get("metrics", []):
+                device = d.get("device")
+                if device and device.startswith("cuda"):
+                    self.gpus.add((chost, device))
+                if not rerun:
+                    raw = d["value"]
+                    self._take(c["name"], chost, host, c.get("rank"), float(raw) if raw is not None else math.nan,
+                               device, d.get("expected"), d.get("tags", {}), d)
+
+    def sweeps(self) -> list[Sweep]:
+        """What :func:`sweeps` returns for the nodes added."""
+        out = []
+        for sw in self._groups.values():
+            for pts in sw.series.values():
+                pts.sort(key=lambda p: p[0])
+            if max(len({p[0] for p in pts}) for pts in sw.series.values()) >= MIN_SWEEP_SIZES:
+                out.append(sw)
+        busbw = [s for s in out if s.name.endswith("_busbw_gbs")]
+        return busbw or out
+
+    def heatmap(self, max_columns: int = 80, min_nodes: int = 3, not_compared: dict[tuple[str, str], str] | None = None,
+                sweep_list: Sequence[Sweep] | None = None) -> Heatmap:
+        """What :func:`heatmap` returns for the nodes added."""
+        sweep_pairs = swept_names(self.sweeps() if sweep_list is None else sweep_list)
+        columns: list[Column] = []
+        cells: dict[str, list[tuple[float, float | None] | None]] = {h: [] for h in self.hosts}
+        hidden = 0
+        for key, per_host in self._raw.items():
+            if len(per_host) < 2:
                 continue
-            size = max(common)
-            per_host = {h: [(m, s) for m, s in vals if s == size] for h, vals in per_host.items()}
-            tags = (tags + " " if tags else "") + f"size={fmt_bytes(size)}"
-        dirn = direction(sample)
-        node_values: dict[str, float] = {}
-        for host, vals in per_host.items():
-            xs = [m.value for m, _ in vals]
-            node_values[host] = min(xs) if dirn > 0 else max(xs) if dirn < 0 else statistics.median(xs)
-        if len(set(node_values.values())) == 1:
-            hidden += 1
-            continue
-        if len(columns) >= max_columns:
-            continue
-        med = statistics.median(node_values.values())
-        why = (f"fewer than {min_nodes} nodes" if len(node_values) < min_nodes
-               else (not_compared or {}).get((check, name), ""))
-        columns.append(Column(check, name, sample.unit, tags, dirn, why))
+            check, name, tags = key
+            sample = self._units[key]
+            if (check, name) in sweep_pairs:
+                common = set.intersection(*({s for _, s in vals if s is not None} for vals in per_host.values()))
+                if not common:
+                    continue
+                size = max(common)
+                per_host = {h: [(v, s) for v, s in vals if s == size] for h, vals in per_host.items()}
+                tags = (tags + " " if tags else "") + f"size={fmt_bytes(size)}"
+            dirn = direction(sample)
+            node_values: dict[str, float] = {}
+            for host, vals in per_host.items():
+                xs = [v for v, _ in vals]
+                node_values[host] = min(xs) if dirn > 0 else max(xs) if dirn < 0 else statistics.median(xs)
+            if len(set(node_values.values())) == 1:
+                hidden += 1
+                continue
+            if len(columns) >= max_columns:
+                continue
+            med = statistics.median(node_values.values())
+            why = (f"fewer than {min_nodes} nodes" if len(node_values) < min_nodes
+                   else (not_compared or {}).get((check, name), ""))
+            columns.append(Column(check, name, sample.unit, tags, dirn, why))
+            for host in self.hosts:
+                v = node_values.get(host)
+                cells[host].append(None if v is None else (v, v / med if med and not why else None))
+        return Heatmap(columns=columns, hosts=list(self.hosts), cells=cells, hidden_constant=hidden)
+
+    @classmethod
+    def of(cls, nodes: Sequence[NodeView]) -> GridBuilder:
+        """A builder that has taken in every one of ``nodes``."""
+        b = cls()
         for n in nodes:
-            v = node_values.get(n.host)
-            cells[n.host].append(None if v is None else (v, v / med if med and not why else None))
-    return Heatmap(columns=columns, hosts=[n.host for n in nodes], cells=cells, hidden_constant=hidden)
+            b.add(n)
+        return b

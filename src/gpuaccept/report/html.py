@@ -38,7 +38,7 @@ from gpuaccept.model import (
 from gpuaccept.report import html_fleet as fleet
 from gpuaccept.report import svg
 from gpuaccept.report.budget_view import BudgetView, budget_view, budget_views
-from gpuaccept.report.grid import Column, Heatmap, Sweep, cross_node_coverage, heatmap, size_of, sweeps, swept_names
+from gpuaccept.report.grid import Column, GridBuilder, Heatmap, Sweep, cross_node_coverage, size_of, swept_names
 from gpuaccept.report.html_assets import CSS, JS
 from gpuaccept.report.html_matrix import p2p_matrix_html
 from gpuaccept.report.html_train import gemm_ratio, loss_curves
@@ -123,7 +123,7 @@ def _describe_metric(m: Metric) -> str:
     return text
 
 
-def _header(report: NodeReport | ClusterReport, nodes: Sequence[NodeView]) -> str:
+def _header(report: NodeReport | ClusterReport, nodes: Sequence[NodeView], gpus: int) -> str:
     verdict = report.verdict.value
     counts = state_counts(nodes)
     facts: list[tuple[str, str]] = [("run", f"<code>{e(report.run_id)}</code>")]
@@ -145,10 +145,8 @@ def _header(report: NodeReport | ClusterReport, nodes: Sequence[NodeView]) -> st
         t0, t1 = _iso_seconds(report.started), _iso_seconds(report.finished)
         took = f" ({fmt_duration(t1 - t0)})" if t0 is not None and t1 is not None and t1 >= t0 else ""
         facts.append(("finished", e(report.finished) + took))
-    gpus = {(check_host(c, n), m.device) for n in nodes for c in n.checks for m in c.metrics
-            if m.device and m.device.startswith("cuda")}
-    if gpus:
-        facts.append(("GPUs measured", str(len(gpus))))
+    if gpus:  # (host, cuda device) pairs with a metric (GridBuilder.gpus)
+        facts.append(("GPUs measured", str(gpus)))
     facts.append(("checks", " ".join(_badge(s, f"{counts[s]} {state_label(s).lower()}") for s in STATES
                                      if counts[s]) or "none"))
     figures = not_judged(nodes)
@@ -520,17 +518,19 @@ def _conformance_section(drift: dict[str, Any]) -> str:
 
 
 def render_html(report: NodeReport | ClusterReport, *, analysis: dict[str, Any] | None = None,
-                generated: str | None = None) -> str:
+                generated: str | None = None, grid: GridBuilder | None = None) -> str:
     """The report as one self-contained HTML page (UTF-8 text).
 
     Outliers come from ``analysis`` (gpuaccept.results.analysis's dict), by
-    default the cluster report's own; ``generated`` is the time in the footer.
+    default the cluster report's own; ``generated`` is the time in the footer; ``grid``: the sweeps, heatmap and
+    GPU count already gathered from the full nodes (:mod:`gpuaccept.report.slim`), else gathered here.
     """
     nodes = node_views(report)
     analysis = analysis_of(report, analysis)
     outs = outliers(report, analysis)
     idx = OutlierIndex(outs)
-    sweep_list = sweeps(nodes)
+    grid = grid or GridBuilder.of(nodes)
+    sweep_list = grid.sweeps()
     swept = {name for _, name in swept_names(sweep_list)}
     cluster = isinstance(report, ClusterReport)
     highlight = {n.host for n in nodes if n.verdict.value != "success"} | idx.hosts()
@@ -541,7 +541,7 @@ def render_html(report: NodeReport | ClusterReport, *, analysis: dict[str, Any] 
         look = fleet.needs_look(nodes, idx)
         listed = look[:fleet.MAX_LISTED]
         detail_hosts = set(listed)
-    sections = [_header(report, nodes), _problems_section(nodes)]
+    sections = [_header(report, nodes, len(grid.gpus)), _problems_section(nodes)]
     nav = ['<a href="#problems">needs attention</a>']
     drift = fleet_drift(configs_of_reports([report])) if cluster else None
     if drift and drift["groups"]:  # the configuration first: a drifted node explains the outliers it causes
@@ -554,7 +554,7 @@ def render_html(report: NodeReport | ClusterReport, *, analysis: dict[str, Any] 
         nav.append('<a href="#outliers">outliers</a>')
     if cluster:
         min_nodes, not_compared = cross_node_coverage(analysis)
-        hm = heatmap(nodes, min_nodes=min_nodes, not_compared=not_compared, sweep_list=sweep_list)
+        hm = grid.heatmap(min_nodes=min_nodes, not_compared=not_compared, sweep_list=sweep_list)
         if large:
             sections.append(fleet.distribution_section(hm, nodes, idx))
             sections.append(fleet.verdict_grid_section(nodes, idx, listed))

@@ -153,8 +153,13 @@ class _Compiler:
     def _object(self, schema: dict[str, Any]) -> Validator:
         required = list(schema.get("required", []))
         props = {k: self.compile(s) for k, s in schema.get("properties", {}).items()}
+        # a property whose schema is a type alone is checked inline when its value has one of the exact types
+        # (any other value goes through its validator, which decides and words the problem)
+        plain = {k: t for k, s in schema.get("properties", {}).items() if (t := _plain_types(s)) is not None}
+        sure = {k: f for k, s in schema.get("properties", {}).items() if (f := _sure(s)) is not None}
         extra = schema.get("additionalProperties", True)
         extra_v = self.compile(extra) if isinstance(extra, dict) else None
+        extra_plain = _plain_types(extra) if isinstance(extra, dict) else None
 
         def check(v: Any, p: Path) -> Problem | None:
             if not isinstance(v, dict):
@@ -162,7 +167,19 @@ class _Compiler:
             for key in required:
                 if key not in v:
                     return p, f"{key!r} is a required property"
+            if extra_plain is not None and not props:  # a map of plain values (tags)
+                for value in v.values():
+                    if type(value) not in extra_plain:
+                        break
+                else:
+                    return None
             for key, value in v.items():
+                exact = plain.get(key)
+                if exact is not None and type(value) in exact:
+                    continue
+                accept = sure.get(key)
+                if accept is not None and accept(value):
+                    continue
                 sub = props.get(key)
                 if sub is not None:
                     problem = sub(value, (*p, key))
@@ -193,6 +210,38 @@ class _Compiler:
                         return problem
             return None
         return check
+
+
+def _plain_types(schema: dict[str, Any]) -> frozenset[type] | None:
+    """The exact Python types that a schema of ``type`` alone (annotations aside) accepts without further
+    checks, or None for any other schema. An integer-only schema's integral float is left to the validator."""
+    if "type" not in schema or set(schema) - {"type"} - ANNOTATIONS:
+        return None
+    types = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+    return frozenset(t for name in types for t in _PY_TYPES[name])
+
+
+def _sure(schema: dict[str, Any]) -> Callable[[Any], bool] | None:
+    """For a string with a pattern alone, or a map of plain values alone (``tags``): one call that says True when
+    a value certainly meets the schema (False: let its validator decide and word the problem); else None."""
+    keys = set(schema) - ANNOTATIONS
+    if keys == {"type", "pattern"} and schema["type"] == "string":
+        search = re.compile(schema["pattern"]).search
+        return lambda v: type(v) is str and search(v) is not None
+    extra = schema.get("additionalProperties")
+    values = _plain_types(extra) if keys == {"type", "additionalProperties"} and schema["type"] == "object" and \
+        isinstance(extra, dict) else None
+    if values is None:
+        return None
+
+    def plain_map(v: Any) -> bool:
+        if type(v) is not dict:
+            return False
+        for x in v.values():
+            if type(x) not in values:
+                return False
+        return True
+    return plain_map
 
 
 def compile_schema(schema: dict[str, Any], ref: str | None = None) -> Callable[[Any], Problem | None]:

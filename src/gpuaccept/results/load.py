@@ -181,6 +181,15 @@ def open_cluster(path: Path) -> tuple[ClusterReport, Iterator[NodeEntry]]:
             raise InputError(f"{where}: a node report, not a cluster report")
         nodes, report.nodes = report.nodes, []
         return report, iter(nodes)
+    cluster, valid = open_cluster_raw(path)
+    return cluster, (entry_from_dict(data, at) for at, data in valid)
+
+
+def open_cluster_raw(path: Path) -> tuple[ClusterReport, Iterator[tuple[str, dict[str, Any]]]]:
+    """:func:`open_cluster` of a file in the line layout with each node entry validated but left as parsed JSON,
+    paired with where it is (``FILE: nodes[i]``), for a reader that builds only part of it
+    (:func:`entry_from_dict`; ``gpuaccept report`` of a fleet, :mod:`gpuaccept.report.slim`)."""
+    where = str(path)
     header, entries = iter_cluster(path)
     if header.get("kind") != "cluster":
         raise InputError(f"{where}: line 1: not a cluster report (no \"kind\": \"cluster\")")
@@ -191,41 +200,32 @@ def open_cluster(path: Path) -> tuple[ClusterReport, Iterator[NodeEntry]]:
     except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise InputError(f"{where}: not a valid cluster report: {type(exc).__name__}: "
                          f"{one_line(str(exc))[:200]}") from None
-    return cluster, _node_entries(entries, where)
+    return cluster, _valid_entries(entries, where)
 
 
-def _node_entries(entries: Iterator[tuple[int, dict[str, Any]]], where: str) -> Iterator[NodeEntry]:
+def _valid_entries(entries: Iterator[tuple[int, dict[str, Any]]], where: str) -> Iterator[tuple[str, dict[str, Any]]]:
     for i, data in entries:
         at = f"{where}: nodes[{i}]"
         _validate(data, "entry", at, "cluster report node")
         if data.get("report") is not None:
             _validate_node(data["report"], f"{at} ({one_line(data['host'])[:80]})")
-        try:
-            yield NodeEntry.from_dict(data)
-        except (KeyError, TypeError, ValueError, OverflowError) as exc:
-            raise InputError(f"{at}: not a valid node entry: {type(exc).__name__}: "
-                             f"{one_line(str(exc))[:200]}") from None
+        yield at, data
+
+
+def entry_from_dict(data: dict[str, Any], at: str) -> NodeEntry:
+    """The NodeEntry of a validated node entry; InputError naming ``at`` when it still does not make one."""
+    try:
+        return NodeEntry.from_dict(data)
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
+        raise InputError(f"{at}: not a valid node entry: {type(exc).__name__}: "
+                         f"{one_line(str(exc))[:200]}") from None
 
 
 def open_cluster_data(path: Path) -> tuple[ClusterReport, Iterator[dict[str, Any]]]:
-    """:func:`open_cluster` of a line-layout file, each node entry given as its validated JSON object, not rebuilt
-    as model objects (for ``history --import``, which stores the data as read). InputError as there."""
-    where = str(path)
-    header, entries = iter_cluster(path)
-    if header.get("kind") != "cluster":
-        raise InputError(f"{where}: line 1: not a cluster report (no \"kind\": \"cluster\")")
-    cluster = report_from_dict(header, where)
-    assert isinstance(cluster, ClusterReport)
-
-    def checked() -> Iterator[dict[str, Any]]:
-        for i, data in entries:
-            at = f"{where}: nodes[{i}]"
-            _validate(data, "entry", at, "cluster report node")
-            if data.get("report") is not None:
-                _validate_node(data["report"], f"{at} ({one_line(data['host'])[:80]})")
-            yield data
-
-    return cluster, checked()
+    """:func:`open_cluster_raw` without the places: each node entry as its validated JSON object, not rebuilt as
+    model objects (for ``history --import``, which stores the data as read). InputError as there."""
+    cluster, valid = open_cluster_raw(path)
+    return cluster, (data for _at, data in valid)
 
 
 def _started_from(run_id: str, results: Path) -> str:
