@@ -22,7 +22,14 @@ from gpuaccept.checks.rdma import RdmaCheck, judge_nic, memory_choice
 from gpuaccept.errors import UsageError
 from gpuaccept.hw.rdma import read_inventory
 from gpuaccept.model import Status
-from gpuaccept.perftest.loopback import LoopbackRun, cuda_built, loopback_plan, nic_gpus, run_loopback
+from gpuaccept.perftest.loopback import (
+    LoopbackRun,
+    cuda_built,
+    device_rails,
+    loopback_plan,
+    nic_gpus,
+    run_loopback,
+)
 from gpuaccept.perftest.plan import rail_nics
 from tests.chromium import require_binary
 from tests.helpers import gpuaccept, only_run_dir, validate_report
@@ -64,6 +71,10 @@ def test_loopback_argv_per_nic_with_and_without_gpu_memory() -> None:
     host = loopback_plan(["mlx5_0"], args=ARGS, base_port=20000, test="read_bw")
     assert host[0].client_argv == ("ib_read_bw", "-d", "mlx5_0", "-p", "20000", *ARGS, "localhost")
     assert host[0].gpu is None and host[0].rail == 0
+    down = read_inventory(SYSFS / "ndr_4x_port_down")  # mlx5_3 down: the others keep their rails
+    assert device_rails(down) == {"mlx5_0": 0, "mlx5_1": 1, "mlx5_2": 2, "mlx5_3": 3}
+    gap = loopback_plan(["mlx5_0", "mlx5_3"], args=ARGS, rails={"mlx5_0": 0, "mlx5_3": 3})
+    assert [(p.rail, p.port) for p in gap] == [(0, 18515), (3, 18518)]
     with pytest.raises(UsageError, match="set by the plan"):
         loopback_plan(["mlx5_0"], args=["-d", "mlx5_1"])
     with pytest.raises(UsageError, match="measures bandwidth"):
@@ -158,12 +169,15 @@ def test_the_estimate_counts_nics_in_waves_of_parallel_runs() -> None:
 def stand_in(bin_dir: Path, state: Path) -> None:
     """ib_write_bw as a shell script: a server marks its port listening and waits for its client, then prints the
     recorded server output; a client prints the recorded 399.6 Gb/s output with its -d device, or the 201 Gb/s one for
-    ``$RDMA_TEST_SLOW`` (after adding 7 to that port's symbol_error in the copied sysfs tree), or perftest's
-    connection error for ``$RDMA_TEST_BROKEN`` (exit 1). Each invocation's argv goes to ``state/argv``."""
+    ``$RDMA_TEST_SLOW`` (after adding 7 to that port's symbol_error in the copied sysfs tree; on node
+    ``$RDMA_TEST_SLOW_NODE`` only and without the counter when that is set: the nodes share one tree), or
+    perftest's connection error for ``$RDMA_TEST_BROKEN`` (exit 1). Each invocation's
+    argv goes to ``state/argv``; the ports' marks to ``state/<$GPUACCEPT_HOSTNAME>/``."""
     bin_dir.mkdir(exist_ok=True)
     state.mkdir(exist_ok=True)
     script = bin_dir / "ib_write_bw"
     script.write_text(f"""#!/bin/sh
+node=${{GPUACCEPT_HOSTNAME:-here}}; mkdir -p {state}/$node
 echo "$*" >> {state}/argv
 dev=""; port=18515; last=""
 for a in "$@"; do case "$a" in --help) cat {PERF}/local_write_bw_help.txt; exit 0;; esac; done
@@ -172,20 +186,20 @@ while [ $# -gt 0 ]; do
   last=$1; shift
 done
 if [ "$last" = localhost ]; then
-  [ -e {state}/listen-$port ] || {{ echo "Couldn't connect to localhost:$port"; exit 1; }}
+  [ -e {state}/$node/listen-$port ] || {{ echo "Couldn't connect to localhost:$port"; exit 1; }}
   if [ "$dev" = "${{RDMA_TEST_BROKEN:-}}" ]; then
-    sed "s/node-a:18517/localhost:$port/" {PERF}/err_connect.txt; touch {state}/done-$port; exit 1
-  elif [ "$dev" = "${{RDMA_TEST_SLOW:-}}" ]; then
+    sed "s/node-a:18517/localhost:$port/" {PERF}/err_connect.txt; touch {state}/$node/done-$port; exit 1
+  elif [ "$dev" = "${{RDMA_TEST_SLOW:-}}" ] && [ "${{RDMA_TEST_SLOW_NODE:-$node}}" = "$node" ]; then
     f=$GPUACCEPT_SYSFS_ROOT/sys/class/infiniband/$dev/ports/1/counters/symbol_error
-    echo $(( $(cat $f) + 7 )) > $f.new && mv $f.new $f
+    [ -n "${{RDMA_TEST_SLOW_NODE:-}}" ] || {{ echo $(( $(cat $f) + 7 )) > $f.new && mv $f.new $f; }}
     sed "s/mlx5_3/$dev/" {PERF}/write_bw_cuda_slow_client.txt
   else
     sed "s/mlx5_0/$dev/" {PERF}/write_bw_cuda_ndr_client.txt
   fi
-  touch {state}/done-$port
+  touch {state}/$node/done-$port
 else
-  touch {state}/listen-$port
-  i=0; while [ ! -e {state}/done-$port ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+  touch {state}/$node/listen-$port
+  i=0; while [ ! -e {state}/$node/done-$port ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
   sed "s/mlx5_0/$dev/" {PERF}/read_bw_gbits_server.txt | sed "s/RDMA_Read/RDMA_Write/"
 fi
 """)
@@ -246,6 +260,34 @@ def test_suite_run_a_connection_error_is_an_error_naming_the_nic(tmp_path: Path)
                                       "Unable to init the socket connection (exit 1)")
     assert {m["tags"]["nic"] for m in check["metrics"] if m["name"] == "rdma_write_bw_gbps"} == {
         "mlx5_0", "mlx5_2", "mlx5_3"}
+
+
+def test_a_cluster_report_names_the_slow_nic_by_node_and_rail(tmp_path: Path) -> None:
+    """Two nodes (``launch local``), local-1's mlx5_2 slow: the Markdown names node, rail and NIC; the HTML's NIC x
+    node table marks that one cell."""
+    stand_in(tmp_path / "bin", tmp_path / "state")
+    cfg = tmp_path / "site.yaml"
+    cfg.write_text("checks:\n  rdma:\n    params: {args: [-s, '1048576', -D, '1', -F, --report_gbits]}\n")
+    r = gpuaccept("launch", "local", "--nodes", "2", "--checks", "rdma", "--device", "cpu", "--config", str(cfg),
+                  "--report-dir", str(tmp_path / "rep"), "--no-history", timeout=300,
+                  PATH=os.pathsep.join([str(tmp_path / "bin"), os.environ["PATH"]]),
+                  GPUACCEPT_SYSFS_ROOT=str(SYSFS / "ndr_4x"), RDMA_TEST_SLOW="mlx5_2", RDMA_TEST_SLOW_NODE="local-1")
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
+    run = only_run_dir(tmp_path / "rep")
+    md = gpuaccept("report", str(run), "--format", "md", "-o", "-").stdout
+    (line,) = [x for x in md.splitlines() if x.startswith("| `local-1` | **FAIL** | `rdma`")]
+    assert "write\\_bw rail 2 (mlx5\\_2) -&gt; itself (loopback): 201.4 Gb/s" in line
+    assert not any(x.startswith("| `local-0` | **FAIL**") for x in md.splitlines())
+    out = tmp_path / "c.html"
+    assert gpuaccept("report", str(run), "--format", "html", "-o", str(out)).returncode == 0
+    html = out.read_text()
+    table = html[html.index('<section id="rdma-nics">'):]
+    table = table[:table.index("</section>")]
+    assert "1 of 8 NIC run(s) bad" in table
+    assert "<th>local-0</th><th>local-1</th>" in table
+    assert ("<tr><th>rail 2 &middot; mlx5_2</th><td>399.6 Gb/s</td><td class=\"bad\" title=\"write_bw rail 2 (mlx5_2) "
+            "-&gt; itself (loopback): 201.4 Gb/s at 1048576 B, expected &gt;= 380") in table
+    assert table.count('class="bad"') == 1
 
 
 def test_without_perftest_on_path_it_is_a_skip_naming_the_package(tmp_path: Path,

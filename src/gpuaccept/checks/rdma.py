@@ -1,9 +1,10 @@
 """The ``rdma`` check: each NIC's RDMA bandwidth on this node, by perftest in loopback, judged against its port.
 
-For every RDMA device with an ACTIVE port (sysfs below ``root``; rail ``i`` is the ``i``-th in natural order,
-``mlx5_0``, ``mlx5_1``, ...) it runs perftest's server and client on that device, the client connecting to
-``localhost`` (:mod:`gpuaccept.perftest.loopback`): ``ib_write_bw -d mlx5_0 -p 18515 -s 1048576 -D 5 -F
---report_gbits --use_cuda=0`` in the background, then the same with ``localhost`` last. GPU memory
+For every RDMA device with an ACTIVE port (sysfs below ``root``; rail ``i`` is the ``i``-th device in natural
+order, ``mlx5_0``, ``mlx5_1``, ..., whether its port is up or not) it runs perftest's server and client on that
+device, the client connecting to ``localhost`` (:mod:`gpuaccept.perftest.loopback`): ``ib_write_bw -d mlx5_0
+-p 18515 -s 1048576 -D 5 -F --report_gbits --use_cuda=0`` in the background, then the same with ``localhost``
+last. GPU memory
 (``--use_cuda``, the GPU on the NIC's NUMA node) where the node has GPUs, ``nvidia_peermem`` is loaded and the
 binary takes ``--use_cuda``; host memory otherwise, said in the reason. ``parallel`` NICs at once, each on its
 own port. The client's ``BW average`` is judged (:func:`gpuaccept.perftest.judge.judge`) against ``fraction``
@@ -33,7 +34,14 @@ from gpuaccept.errors import InputError, UsageError
 from gpuaccept.hw.rdma import IB_CLASS, Inventory, read_inventory
 from gpuaccept.model import Status, worst
 from gpuaccept.perftest.judge import DEFAULT_FRACTION, Ends, Judgement, data_rate_gbps, judge
-from gpuaccept.perftest.loopback import LoopbackRun, cuda_built, loopback_plan, nic_gpus, run_loopback
+from gpuaccept.perftest.loopback import (
+    LoopbackRun,
+    cuda_built,
+    device_rails,
+    loopback_plan,
+    nic_gpus,
+    run_loopback,
+)
 from gpuaccept.perftest.parse import parse_text
 from gpuaccept.perftest.plan import DEFAULT_ARGS, DEFAULT_BASE_PORT, gpudirect, rail_nics
 
@@ -170,7 +178,7 @@ class RdmaCheck(Check):
             return Outcome(Status.ERROR, "memory=cuda but sysfs shows no NVIDIA GPU on this node")
         try:
             plan = loopback_plan(nics, test=p["test"], gpus={n: g.index for n, g in gpus.items()} if cuda else None,
-                                 base_port=int(p["base_port"]), args=list(p["args"]))
+                                 base_port=int(p["base_port"]), args=list(p["args"]), rails=device_rails(inv))
         except UsageError as exc:
             return Outcome(Status.ERROR, str(exc))
         rates = {n: data_rate_gbps(q.rate_gbps, q.speed, q.link_layer) if q.rate_gbps is not None else None

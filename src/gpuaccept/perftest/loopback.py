@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuaccept.errors import UsageError
-from gpuaccept.perftest.plan import _NIC, _OWN, DEFAULT_ARGS, DEFAULT_BASE_PORT, RailPair, port_of
+from gpuaccept.perftest.plan import _NIC, _OWN, DEFAULT_ARGS, DEFAULT_BASE_PORT, RailPair, _natural, port_of
 
 LOOPBACK_HOST = "localhost"
 CUDA_ORDER = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
@@ -70,11 +70,18 @@ def cuda_built(help_text: str) -> bool:
     return "--use_cuda" in help_text
 
 
+def device_rails(inv: Any) -> dict[str, int]:
+    """Each RDMA device's rail: its index among all of the node's devices in natural order (``mlx5_0`` 0,
+    ``mlx5_10`` after ``mlx5_9``), active or not, so that a port down does not renumber the others."""
+    return {name: i for i, name in enumerate(sorted((d.name for d in inv.devices), key=_natural))}
+
+
 def loopback_plan(nics: Sequence[str], *, test: str = "write_bw", gpus: Mapping[str, int] | None = None,
                   base_port: int = DEFAULT_BASE_PORT, args: Sequence[str] = DEFAULT_ARGS,
-                  host: str = LOOPBACK_HOST) -> list[RailPair]:
-    """Each NIC's server and client on this node (pure): rail ``i`` on port ``base_port + i``, ``--use_cuda``
-    with the NIC's GPU in ``gpus`` (None or a NIC not in it: host memory)."""
+                  host: str = LOOPBACK_HOST, rails: Mapping[str, int] | None = None) -> list[RailPair]:
+    """Each NIC's server and client on this node (pure): the NIC of rail ``r`` (``rails``, default its place in
+    ``nics``) on port ``base_port + r``, ``--use_cuda`` with the NIC's GPU in ``gpus`` (None or a NIC not in
+    it: host memory)."""
     if not test.endswith("_bw"):
         raise UsageError(f"the loopback test measures bandwidth: {test!r} is not one of write_bw, read_bw, send_bw")
     bad = [n for n in nics if not _NIC.match(n)]
@@ -85,7 +92,8 @@ def loopback_plan(nics: Sequence[str], *, test: str = "write_bw", gpus: Mapping[
         raise UsageError(f"perftest argument {own[0]} is set by the plan (device, port, GPU)")
     out = []
     for i, nic in enumerate(nics):
-        port = port_of(base_port, i, 0, len(nics))
+        i = rails.get(nic, i) if rails is not None else i
+        port = port_of(base_port, i, 0, 1)
         gpu = None if gpus is None else gpus.get(nic)
         tail = (*args, *([f"--use_cuda={gpu}"] if gpu is not None else []))
         server = (f"ib_{test}", "-d", nic, "-p", str(port), *tail)
