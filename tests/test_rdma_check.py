@@ -75,6 +75,10 @@ def test_loopback_argv_per_nic_with_and_without_gpu_memory() -> None:
     assert device_rails(down) == {"mlx5_0": 0, "mlx5_1": 1, "mlx5_2": 2, "mlx5_3": 3}
     gap = loopback_plan(["mlx5_0", "mlx5_3"], args=ARGS, rails={"mlx5_0": 0, "mlx5_3": 3})
     assert [(p.rail, p.port) for p in gap] == [(0, 18515), (3, 18518)]
+    two = loopback_plan(["mlx5_0"], args=ARGS, ib_ports={"mlx5_0": 2})  # the HCA's active port is 2: -i 2
+    assert two[0].server_argv == ("ib_write_bw", "-d", "mlx5_0", "-p", "18515", "-i", "2", *ARGS)
+    with pytest.raises(UsageError, match="set by the plan"):
+        loopback_plan(["mlx5_0"], args=["-i", "2"])
     with pytest.raises(UsageError, match="set by the plan"):
         loopback_plan(["mlx5_0"], args=["-d", "mlx5_1"])
     with pytest.raises(UsageError, match="measures bandwidth"):
@@ -237,6 +241,7 @@ def test_suite_run_names_the_slow_nic_and_its_rail_and_the_counter_that_rose(tmp
     assert ("write_bw rail 2 (mlx5_2) -> itself (loopback): 201.4 Gb/s at 1048576 B, expected >= 380 (0.95 x mlx5_2:1 "
             "data rate 400 Gb/s); 4 NIC(s) by loopback, host memory: a CPU run (--device cpu)") in check["reason"]
     assert "RDMA counters during the run: mlx5_2:1 (symbol_error +7)" in check["reason"]
+    assert check["fault"]["code"] == "GA-NET-021"
     bw = {m["tags"]["nic"]: m for m in check["metrics"] if m["name"] == "rdma_write_bw_gbps"}
     assert sorted(bw) == ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"]
     assert bw["mlx5_2"]["value"] == 201.38 and bw["mlx5_2"]["tags"]["rail"] == 2 and bw["mlx5_0"]["value"] == 399.61
@@ -258,6 +263,8 @@ def test_suite_run_a_connection_error_is_an_error_naming_the_nic(tmp_path: Path)
     assert check["reason"].startswith("ib_write_bw rail 1 (mlx5_1) -> itself (loopback): Couldn't connect to "
                                       "localhost:18516; Unable to open file descriptor for socket connection; "
                                       "Unable to init the socket connection (exit 1)")
+    assert check["fault"]["code"] == "GA-NET-020"
+    assert check["next_steps"]["causes"][0].startswith("perftest could not open or reach a NIC")
     assert {m["tags"]["nic"] for m in check["metrics"] if m["name"] == "rdma_write_bw_gbps"} == {
         "mlx5_0", "mlx5_2", "mlx5_3"}
 

@@ -123,7 +123,7 @@ class RdmaCheck(Check):
     params: ClassVar[tuple[Param, ...]] = (
         Param("root", "str", "", "filesystem root of the sysfs tree read ('': $GPUACCEPT_SYSFS_ROOT, else /)"),
         Param("test", "str", "write_bw", "perftest bandwidth test, run as ib_<test>", choices=TESTS),
-        Param("args", "list", list(DEFAULT_ARGS), "perftest arguments (-d, -p and --use_cuda are set per NIC)"),
+        Param("args", "list", list(DEFAULT_ARGS), "perftest arguments (-d, -p, -i and --use_cuda are set per NIC)"),
         Param("fraction", "float", DEFAULT_FRACTION, "of the port's data rate, the least a NIC must reach",
               minimum=0.01, maximum=2.0),
         Param("min_gbps", "float", 0.0, "the least Gb/s per NIC instead of the fraction (0: the fraction)",
@@ -178,7 +178,8 @@ class RdmaCheck(Check):
             return Outcome(Status.ERROR, "memory=cuda but sysfs shows no NVIDIA GPU on this node")
         try:
             plan = loopback_plan(nics, test=p["test"], gpus={n: g.index for n, g in gpus.items()} if cuda else None,
-                                 base_port=int(p["base_port"]), args=list(p["args"]), rails=device_rails(inv))
+                                 base_port=int(p["base_port"]), args=list(p["args"]), rails=device_rails(inv),
+                                 ib_ports={n: q.port for n, q in ports.items()})
         except UsageError as exc:
             return Outcome(Status.ERROR, str(exc))
         rates = {n: data_rate_gbps(q.rate_gbps, q.speed, q.link_layer) if q.rate_gbps is not None else None

@@ -78,24 +78,27 @@ def device_rails(inv: Any) -> dict[str, int]:
 
 def loopback_plan(nics: Sequence[str], *, test: str = "write_bw", gpus: Mapping[str, int] | None = None,
                   base_port: int = DEFAULT_BASE_PORT, args: Sequence[str] = DEFAULT_ARGS,
-                  host: str = LOOPBACK_HOST, rails: Mapping[str, int] | None = None) -> list[RailPair]:
+                  host: str = LOOPBACK_HOST, rails: Mapping[str, int] | None = None,
+                  ib_ports: Mapping[str, int] | None = None) -> list[RailPair]:
     """Each NIC's server and client on this node (pure): the NIC of rail ``r`` (``rails``, default its place in
     ``nics``) on port ``base_port + r``, ``--use_cuda`` with the NIC's GPU in ``gpus`` (None or a NIC not in
-    it: host memory)."""
+    it: host memory), ``-i N`` for a NIC whose port in ``ib_ports`` is not 1 (perftest's default)."""
     if not test.endswith("_bw"):
         raise UsageError(f"the loopback test measures bandwidth: {test!r} is not one of write_bw, read_bw, send_bw")
     bad = [n for n in nics if not _NIC.match(n)]
     if bad:
         raise UsageError(f"{bad[0]!r} is not an RDMA device name (e.g. mlx5_0)")
-    own = [a for a in args if a.split("=", 1)[0] in _OWN]
+    own = [a for a in args if a.split("=", 1)[0] in (*_OWN, "-i", "--ib-port")]
     if own:
-        raise UsageError(f"perftest argument {own[0]} is set by the plan (device, port, GPU)")
+        raise UsageError(f"perftest argument {own[0]} is set by the plan (device, ports, GPU)")
     out = []
     for i, nic in enumerate(nics):
         i = rails.get(nic, i) if rails is not None else i
         port = port_of(base_port, i, 0, 1)
         gpu = None if gpus is None else gpus.get(nic)
-        tail = (*args, *([f"--use_cuda={gpu}"] if gpu is not None else []))
+        ib_port = 1 if ib_ports is None else ib_ports.get(nic, 1)
+        tail = (*(("-i", str(ib_port)) if ib_port != 1 else ()), *args, *([f"--use_cuda={gpu}"] if gpu is not None
+                                                                           else []))
         server = (f"ib_{test}", "-d", nic, "-p", str(port), *tail)
         out.append(RailPair(i, host, host, nic, nic, port, gpu, server, (*server, host)))
     return out
