@@ -297,6 +297,17 @@ def test_a_cluster_report_names_the_slow_nic_by_node_and_rail(tmp_path: Path) ->
     assert table.count('class="bad"') == 1
 
 
+def test_a_root_that_is_no_directory_is_a_config_error_before_anything_runs(tmp_path: Path) -> None:
+    cfg = tmp_path / "site.yaml"
+    cfg.write_text(f"checks:\n  rdma:\n    params: {{root: '{tmp_path / 'nowhere'}'}}\n")
+    r = gpuaccept("run", "--checks", "rdma", "--device", "cpu", "--config", str(cfg), "--report-dir",
+                  str(tmp_path / "rep"), "--no-history")
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1].endswith(f"checks.rdma.params.root: '{tmp_path / 'nowhere'}' is not a "
+                                                      "directory (the root of a sysfs tree)")
+    assert "Traceback" not in r.stderr
+
+
 def test_without_perftest_on_path_it_is_a_skip_naming_the_package(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
@@ -351,3 +362,24 @@ def test_without_a_sysfs_tree_the_check_is_a_skip_no_rdma_device() -> None:
     empty = RdmaCheck().run(CheckContext(device="cpu", params={**RdmaCheck.defaults("standard"),
                                                                "root": str(SYSFS / "no_rdma")}))
     assert empty.status is Status.SKIP and empty.reason.startswith("no RDMA device under ")
+
+
+def test_the_html_nic_table_marks_an_error_nic_by_its_status() -> None:
+    from gpuaccept.model import CheckResult, Metric, NodeReport, Threshold, Verdict
+    from gpuaccept.report.html_rdma import section
+    from gpuaccept.report.views import NodeView
+
+    ok = Metric("rdma_write_bw_gbps", 399.61, "Gb/s", device="mlx5_0:1", threshold=Threshold(">=", 380.0),
+                tags={"nic": "mlx5_0", "port": 1, "rail": 0})
+    reason = ("ib_write_bw rail 1 (mlx5_1) -> itself (loopback): Couldn't connect to localhost:18516 (exit 1); "
+              "2 NIC(s) by loopback, host memory: a CPU run (--device cpu)")
+    check = CheckResult("rdma", Status.ERROR, reason, metrics=[ok], details={"nics": [
+        {"rail": 0, "nic": "mlx5_0", "status": "pass"}, {"rail": 1, "nic": "mlx5_1", "status": "error"}]})
+    report = NodeReport("20260101T000000Z-node-a-abcd", "node-a", "standard", "2026-01-01T00:00:00Z",
+                        verdict=Verdict.FAILURE, checks=[check])
+    html = section([NodeView("node-a", report)])
+    assert "1 of 2 NIC run(s) bad" in html
+    assert "<tr><th>rail 0 &middot; mlx5_0</th><td>399.6 Gb/s</td></tr>" in html
+    assert ('<tr><th>rail 1 &middot; mlx5_1</th><td class="bad" title="ib_write_bw rail 1 (mlx5_1) -&gt; itself '
+            "(loopback): Couldn&#x27;t connect to localhost:18516 (exit 1)\">no figure ERROR</td></tr>") in html
+    assert section([NodeView("node-a", None, "no report")]) == ""

@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 from gpuaccept.checks import estimates
 from gpuaccept.checks.base import Check, CheckContext, Outcome, Param, RequiredMetric, require
 from gpuaccept.checks.fabric_watch import DELTA_METRICS, DELTA_RULES, FabricWatch
-from gpuaccept.errors import InputError, UsageError
+from gpuaccept.errors import ConfigError, InputError, UsageError
 from gpuaccept.hw.rdma import IB_CLASS, Inventory, read_inventory
 from gpuaccept.model import Status, worst
 from gpuaccept.perftest.judge import DEFAULT_FRACTION, Ends, Judgement, data_rate_gbps, judge
@@ -153,6 +153,13 @@ class RdmaCheck(Check):
         root = sysfs_root(str(params.get("root", "")), os.environ)
         nics = len(rail_nics(read_inventory(root))) if (Path(root) / IB_CLASS).is_dir() else None
         return estimates.rdma(params, device, gpus, nics)
+
+    @classmethod
+    def preflight(cls, params: dict[str, Any], source: str, key: str) -> None:
+        """A ``root`` given that is no directory is a typo, not a node without RDMA: ConfigError (exit 2)."""
+        root = str(params.get("root", ""))
+        if root and not Path(root).is_dir():
+            raise ConfigError(source, f"{key}.root", f"{root!r} is not a directory (the root of a sysfs tree)")
 
     def run(self, ctx: CheckContext) -> Outcome:
         p = ctx.params

@@ -36,7 +36,8 @@ def _check_rows(host: str, check: CheckResult) -> list[dict[str, Any]]:
         bad = n.get("status") in ("fail", "error") or (m is not None and threshold_met(m) is False)
         said = re.compile(r"\w+ rail \d+ \(" + re.escape(nic) + r"\).*")  # the NIC's own words, not the engine's
         pieces = [m.group(0) for m in map(said.search, check.reason.split("; ")) if m]
-        rows.append({"node": host, "rail": n.get("rail", 0), "port": nic, "gpu": (n.get("gpu") or {}).get("index"),
+        rows.append({"node": host, "rail": n.get("rail", 0), "port": nic, "status": n.get("status"),
+                     "gpu": (n.get("gpu") or {}).get("index"),
                      "figure": None if m is None else m.value, "unit": "Gb/s",
                      "bound": None if m is None or m.threshold is None else m.threshold.value,
                      "verdict": "bad" if bad else ("not judged" if m is not None and m.threshold is None
