@@ -306,6 +306,12 @@ def test_a_root_that_is_no_directory_is_a_config_error_before_anything_runs(tmp_
     assert r.stderr.strip().splitlines()[-1].endswith(f"checks.rdma.params.root: '{tmp_path / 'nowhere'}' is not a "
                                                       "directory (the root of a sysfs tree)")
     assert "Traceback" not in r.stderr
+    cfg.write_text("checks:\n  rdma:\n    params: {args: [-d, mlx5_3]}\n")
+    r = gpuaccept("run", "--checks", "rdma", "--device", "cpu", "--config", str(cfg), "--report-dir",
+                  str(tmp_path / "rep"), "--no-history")
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1].endswith("checks.rdma.params.args: perftest argument -d is set by the "
+                                                      "plan (device, ports, GPU)")
 
 
 def test_without_perftest_on_path_it_is_a_skip_naming_the_package(tmp_path: Path,

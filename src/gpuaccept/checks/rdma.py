@@ -23,6 +23,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, ClassVar
@@ -51,7 +52,7 @@ MAX_LISTED = 4
 PACKAGE = "perftest (Debian/Ubuntu: apt-get install perftest; RHEL: dnf install perftest)"
 
 
-def sysfs_root(param: str, env: dict[str, str] | os._Environ[str]) -> str:
+def sysfs_root(param: str, env: Mapping[str, str]) -> str:
     """The ``root`` parameter, else ``$GPUACCEPT_SYSFS_ROOT`` (a container mounting the host's /sys elsewhere),
     else ``/``."""
     return param or env.get("GPUACCEPT_SYSFS_ROOT") or "/"
@@ -156,10 +157,15 @@ class RdmaCheck(Check):
 
     @classmethod
     def preflight(cls, params: dict[str, Any], source: str, key: str) -> None:
-        """A ``root`` given that is no directory is a typo, not a node without RDMA: ConfigError (exit 2)."""
+        """A ``root`` given that is no directory (a typo, not a node without RDMA), or ``args`` that set what the
+        plan sets per NIC (``-d``, ``-p``, ``-i``, ``--use_cuda``): ConfigError (exit 2)."""
         root = str(params.get("root", ""))
         if root and not Path(root).is_dir():
             raise ConfigError(source, f"{key}.root", f"{root!r} is not a directory (the root of a sysfs tree)")
+        try:
+            loopback_plan(["mlx5_0"], test=str(params.get("test", "write_bw")), args=list(params.get("args", [])))
+        except UsageError as exc:
+            raise ConfigError(source, f"{key}.args", str(exc)) from None
 
     def run(self, ctx: CheckContext) -> Outcome:
         p = ctx.params
