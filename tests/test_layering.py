@@ -42,7 +42,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "cliexamples": frozenset(),
     "completion": frozenset({"errors"}),
     "hw": frozenset({"errors", "model"}),
-    "checks": frozenset({"errors", "model", "argtypes", "inputs", "hw", "distributed", "nccltests"}),
+    "checks": frozenset({"errors", "model", "argtypes", "inputs", "hw", "distributed", "nccltests", "perftest"}),
     "distributed": frozenset({"errors", "model", "hw", "checks"}),
     "node": frozenset({"errors", "model", "argtypes", "inputs", "checks", "hw", "distributed", "results",
                        "__init__", "faults"}),

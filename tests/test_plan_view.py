@@ -45,7 +45,7 @@ def test_profile_help_names_duration_and_level() -> None:
     assert profile_help("quick") == "quick: about 3 min on an 8-GPU node (like DCGM r1)"
     proc = gpuaccept("run", "--help")
     assert proc.returncode == 0
-    assert "standard: about 14 min on an 8-GPU node (like DCGM r2)" in " ".join(proc.stdout.split())
+    assert "standard: about 15 min on an 8-GPU node (like DCGM r2)" in " ".join(proc.stdout.split())
 
 
 def _plan_json(*args: str) -> dict[str, object]:

@@ -29,10 +29,10 @@ class ProfileInfo:
 
 PROFILES: dict[str, ProfileInfo] = {
     "quick": ProfileInfo("r1", "dcgmi diag -r 1 (seconds): deployment and software checks", 178),
-    "standard": ProfileInfo("r2", "dcgmi diag -r 2 (about 2 min): adds PCIe and memory", 845),
+    "standard": ProfileInfo("r2", "dcgmi diag -r 2 (about 2 min): adds PCIe and memory", 913),
     "full": ProfileInfo("r3", "dcgmi diag -r 3 (about 15 min): adds targeted stress and power, memory "
-                              "bandwidth, diagnostic GEMM", 5070),
-    "burnin": ProfileInfo("r4", "dcgmi diag -r 4 (an hour or more): extended stress and memtest", 1993),
+                              "bandwidth, diagnostic GEMM", 5178),
+    "burnin": ProfileInfo("r4", "dcgmi diag -r 4 (an hour or more): extended stress and memtest", 2261),
 }
 
 
@@ -87,6 +87,9 @@ CHECKS: dict[str, Equivalent] = {
                                       "compared with a one-GPU run", "the DDP loss curve within tolerance of one "
                                       "device's, tokens/s per rank, the straggler named"),
     "nccl_tests": Equivalent("", "nccl-tests all_reduce_perf etc. (runs them)", "#wrong = 0, busbw vs the fabric"),
+    "rdma": Equivalent("", "ib_write_bw -d mlx5_0 --use_cuda=0 --report_gbits per NIC, loopback",
+                       "each NIC's bandwidth against its port's data rate (Azure's node health checks); DCGM does not "
+                       "measure the NICs"),
 }
 """Each built-in check's counterpart (a test holds that every registered built-in check has one)."""
 

@@ -145,6 +145,12 @@ RULES: tuple[Rule, ...] = (
          ("ibstat", "dmesg -T | grep -i mlx")),
     Rule("fabric", "reason:peermem", ("nvidia_peermem is not loaded: no GPUDirect RDMA",),
          ("modprobe nvidia_peermem", "lsmod | grep peermem")),
+    Rule("rdma", "metric:rdma_*_bw_gbps",
+         ("a NIC below its port's data rate in loopback: its PCIe link (width or speed), firmware, or the GPU's path "
+          "(GPUDirect, a GPU not local to the NIC)",), ("ibstat", "nvidia-smi topo -m", "ibv_devinfo -v")),
+    Rule("rdma", "reason:Unable to|reason:Couldn't|reason:Failed to|reason:Did not detect",
+         ("perftest could not open or reach a NIC: the RDMA driver or device missing, or its localhost port taken",),
+         ("ibv_devinfo", "ibstat")),
     Rule("env", "any", ("a GPU missing, disabled or hidden (CUDA_VISIBLE_DEVICES), or a driver and library "
                         "mismatch",),
          ("nvidia-smi -L", "lspci -d 10de:", "dmesg -T | grep -i -e xid -e nvrm")),

@@ -34,6 +34,7 @@ BUILTIN_MODULES = (
     "gpuaccept.checks.reference_train",
     "gpuaccept.checks.throughput",
     "gpuaccept.checks.disk",
+    "gpuaccept.checks.rdma",
     "gpuaccept.checks.collectives",
     "gpuaccept.checks.ddp",
     "gpuaccept.checks.reference_train_ddp",

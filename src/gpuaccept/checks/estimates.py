@@ -228,6 +228,27 @@ def nccl_tests(params: dict[str, Any], device: str, gpus: int) -> float | None:
     return sum(5.0 + collective_sweep(sizes, 1, ops, device) for _ in params["tests"])
 
 
+RDMA_CONNECT_S = 3.0
+"""Seconds of one NIC's loopback run that are not traffic (the server's start, the client's connection, CUDA's
+start with ``--use_cuda``): :data:`gpuaccept.perftest.plan.CONNECT_S`."""
+
+
+def rdma(params: dict[str, Any], device: str, gpus: int, nics: int | None) -> float:
+    """Each NIC's loopback run (``-D`` seconds x its sizes + :data:`RDMA_CONNECT_S`, else its ``nic_timeout_s``
+    where the arguments give no duration), ``parallel`` at once. ``nics``: the NICs with an ACTIVE port (0: it
+    skips); None where this machine's sysfs has no RDMA class, so the figure is for the node planned: one NIC
+    per GPU (a rail-optimised GPU node) on a GPU run, none on a CPU run."""
+    from gpuaccept.perftest.plan import estimate_s
+
+    count = (gpus if device == "cuda" else 0) if nics is None else nics
+    if count <= 0:
+        return 0.5
+    one, _why = estimate_s(list(params["args"]), RDMA_CONNECT_S)
+    per_nic = float(params["nic_timeout_s"]) if one is None else min(one, float(params["nic_timeout_s"]))
+    waves = -(-count // max(1, int(params["parallel"])))
+    return 1.0 + waves * per_nic
+
+
 #: a reference training run's sustained model FLOP/s (reftrain_task.flops_per_token x tokens/s): a 2-core
 #: CPU in fp32, and a GPU in bf16 with the written-out attention (well below a datacenter GPU's rate)
 REFTRAIN_FLOPS = {"cpu": 5e9, "cuda": 100e12}

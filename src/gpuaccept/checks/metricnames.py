@@ -197,6 +197,7 @@ NOT_PERFORMANCE: dict[str, str] = {
     "*_avg_busbw_gbs": "nccl-tests' average over every size, latency-bound ones included: set by the size range",
     "p2p_latency_us": "the time of one small peer copy, shown for diagnosis; the pair's copy rate is judged",
     "rdma_port_rate_gbps": "the negotiated link rate read from sysfs, judged by fabric against the expected rate",
+    "rdma_*_peak_gbps": "perftest's best interval, shown for diagnosis; the average (rdma_<test>_gbps) is judged",
 }
 """Rate-like figures (:func:`rate_like`) that are not performance figures, by name glob, and why. Every
 other rate-like figure a check reports carries ``Metric.performance`` and must find an expectation on a GPU

@@ -18,7 +18,7 @@ from gpuaccept.checks.metricnames import globs_overlap
 from gpuaccept.docsgen.markdown import GENERATED, cell, code, from_docstring, table
 from gpuaccept.equivalents import CHECKS as EQUIVALENTS
 
-_UNIT_SOURCES = ("checks", "nccltests")
+_UNIT_SOURCES = ("checks", "nccltests", "perftest")
 
 
 def builtin_checks() -> list[type[Check]]:

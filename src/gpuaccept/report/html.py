@@ -36,7 +36,7 @@ from gpuaccept.model import (
     state_label,
 )
 from gpuaccept.report import html_fleet as fleet
-from gpuaccept.report import svg
+from gpuaccept.report import html_rdma, svg
 from gpuaccept.report.budget_view import BudgetView, budget_view, budget_views
 from gpuaccept.report.grid import Column, GridBuilder, Heatmap, Sweep, cross_node_coverage, size_of, swept_names
 from gpuaccept.report.html_assets import CSS, JS
@@ -564,6 +564,9 @@ def render_html(report: NodeReport | ClusterReport, *, analysis: dict[str, Any] 
         else:
             sections.append(_heatmap_section(hm, nodes, idx))
         nav.append('<a href="#heatmap">heatmap</a>')
+        if nic_table := html_rdma.section(nodes):  # the rdma check's NIC x node table
+            sections.append(nic_table)
+            nav.append('<a href="#rdma-nics">NIC × node</a>')
     budgets = budget_views(nodes)
     if budgets:
         sections.append(_budget_section(budgets, cluster))

@@ -31,7 +31,8 @@ def _cell(row: Mapping[str, Any] | None) -> str:
     fig, bound, unit = _num(row.get("figure")), _num(row.get("bound")), str(row.get("unit") or "")
     text = "no figure" if fig is None else f"{fig:.4g} {unit}"
     if row.get("verdict") == "bad":
-        why = f" &lt; {bound:g}" if fig is not None and bound is not None and fig < bound else " FAIL"
+        why = (f" &lt; {bound:g}" if fig is not None and bound is not None and fig < bound
+               else f" {e(str(row.get('status') or 'fail').upper())}")
         tip = "; ".join(str(x) for x in row.get("evidence") or [])
         return f'<td class="bad" title="{e(tip)}">{e(text)}{why}</td>'
     if row.get("verdict") == "not judged":
