@@ -389,3 +389,30 @@ def test_the_html_nic_table_marks_an_error_nic_by_its_status() -> None:
     assert ('<tr><th>rail 1 &middot; mlx5_1</th><td class="bad" title="ib_write_bw rail 1 (mlx5_1) -&gt; itself '
             "(loopback): Couldn&#x27;t connect to localhost:18516 (exit 1)\">no figure ERROR</td></tr>") in html
     assert section([NodeView("node-a", None, "no report")]) == ""
+
+
+def test_the_gpu_is_named_by_pci_address_where_perftest_takes_it_else_by_its_visible_ordinal() -> None:
+    from gpuaccept.checks.rdma import cuda_choice
+    from gpuaccept.perftest.loopback import cuda_index, takes_bus_id
+
+    assert [cuda_index(2, v) for v in (None, "0,1,2,3", "2", "3,2", "0,1", "GPU-1a2b", "MIG-3c,1", "")] == \
+        [2, 2, 0, 1, None, None, None, None]
+    cuda_help = ("      --use_cuda=<cuda device id> Use CUDA specific device for GPUDirect RDMA testing\n"
+                 "      --use_cuda_bus_id=<cuda full BUS id> Use CUDA specific device, based on its full PCIe address, "
+                 "for GPUDirect RDMA testing\n")
+    old_help = cuda_help.splitlines()[0]
+    assert takes_bus_id(cuda_help) and not takes_bus_id(old_help) and not takes_bus_id(None)
+    inv = read_inventory(SYSFS / "ndr_4x")
+    gpus = nic_gpus(inv, ["mlx5_0", "mlx5_2"])
+    ordinals, bus, why = cuda_choice(gpus, None, cuda_help, {"CUDA_VISIBLE_DEVICES": "GPU-1a2b"})
+    assert why == "" and bus == {n: g.pci_address for n, g in gpus.items()}
+    plan = loopback_plan(["mlx5_0", "mlx5_2"], gpus=ordinals, bus_ids=bus, args=ARGS)
+    assert plan[1].server_argv[-1] == f"--use_cuda_bus_id={gpus['mlx5_2'].pci_address}"
+    assert not any(a.startswith("--use_cuda=") for a in plan[1].client_argv)
+    visible = ",".join(str(g.index) for g in reversed(list(gpus.values())))
+    ordinals, bus, why = cuda_choice(gpus, None, old_help, {"CUDA_VISIBLE_DEVICES": visible})
+    assert bus == {} and why == "" and ordinals == {"mlx5_0": 1, "mlx5_2": 0}
+    assert loopback_plan(["mlx5_0"], gpus=ordinals, args=ARGS)[0].server_argv[-1] == "--use_cuda=1"
+    ordinals, bus, why = cuda_choice(gpus, None, old_help, {"CUDA_VISIBLE_DEVICES": "GPU-1a2b"})
+    assert ordinals == {} and why.startswith("host memory: CUDA_VISIBLE_DEVICES=GPU-1a2b hides mlx5_0's GPU")
+    assert cuda_choice(gpus, None, old_help, {}) == ({n: g.index for n, g in gpus.items()}, {}, "")

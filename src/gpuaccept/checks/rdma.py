@@ -38,10 +38,12 @@ from gpuaccept.perftest.judge import DEFAULT_FRACTION, Ends, Judgement, data_rat
 from gpuaccept.perftest.loopback import (
     LoopbackRun,
     cuda_built,
+    cuda_index,
     device_rails,
     loopback_plan,
     nic_gpus,
     run_loopback,
+    takes_bus_id,
 )
 from gpuaccept.perftest.parse import parse_text
 from gpuaccept.perftest.plan import DEFAULT_ARGS, DEFAULT_BASE_PORT, gpudirect, rail_nics
@@ -189,8 +191,11 @@ class RdmaCheck(Check):
         gpus = nic_gpus(inv, nics) if cuda else {}
         if cuda and not gpus:
             return Outcome(Status.ERROR, "memory=cuda but sysfs shows no NVIDIA GPU on this node")
+        ordinals, bus_ids, hidden = cuda_choice(gpus, binary if cuda else None, help_text, os.environ)
+        if hidden:
+            cuda, gpus, why = False, {}, hidden
         try:
-            plan = loopback_plan(nics, test=p["test"], gpus={n: g.index for n, g in gpus.items()} if cuda else None,
+            plan = loopback_plan(nics, test=p["test"], gpus=ordinals if cuda else None, bus_ids=bus_ids,
                                  base_port=int(p["base_port"]), args=list(p["args"]), rails=device_rails(inv),
                                  ib_ports={n: q.port for n, q in ports.items()})
         except UsageError as exc:
@@ -212,6 +217,29 @@ class RdmaCheck(Check):
         outcome = _outcome(runs, judged, why, gpus)
         outcome = require(outcome, [RequiredMetric(f"rdma_{p['test']}_gbps", f"{n}:{ports[n].port}") for n in nics])
         return watch.finish(outcome) if watch is not None else outcome
+
+
+def cuda_choice(gpus: Mapping[str, Any], binary: str | None, help_text: str | None, env: Mapping[str, str]
+                ) -> tuple[dict[str, int], dict[str, str], str]:
+    """(each NIC's CUDA ordinal, each NIC's GPU PCI address for ``--use_cuda_bus_id``, why host memory instead or
+    ""): the PCI address where perftest takes it (immune to ``CUDA_VISIBLE_DEVICES`` and CUDA's numbering);
+    else the ordinal under ``CUDA_VISIBLE_DEVICES`` (:func:`gpuaccept.perftest.loopback.cuda_index`), and host
+    memory, said why, when a NIC's GPU has no ordinal there."""
+    if not gpus:
+        return {}, {}, ""
+    if help_text is None and binary is not None:
+        help_text = _help(binary)
+    if takes_bus_id(help_text):
+        return {n: g.index for n, g in gpus.items()}, {n: g.pci_address for n, g in gpus.items()}, ""
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    ordinals: dict[str, int] = {}
+    for nic, gpu in gpus.items():
+        ordinal = cuda_index(gpu.index, visible)
+        if ordinal is None:
+            return {}, {}, (f"host memory: CUDA_VISIBLE_DEVICES={visible} hides {nic}'s GPU {gpu.pci_address} or "
+                            "names GPUs without ordinals, and this perftest has no --use_cuda_bus_id")
+        ordinals[nic] = ordinal
+    return ordinals, {}, ""
 
 
 def _help(binary: str) -> str | None:

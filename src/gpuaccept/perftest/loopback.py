@@ -70,6 +70,29 @@ def cuda_built(help_text: str) -> bool:
     return "--use_cuda" in help_text
 
 
+def takes_bus_id(help_text: str | None) -> bool:
+    """Whether a perftest binary takes ``--use_cuda_bus_id=<PCI address>`` (perftest prints it in ``--help`` beside
+    ``--use_cuda`` in CUDA builds since 2022): the GPU named by its PCI address, whatever CUDA's numbering."""
+    return help_text is not None and "--use_cuda_bus_id" in help_text
+
+
+def cuda_index(pci_order_index: int, visible: str | None) -> int | None:
+    """CUDA's ordinal of the GPU that is ``pci_order_index``-th of all NVIDIA GPUs in PCI order, for a process
+    started with ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` (:data:`CUDA_ORDER`) and ``CUDA_VISIBLE_DEVICES=visible``
+    (pure): the index itself when nothing is hidden (unset), its place in the list when the list is of
+    ordinals, None when the GPU is hidden or the list names GPUs by UUID or MIG instance (no ordinal is
+    knowable here: use ``--use_cuda_bus_id``)."""
+    if visible is None:
+        return pci_order_index
+    items = [v.strip() for v in visible.split(",") if v.strip()]
+    ordinals: list[int] = []
+    for item in items:
+        if not item.isdigit():
+            return None
+        ordinals.append(int(item))
+    return ordinals.index(pci_order_index) if pci_order_index in ordinals else None
+
+
 def device_rails(inv: Any) -> dict[str, int]:
     """Each RDMA device's rail: its index among all of the node's devices in natural order (``mlx5_0`` 0,
     ``mlx5_10`` after ``mlx5_9``), active or not, so that a port down does not renumber the others."""
@@ -79,10 +102,12 @@ def device_rails(inv: Any) -> dict[str, int]:
 def loopback_plan(nics: Sequence[str], *, test: str = "write_bw", gpus: Mapping[str, int] | None = None,
                   base_port: int = DEFAULT_BASE_PORT, args: Sequence[str] = DEFAULT_ARGS,
                   host: str = LOOPBACK_HOST, rails: Mapping[str, int] | None = None,
-                  ib_ports: Mapping[str, int] | None = None) -> list[RailPair]:
+                  ib_ports: Mapping[str, int] | None = None, bus_ids: Mapping[str, str] | None = None
+                  ) -> list[RailPair]:
     """Each NIC's server and client on this node (pure): the NIC of rail ``r`` (``rails``, default its place in
     ``nics``) on port ``base_port + r``, ``--use_cuda`` with the NIC's GPU in ``gpus`` (None or a NIC not in
-    it: host memory), ``-i N`` for a NIC whose port in ``ib_ports`` is not 1 (perftest's default)."""
+    it: host memory; ``--use_cuda_bus_id`` with its PCI address instead when ``bus_ids`` has one), ``-i N`` for
+    a NIC whose port in ``ib_ports`` is not 1 (perftest's default)."""
     if not test.endswith("_bw"):
         raise UsageError(f"the loopback test measures bandwidth: {test!r} is not one of write_bw, read_bw, send_bw")
     bad = [n for n in nics if not _NIC.match(n)]
@@ -97,8 +122,9 @@ def loopback_plan(nics: Sequence[str], *, test: str = "write_bw", gpus: Mapping[
         port = port_of(base_port, i, 0, 1)
         gpu = None if gpus is None else gpus.get(nic)
         ib_port = 1 if ib_ports is None else ib_ports.get(nic, 1)
-        tail = (*(("-i", str(ib_port)) if ib_port != 1 else ()), *args, *([f"--use_cuda={gpu}"] if gpu is not None
-                                                                           else []))
+        bus = None if bus_ids is None or gpu is None else bus_ids.get(nic)
+        cuda = [f"--use_cuda_bus_id={bus}"] if bus else [f"--use_cuda={gpu}"] if gpu is not None else []
+        tail = (*(("-i", str(ib_port)) if ib_port != 1 else ()), *args, *cuda)
         server = (f"ib_{test}", "-d", nic, "-p", str(port), *tail)
         out.append(RailPair(i, host, host, nic, nic, port, gpu, server, (*server, host)))
     return out
