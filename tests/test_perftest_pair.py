@@ -22,7 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from gpuaccept.hw.rdma import read_inventory
 from gpuaccept.model import Status
+from gpuaccept.perftest.loopback import nic_gpus
 from gpuaccept.perftest.pairrun import judge_rails, rail_line, read_log
 from tests.launch_support import gpuaccept, launch_env, require
 from tests.slurm_cluster import DAEMONS, LocalSlurm
@@ -39,6 +41,9 @@ def stand_in(bin_dir: Path, state: Path) -> None:
     script = bin_dir / "ib_write_bw"
     script.write_text(f"""#!/bin/sh
 # Stand-in for perftest's ib_write_bw (no RDMA device here): see tests/test_perftest_pair.py.
+case "$1" in --help) echo "      --use_cuda=<cuda device id> Use CUDA specific device for GPUDirect RDMA testing"
+  echo "      --use_cuda_bus_id=<cuda full BUS id> Use CUDA specific device, based on its full PCIe address"; exit 0;;
+esac
 dev=""; port=18515; last=""
 while [ $# -gt 0 ]; do
   case "$1" in -d) dev=$2; shift;; -p) port=$2; shift;; esac
@@ -77,7 +82,7 @@ def test_two_node_processes_run_every_rail_at_once_and_name_the_slow_one(tmp_pat
     shutil.copytree(SYSFS, sysfs, symlinks=True)
     env = _env(tmp_path, sysfs)
     argv = [sys.executable, "-m", "gpuaccept", "rdma", "pair-node", "--nodes", "node-a,node-b", "--nics", NICS,
-            "--gpus", "--sysfs-root", str(sysfs), "--timeout", "60", "--client-delay", "0.3"]
+            "--sysfs-root", str(sysfs), "--timeout", "60", "--client-delay", "0.3"]
     # the client first: its first tries find no server listening, and the pair-node tries again
     client = subprocess.Popen([*argv, "--rank", "1"], stdout=subprocess.PIPE, text=True, env=env)
     server = subprocess.Popen([*argv, "--rank", "0"], stdout=subprocess.PIPE, text=True, env=env)
@@ -93,7 +98,10 @@ def test_two_node_processes_run_every_rail_at_once_and_name_the_slow_one(tmp_pat
     assert [r.judgement.status for r in rails] == [Status.PASS] * 3 + [Status.FAIL], [r.judgement.reason for r in rails]
     assert rail_line(rails[3]) == "node-b rail 3 (mlx5_3): 201 Gb/s, expected >= 380: FAIL"
     assert rails[3].counters == {"client": {"rose": {"symbol_error": 7}}, "server": {"rose": {"symbol_error": 7}}}
-    assert "$ ib_write_bw -d mlx5_3 -p 18518 -s 1048576 -D 5 -F --report_gbits --use_cuda=3 node-a" in out_c
+    # memory auto: GPUs and nvidia_peermem in sysfs, a perftest that takes --use_cuda_bus_id: each NIC's own GPU
+    gpu = nic_gpus(read_inventory(sysfs), NICS.split(","))["mlx5_3"]
+    assert (f"$ ib_write_bw -d mlx5_3 -p 18518 -s 1048576 -D 5 -F --report_gbits --use_cuda_bus_id={gpu.pci_address} "
+            "node-a") in out_c
     r = gpuaccept("rdma", "parse", str(log), "--rate-gbps", "400", f"--json={tmp_path / 'v.json'}", env=env)
     assert r.returncode == 1, r.stdout + r.stderr
     assert r.stdout.splitlines()[-1] == "FAIL: 4 rails: node-b rail 3 (mlx5_3): 201 Gb/s, expected >= 380: FAIL"

@@ -77,3 +77,34 @@ def test_a_rail_test_is_estimated_from_its_duration_sizes_and_connection_setup()
     assert estimate_s(["-n", "1000"]) == (None, "no -D: perftest runs a count of iterations, whose time depends "
                                                 "on the bandwidth")
     assert estimate_s(["-D", "x"])[0] is None
+
+
+def test_each_node_picks_its_own_ends_gpu_by_numa_and_pci_address() -> None:
+    from gpuaccept.perftest.loopback import nic_gpus
+    from gpuaccept.perftest.node import own_gpus
+
+    old = "      --use_cuda=<cuda device id> Use CUDA specific device for GPUDirect RDMA testing\n"
+    new = old + "      --use_cuda_bus_id=<cuda full BUS id> Use CUDA specific device, based on its full PCIe address\n"
+    inv = read_inventory(SYSFS / "ndr_4x")
+    nics = ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"]
+    local = nic_gpus(inv, nics)
+    gpus, bus, why = own_gpus(inv, nics, "auto", new, {"CUDA_VISIBLE_DEVICES": "GPU-1a2b"})
+    assert bus == [local[n].pci_address for n in nics] and why.endswith("by PCI address (--use_cuda_bus_id)")
+    rails = pair_plan("a", "b", nics, nics, gpus=gpus, bus_ids=bus)
+    assert rails[2].client_argv[-2:] == (f"--use_cuda_bus_id={local['mlx5_2'].pci_address}", "a")
+    # an older perftest: the ordinal as this process's CUDA_VISIBLE_DEVICES numbers it
+    visible = ",".join(str(local[n].index) for n in reversed(nics))
+    gpus, bus, why = own_gpus(inv, nics, "auto", old, {"CUDA_VISIBLE_DEVICES": visible})
+    assert bus is None and gpus == [3, 2, 1, 0] and why.endswith("by CUDA ordinal (--use_cuda)")
+    assert pair_plan("a", "b", nics, nics, gpus=gpus)[0].server_argv[-1] == "--use_cuda=3"
+    gpus, bus, why = own_gpus(inv, nics, "auto", old, {"CUDA_VISIBLE_DEVICES": "0"})
+    assert gpus is None and why.startswith("host memory: CUDA_VISIBLE_DEVICES=0 hides mlx5_1's GPU")
+    assert own_gpus(inv, nics, "auto", "usage: ib_write_bw\n", {})[2] == (
+        "host memory: this perftest is built without CUDA (no --use_cuda in its --help)")
+    assert own_gpus(inv, nics, "host", new, {}) == (None, None, "host memory (--memory host)")
+    assert own_gpus(read_inventory(SYSFS / "roce_2x"), ["mlx5_0"], "auto", new, {})[2] == (
+        "host memory: nvidia_peermem is not loaded")
+    with pytest.raises(UsageError, match="no NVIDIA GPU"):
+        own_gpus(read_inventory(SYSFS / "no_gpu"), ["mlx5_0"], "cuda", new, {})
+    with pytest.raises(UsageError, match="need a GPU for each rail"):
+        pair_plan("a", "b", nics, nics, bus_ids=bus or ["x"] * 4)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -38,12 +37,12 @@ from gpuaccept.perftest.judge import DEFAULT_FRACTION, Ends, Judgement, data_rat
 from gpuaccept.perftest.loopback import (
     LoopbackRun,
     cuda_built,
-    cuda_index,
+    cuda_choice,
     device_rails,
+    help_of,
     loopback_plan,
     nic_gpus,
     run_loopback,
-    takes_bus_id,
 )
 from gpuaccept.perftest.parse import parse_text
 from gpuaccept.perftest.plan import DEFAULT_ARGS, DEFAULT_BASE_PORT, gpudirect, rail_nics
@@ -186,7 +185,7 @@ class RdmaCheck(Check):
             return Outcome.skip(f"perftest not found: no ib_{p['test']} on PATH; install {PACKAGE}")
         help_text = None
         if p["memory"] == "auto" and ctx.device != "cpu" and gpudirect(inv):
-            help_text = _help(binary)
+            help_text = help_of(binary)
         cuda, why = memory_choice(inv, p["memory"], ctx.device, help_text)
         gpus = nic_gpus(inv, nics) if cuda else {}
         if cuda and not gpus:
@@ -217,38 +216,6 @@ class RdmaCheck(Check):
         outcome = _outcome(runs, judged, why, gpus)
         outcome = require(outcome, [RequiredMetric(f"rdma_{p['test']}_gbps", f"{n}:{ports[n].port}") for n in nics])
         return watch.finish(outcome) if watch is not None else outcome
-
-
-def cuda_choice(gpus: Mapping[str, Any], binary: str | None, help_text: str | None, env: Mapping[str, str]
-                ) -> tuple[dict[str, int], dict[str, str], str]:
-    """(each NIC's CUDA ordinal, each NIC's GPU PCI address for ``--use_cuda_bus_id``, why host memory instead or
-    ""): the PCI address where perftest takes it (immune to ``CUDA_VISIBLE_DEVICES`` and CUDA's numbering);
-    else the ordinal under ``CUDA_VISIBLE_DEVICES`` (:func:`gpuaccept.perftest.loopback.cuda_index`), and host
-    memory, said why, when a NIC's GPU has no ordinal there."""
-    if not gpus:
-        return {}, {}, ""
-    if help_text is None and binary is not None:
-        help_text = _help(binary)
-    if takes_bus_id(help_text):
-        return {n: g.index for n, g in gpus.items()}, {n: g.pci_address for n, g in gpus.items()}, ""
-    visible = env.get("CUDA_VISIBLE_DEVICES")
-    ordinals: dict[str, int] = {}
-    for nic, gpu in gpus.items():
-        ordinal = cuda_index(gpu.index, visible)
-        if ordinal is None:
-            return {}, {}, (f"host memory: CUDA_VISIBLE_DEVICES={visible} hides {nic}'s GPU {gpu.pci_address} or "
-                            "names GPUs without ordinals, and this perftest has no --use_cuda_bus_id")
-        ordinals[nic] = ordinal
-    return ordinals, {}, ""
-
-
-def _help(binary: str) -> str | None:
-    try:
-        done = subprocess.run([binary, "--help"], stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              errors="replace", timeout=10, check=False)
-        return done.stdout + done.stderr
-    except (OSError, subprocess.TimeoutExpired):
-        return None
 
 
 def _outcome(runs: list[LoopbackRun], judged: list[Judgement], why: str, gpus: dict[str, Any]) -> Outcome:

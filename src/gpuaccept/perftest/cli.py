@@ -87,15 +87,17 @@ def register(subparsers: Any) -> None:
                    help="where the ports' rates and counters are read (default $GPUACCEPT_SYSFS_ROOT, else /: a "
                         "container that mounts the host's /sys under /host sets GPUACCEPT_SYSFS_ROOT=/host)")
     n.add_argument("--memory", choices=("auto", "host", "cuda"), default="auto",
-                   help="auto (default): GPU memory (--use_cuda) where this node has NVIDIA GPUs and nvidia_peermem, "
-                        "else host memory; each node decides for its own end")
+                   help="auto (default): GPU memory where this node has NVIDIA GPUs and nvidia_peermem and perftest "
+                        "takes --use_cuda, each NIC with the GPU on its NUMA node (by PCI address where perftest "
+                        "takes --use_cuda_bus_id), else host memory; each node decides for its own end")
     n.set_defaults(handler=cmd_pair_node)
 
 
 def _plan_options(q: argparse.ArgumentParser) -> None:
     q.add_argument("--nodes", type=csv, required=True, metavar="A,B", help="the server node and the client node")
     q.add_argument("--nics", type=csv, required=True, metavar="DEV[,DEV...]", help="the NICs, rail 0 first")
-    q.add_argument("--gpus", action="store_true", help="GPU memory: --use_cuda=<rail index>")
+    q.add_argument("--gpus", action="store_true", help="GPU memory: --use_cuda=<rail index> (pair-node without it "
+                   "picks each NIC's NUMA-local GPU: --memory)")
     q.add_argument("--test", default="write_bw", help="write_bw (default), read_bw, send_bw, write_lat, read_lat")
     q.add_argument("--base-port", type=positive_int, default=18515, metavar="N", help="default 18515")
     q.add_argument("--pair-index", type=nonneg_int, default=0, metavar="K", help="this pair's index among those "
@@ -187,17 +189,25 @@ def _parse_pair_log(text: str, args: argparse.Namespace, rate: float | None) -> 
 
 def cmd_pair_node(args: argparse.Namespace) -> int:
     import os
+    import shutil
 
-    from gpuaccept.perftest.node import job_rank, run_node
+    from gpuaccept.perftest.node import job_rank, own_gpus, run_node
 
     rank = job_rank(os.environ, args.rank, args.nodes)
     args.sysfs_root = args.sysfs_root or os.environ.get("GPUACCEPT_SYSFS_ROOT") or "/"
-    if args.memory != "host" and not args.gpus:
+    gpus: list[int] | None = None
+    bus: list[str | None] | None = None
+    if args.gpus:
+        gpus, why = list(range(len(args.nics))), "GPU memory (--gpus: --use_cuda=<rail index>)"
+    else:
         from gpuaccept.hw.rdma import read_inventory
-        from gpuaccept.perftest.plan import gpudirect
+        from gpuaccept.perftest.loopback import help_of
 
-        args.gpus = args.memory == "cuda" or gpudirect(read_inventory(args.sysfs_root))
-    return run_node(_plan(args), rank, timeout_s=args.timeout, sysfs_root=args.sysfs_root,
+        binary = shutil.which(f"ib_{args.test}")
+        help_text = help_of(binary) if binary and args.memory != "host" else None
+        gpus, bus, why = own_gpus(read_inventory(args.sysfs_root), args.nics, args.memory, help_text, os.environ)
+    print(f"rdma pair-node: {why}", file=sys.stderr)
+    return run_node(_plan(args, gpus, bus), rank, timeout_s=args.timeout, sysfs_root=args.sysfs_root,
                     client_delay_s=args.client_delay)
 
 
@@ -225,16 +235,16 @@ def table(result: Any) -> list[str]:
     return head
 
 
-def _plan(args: argparse.Namespace) -> Any:
+def _plan(args: argparse.Namespace, gpus: list[int] | None = None, bus: list[str | None] | None = None) -> Any:
     from gpuaccept.perftest.plan import DEFAULT_ARGS, pair_plan
 
     if len(args.nodes) != 2:
         raise UsageError(f"--nodes names {len(args.nodes)} nodes; name two: the server's and the client's")
     extra = tuple(args.perftest_arg) if args.perftest_arg else DEFAULT_ARGS
-    rails = pair_plan(args.nodes[0], args.nodes[1], args.nics, args.nics, test=args.test,
-                      gpus=list(range(len(args.nics))) if args.gpus else None, base_port=args.base_port,
-                      pair_index=args.pair_index, args=extra)
-    return rails
+    if gpus is None and args.gpus:
+        gpus = list(range(len(args.nics)))
+    return pair_plan(args.nodes[0], args.nodes[1], args.nics, args.nics, test=args.test, gpus=gpus,
+                     base_port=args.base_port, pair_index=args.pair_index, args=extra, bus_ids=bus)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

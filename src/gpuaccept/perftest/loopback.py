@@ -93,6 +93,39 @@ def cuda_index(pci_order_index: int, visible: str | None) -> int | None:
     return ordinals.index(pci_order_index) if pci_order_index in ordinals else None
 
 
+def cuda_choice(gpus: Mapping[str, NicGpu], binary: str | None, help_text: str | None, env: Mapping[str, str]
+                ) -> tuple[dict[str, int], dict[str, str], str]:
+    """(each NIC's CUDA ordinal, each NIC's GPU PCI address for ``--use_cuda_bus_id``, why host memory instead or
+    ""): the PCI address where perftest takes it (immune to ``CUDA_VISIBLE_DEVICES`` and CUDA's numbering);
+    else the ordinal under ``CUDA_VISIBLE_DEVICES`` (:func:`cuda_index`), and host memory, said why, when a
+    NIC's GPU has no ordinal there. ``help_text`` None: read from ``binary --help``."""
+    if not gpus:
+        return {}, {}, ""
+    if help_text is None and binary is not None:
+        help_text = help_of(binary)
+    if takes_bus_id(help_text):
+        return {n: g.index for n, g in gpus.items()}, {n: g.pci_address for n, g in gpus.items()}, ""
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    ordinals: dict[str, int] = {}
+    for nic, gpu in gpus.items():
+        ordinal = cuda_index(gpu.index, visible)
+        if ordinal is None:
+            return {}, {}, (f"host memory: CUDA_VISIBLE_DEVICES={visible} hides {nic}'s GPU {gpu.pci_address} or "
+                            "names GPUs without ordinals, and this perftest has no --use_cuda_bus_id")
+        ordinals[nic] = ordinal
+    return ordinals, {}, ""
+
+
+def help_of(binary: str) -> str | None:
+    """What ``binary --help`` prints (stdout and stderr), or None when it cannot be run within 10 s."""
+    try:
+        done = subprocess.run([binary, "--help"], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              errors="replace", timeout=10, check=False)
+        return done.stdout + done.stderr
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
 def device_rails(inv: Any) -> dict[str, int]:
     """Each RDMA device's rail: its index among all of the node's devices in natural order (``mlx5_0`` 0,
     ``mlx5_10`` after ``mlx5_9``), active or not, so that a port down does not renumber the others."""

@@ -24,7 +24,7 @@ import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, Any
 
 from gpuaccept.errors import UsageError
 from gpuaccept.perftest.plan import RailPair
@@ -32,6 +32,36 @@ from gpuaccept.perftest.plan import RailPair
 RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "NODE_RANK")
 NAME_VARS = ("SLURMD_NODENAME", "GPUACCEPT_HOSTNAME")
 TAG = "@rdma"
+
+
+def own_gpus(inv: Any, nics: Sequence[str], memory: str, help_text: str | None, env: Mapping[str, str]
+             ) -> tuple[list[int] | None, list[str | None] | None, str]:
+    """This node's end of every rail (pure, from its :class:`gpuaccept.hw.rdma.Inventory` and its perftest's
+    ``--help``): (the CUDA ordinal of each rail's GPU, each GPU's PCI address for ``--use_cuda_bus_id``, what
+    memory and why). ``memory`` auto: GPU memory where the node has NVIDIA GPUs and ``nvidia_peermem``
+    (:func:`gpuaccept.perftest.plan.gpudirect`) and perftest takes ``--use_cuda``; cuda: GPU memory (UsageError
+    without GPUs); host: host memory. Each NIC takes the GPU on its NUMA node
+    (:func:`gpuaccept.perftest.loopback.nic_gpus`), named by PCI address where perftest takes it, else by its
+    ordinal under ``CUDA_VISIBLE_DEVICES``; host memory, said why, when that hides it."""
+    from gpuaccept.perftest.loopback import cuda_built, cuda_choice, nic_gpus
+    from gpuaccept.perftest.plan import gpudirect
+
+    if memory == "host":
+        return None, None, "host memory (--memory host)"
+    if memory == "auto" and not gpudirect(inv):
+        why = "no NVIDIA GPU in sysfs" if not inv.gpus else "nvidia_peermem is not loaded"
+        return None, None, f"host memory: {why}"
+    if memory == "auto" and help_text is not None and not cuda_built(help_text):
+        return None, None, "host memory: this perftest is built without CUDA (no --use_cuda in its --help)"
+    gpus = nic_gpus(inv, nics)
+    if not gpus:
+        raise UsageError("pair-node --memory cuda: sysfs shows no NVIDIA GPU on this node")
+    ordinals, bus, hidden = cuda_choice(gpus, None, help_text, env)
+    if hidden:
+        return None, None, hidden
+    how = "by PCI address (--use_cuda_bus_id)" if bus else "by CUDA ordinal (--use_cuda)"
+    return ([ordinals[n] for n in nics], [bus[n] for n in nics] if bus else None,
+            f"GPU memory (GPUDirect RDMA), each NIC's GPU on its NUMA node, {how}")
 
 
 def job_rank(env: Mapping[str, str], given: int | None = None, nodes: Sequence[str] = ()) -> int:
@@ -65,9 +95,12 @@ class SideRun:
 
 
 def _run(argv: Sequence[str], timeout_s: float) -> tuple[int | None, str]:
+    from gpuaccept.perftest.loopback import CUDA_ORDER
+
     try:
         p = subprocess.run(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True, errors="replace", timeout=timeout_s, check=False)
+                           text=True, errors="replace", timeout=timeout_s, check=False,
+                           env={**os.environ, **CUDA_ORDER})
         return p.returncode, p.stdout
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")

@@ -5,9 +5,11 @@ For rail ``i`` of pair ``k`` (of pairs run at once, each with ``R`` rails), the 
 ``base_port + i + k x R`` (perftest's ``-p``; default base 18515, perftest's own default), so that every server of
 every pair run at once has its own port. The server runs ``ib_<test> -d <nic> -p <port> ARGS``, the client the
 same and the server's node name last. With ``gpus`` (GPUDirect RDMA: GPUs present and ``nvidia_peermem`` loaded,
-:func:`gpudirect`), rail ``i`` adds ``--use_cuda=<gpu of rail i>`` on both ends (bandwidth tests only: perftest's
-latency tests take host memory). Equivalent by hand: ``ib_write_bw -d mlx5_0 -p 18515 --use_cuda=0 --report_gbits``
-on node A, the same with ``A`` last on node B.
+:func:`gpudirect`), rail ``i`` adds ``--use_cuda=<gpu of rail i>`` on both ends, or ``--use_cuda_bus_id=<PCI
+address>`` where ``bus_ids`` names it (bandwidth tests only: perftest's latency tests take host memory). Each node
+of ``rdma pair-node`` plans its own end's GPUs: the GPU on each NIC's NUMA node
+(:func:`gpuaccept.perftest.loopback.nic_gpus`). Equivalent by hand:
+``ib_write_bw -d mlx5_0 -p 18515 --use_cuda=0 --report_gbits`` on node A, the same with ``A`` last on node B.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ DEFAULT_ARGS = ("-s", "1048576", "-D", "5", "-F", "--report_gbits")
 DEFAULT_BASE_PORT = 18515
 _NIC = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,252}$")
-_OWN = ("-d", "--ib-dev", "-p", "--port", "--use_cuda")
+_OWN = ("-d", "--ib-dev", "-p", "--port", "--use_cuda", "--use_cuda_bus_id")
 
 
 @dataclass(frozen=True)
@@ -64,8 +66,10 @@ def port_of(base_port: int, rail: int, pair_index: int, rails: int) -> int:
 
 def pair_plan(server_node: str, client_node: str, server_nics: Sequence[str], client_nics: Sequence[str], *,
               test: str = "write_bw", gpus: Sequence[int] | None = None, base_port: int = DEFAULT_BASE_PORT,
-              pair_index: int = 0, args: Sequence[str] = DEFAULT_ARGS) -> list[RailPair]:
-    """Every rail of one pair (pure). ``gpus``: the GPU of each rail (GPUDirect), or None for host memory."""
+              pair_index: int = 0, args: Sequence[str] = DEFAULT_ARGS,
+              bus_ids: Sequence[str | None] | None = None) -> list[RailPair]:
+    """Every rail of one pair (pure). ``gpus``: the CUDA ordinal of each rail's GPU (GPUDirect), or None for host
+    memory; ``bus_ids``: each rail's GPU by PCI address (``--use_cuda_bus_id``, where the binary takes it)."""
     if test not in TESTS:
         raise UsageError(f"perftest test {test!r} is not one of {', '.join(TESTS)}")
     if server_node == client_node:
@@ -81,6 +85,8 @@ def pair_plan(server_node: str, client_node: str, server_nics: Sequence[str], cl
         raise UsageError(f"{bad[0]!r} is not an RDMA device name (e.g. mlx5_0)")
     if gpus is not None and len(gpus) != len(server_nics):
         raise UsageError(f"{len(gpus)} GPUs for {len(server_nics)} rails")
+    if bus_ids is not None and (gpus is None or len(bus_ids) != len(gpus)):
+        raise UsageError("GPU PCI addresses need a GPU for each rail")
     own = [a for a in args if a.split("=", 1)[0] in _OWN]
     if own:
         raise UsageError(f"perftest argument {own[0]} is set by the plan (device, port, GPU)")
@@ -90,7 +96,9 @@ def pair_plan(server_node: str, client_node: str, server_nics: Sequence[str], cl
     for i, (snic, cnic) in enumerate(zip(server_nics, client_nics, strict=True)):
         port = port_of(base_port, i, pair_index, len(server_nics))
         gpu = gpus[i] if gpus is not None and cuda else None
-        tail = [*args, *([f"--use_cuda={gpu}"] if gpu is not None else [])]
+        bus = bus_ids[i] if bus_ids is not None and gpu is not None else None
+        flag = f"--use_cuda_bus_id={bus}" if bus else f"--use_cuda={gpu}" if gpu is not None else None
+        tail = [*args, *([flag] if flag else [])]
         server = (binary, "-d", snic, "-p", str(port), *tail)
         client = (binary, "-d", cnic, "-p", str(port), *tail, server_node)
         out.append(RailPair(i, server_node, client_node, snic, cnic, port, gpu, server, client))
