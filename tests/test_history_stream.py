@@ -64,6 +64,25 @@ def test_a_streamed_cluster_stores_what_the_whole_one_does(url: str, tmp_path: P
     assert summary["failed"] == ["gpu05"]
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_rows_made_in_worker_processes_store_what_the_file_does(url: str, tmp_path: Path, workers: int) -> None:
+    """``history --import``'s path: each node's rows made in a worker (chunks of 16 nodes), stored in order."""
+    from gpuaccept.results.rows import open_cluster_rows
+
+    hosts = [f"gpu{i:02d}" for i in range(37)]  # three chunks
+    cluster = cluster_report("c1", hosts, missing=("gpu03",), failing=("gpu20",))
+    path = _write(tmp_path / "c.json", cluster, True)
+    with open_store(url) as store:
+        assert store.add_cluster_stream(lambda: open_cluster_rows(path, "2026-11-28T00:00:00Z", workers=workers),
+                                        batch=5, stored_at="2026-11-28T00:00:00Z") == "c1"
+    got = _state(url, "c1")
+    whole = f"sqlite:///{tmp_path / 'whole.db'}" if url.startswith("sqlite") else shared_server().new_database()
+    with open_store(whole) as store:
+        store.add_cluster_stream(lambda: open_cluster_data(path), batch=5)
+    assert got == _state(whole, "c1") and got["report"] == cluster.to_dict()
+    assert len(got["points"]) == metrics_per_node() * (len(hosts) - 1)
+
+
 def test_the_stream_is_held_a_batch_at_a_time(tmp_path: Path) -> None:
     cluster = cluster_report("c1", HOSTS)
     alive: list[weakref.ref[NodeEntry]] = []

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from gpuaccept.cli import main
+from gpuaccept.errors import InputError
 from gpuaccept.model import CheckResult, ClusterReport, Metric, NodeEntry, NodeState, Status
 from gpuaccept.report.html import render_html
 from gpuaccept.report.markdown import render_markdown
@@ -69,17 +70,19 @@ def _metric_count(cluster: ClusterReport) -> int:
     return sum(len(c.metrics) for e in cluster.nodes if e.report is not None for c in e.report.checks)
 
 
+@pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.parametrize("n", [FULL_UP_TO + 16, 20])
-def test_the_streamed_pages_equal_those_of_the_whole_report(tmp_path: Path, n: int) -> None:
+def test_the_streamed_pages_equal_those_of_the_whole_report(tmp_path: Path, n: int, workers: int) -> None:
+    """In one process, and with the nodes read in two worker processes (chunks of 16 nodes, their grids merged)."""
     path = _write(tmp_path, _fleet(n))
     whole = load_file(path)
     assert isinstance(whole, ClusterReport)
-    got = load_slim(path)
+    got = load_slim(path, workers=workers)
     assert got is not None and got[1] is not None
     slim, grid = got
     assert render_markdown(slim) == render_markdown(whole)
     assert render_html(slim, generated=WHEN, grid=grid) == render_html(whole, generated=WHEN)
-    md_only = load_slim(path, grid=False)
+    md_only = load_slim(path, grid=False, workers=workers)
     assert md_only is not None and md_only[1] is None
     assert render_markdown(md_only[0]) == render_markdown(whole)
     if n > FULL_UP_TO:  # a fleet: healthy nodes keep a few metrics; those that need a look keep every one
@@ -117,7 +120,11 @@ def test_a_malformed_node_line_is_exit_2_naming_file_and_line(tmp_path: Path,
     path = _write(tmp_path, _fleet(FULL_UP_TO + 2))
     lines = path.read_text().split("\n")
     lines[40] = lines[40].replace('"status": "pass"', '"status": "fine"', 1)
+    lines[60] = "{not json},"  # a later bad line, in a later chunk: the first one is reported
     path.write_text("\n".join(lines))
+    for workers in (1, 2):
+        with pytest.raises(InputError, match=r"nodes\[39\] \(node0039\)"):
+            load_slim(path, workers=workers)
     assert main(["report", str(path), "-f", "md", "-o", str(tmp_path / "x.md")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and str(path) in err and "nodes[39] (node0039)" in err and "Traceback" not in err

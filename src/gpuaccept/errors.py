@@ -24,6 +24,9 @@ class ConfigError(GpuacceptError):
         where = f"{source}: {key}" if key else source
         super().__init__(f"{where}: {reason}")
 
+    def __reduce__(self) -> tuple[type, tuple[str, str, str]]:  # raised in a worker process, read back here
+        return type(self), (self.source, self.key, self.reason)
+
 
 class InputError(GpuacceptError):
     """An input file or tool output could not be understood (exit 2)."""

@@ -37,6 +37,9 @@ class BadInput(InputError):
         self.source, self.key, self.reason = source, key, reason
         super().__init__(f"{source}: {key}: {reason}" if key else f"{source}: {reason}")
 
+    def __reduce__(self) -> tuple[type, tuple[str, str, str]]:  # raised in a worker process, read back here
+        return type(self), (self.source, self.key, self.reason)
+
     def as_config_error(self) -> ConfigError:
         return ConfigError(self.source, self.key, self.reason)
 

@@ -25,10 +25,8 @@ import functools
 import itertools
 import json
 import multiprocessing
-import os
 import signal
 import tempfile
-import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +36,7 @@ from gpuaccept.errors import InputError
 from gpuaccept.launch.collect import ReportFiles
 from gpuaccept.launch.gather import CrossNode, NodeLine, cluster_verdict, entry_reason, split_by_host, summary_of
 from gpuaccept.model import SCHEMA_VERSION, NodeEntry, NodeReport, NodeState, Status, Verdict
+from gpuaccept.results.parallel import default_workers
 
 if TYPE_CHECKING:
     from gpuaccept.results.samples import NodeSamples
@@ -113,17 +112,6 @@ def _prepare_file(path: str) -> Prepared | str:
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         return f"{path}: not a gpuaccept report ({type(exc).__name__}: {exc})"
     return prepare(report, _RANK, _EXPECTED)
-
-
-def default_workers() -> int:
-    """Worker processes for reading node reports: the CPUs this process may run on, at most 8; 1 (none) where
-    processes cannot be forked, or this one runs threads."""
-    if "fork" not in multiprocessing.get_all_start_methods() or threading.active_count() > 1:
-        return 1  # forking a process that runs threads (a backend's log readers) could copy a held lock
-    try:
-        return max(1, min(8, len(os.sched_getaffinity(0))))
-    except (AttributeError, OSError):
-        return max(1, min(8, os.cpu_count() or 1))
 
 
 class StreamGather:

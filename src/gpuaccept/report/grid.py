@@ -234,6 +234,29 @@ class GridBuilder:
                     self._take(c["name"], chost, host, c.get("rank"), float(raw) if raw is not None else math.nan,
                                device, d.get("expected"), d.get("tags", {}), d)
 
+    def merge(self, later: GridBuilder) -> None:
+        """Take in what ``later`` took in, as if its nodes had been added here after this one's (its nodes come
+        after these in the report: a worker process's builder of the next chunk of nodes)."""
+        self.hosts += later.hosts
+        self.gpus |= later.gpus
+        for key, sw in later._groups.items():
+            mine = self._groups.get(key)
+            if mine is None:
+                self._groups[key] = sw
+                continue
+            for label, pts in sw.series.items():
+                mine.series.setdefault(label, []).extend(pts)
+            mine.hosts.update(sw.hosts)
+        for hm_key, per_host in later._raw.items():
+            row = self._raw.setdefault(hm_key, {})
+            for host, vals in per_host.items():
+                row.setdefault(host, []).extend(vals)
+        for hm_key, m in later._units.items():
+            self._units.setdefault(hm_key, m)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_memo": {}}  # the memo is rebuilt where it is needed, not sent back
+
     def sweeps(self) -> list[Sweep]:
         """What :func:`sweeps` returns for the nodes added."""
         out = []

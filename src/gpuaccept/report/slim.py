@@ -20,6 +20,8 @@ rendered text is the same as from the whole report (tests/test_report_slim.py co
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,7 @@ from gpuaccept.model import CheckResult, ClusterReport, NodeEntry, NodeState, St
 from gpuaccept.report.grid import GridBuilder
 from gpuaccept.report.html_fleet import FLEET_NODES
 from gpuaccept.report.views import NodeView, OutlierIndex, outliers
+from gpuaccept.results.load import entry_from_dict
 
 FULL_UP_TO = FLEET_NODES
 """Clusters of at most this many nodes are held whole (their pages show every node in full)."""
@@ -38,7 +41,7 @@ KEEP_DETAILS = frozenset({"env", "conformance", "reference_train"})
 _BAD = (Status.FAIL, Status.ERROR, Status.WARN)
 
 
-def needs_whole(entry: NodeEntry, flagged: set[str]) -> bool:
+def needs_whole(entry: NodeEntry, flagged: AbstractSet[str]) -> bool:
     """Whether ``entry`` is shown in detail on a fleet's page, so kept whole."""
     rep = entry.report
     if rep is None or entry.state is not NodeState.REPORTED or entry.host in flagged:
@@ -86,43 +89,56 @@ def view_of(entry: NodeEntry) -> NodeView:
     return NodeView(entry.host, rep, entry.reason or ("" if rep is not None else "no report"), entry.node_rank)
 
 
-def load_slim(path: Path, *, grid: bool = True) -> tuple[ClusterReport, GridBuilder | None] | None:
+def load_slim(path: Path, *, grid: bool = True, workers: int | None = None
+              ) -> tuple[ClusterReport, GridBuilder | None] | None:
     """The cluster report at ``path`` (a line-layout file) with slim healthy nodes, and the grid gathered from
     every node in full; None when its header holds no outlier analysis (the caller reads it whole and analyses
-    it). ``grid=False``: no grid gathered (the Markdown report has no sweeps or heatmap). InputError (exit 2, one
-    line naming the file and line) when malformed, as for a whole read."""
-    from gpuaccept.results.load import entry_from_dict, open_cluster_raw
+    it). ``grid=False``: no grid gathered (the Markdown report has no sweeps or heatmap). The nodes are read,
+    validated and cut in worker processes, a chunk at a time (:func:`gpuaccept.results.load.open_cluster_chunks`;
+    ``workers`` None: one per CPU, at most 8). InputError (exit 2, one line naming the file and line) when
+    malformed, as for a whole read."""
+    from gpuaccept.results.load import map_valid_chunks, open_cluster_lines
 
-    cluster, entries = open_cluster_raw(path)
+    cluster, raw = open_cluster_lines(path)
     if not cluster.analysis:
-        close = getattr(entries, "close", None)
-        if close is not None:
-            close()
+        getattr(raw, "close", lambda: None)()
         return None
-    flagged = OutlierIndex(outliers(cluster)).hosts()
+    flagged = frozenset(OutlierIndex(outliers(cluster)).hosts())
+    chunks = map_valid_chunks(raw, functools.partial(_slim_chunk, flagged, grid), workers=workers,
+                              what=f"the node lines of {path}")
     builder = GridBuilder() if grid else None
     nodes = cluster.nodes
     held: list[int] = []  # positions of healthy nodes still whole while the cluster is small
-    for at, data in entries:
-        if len(nodes) >= FULL_UP_TO:  # a fleet: the metrics a slim node drops are never built as objects
+    for part, got in chunks:
+        if builder is not None and got is not None:
+            builder.merge(got)
+        for entry, whole in part:
+            if not whole and len(nodes) < FULL_UP_TO:
+                held.append(len(nodes))
+            nodes.append(entry)
+            if len(nodes) > FULL_UP_TO and held:
+                for i in held:
+                    nodes[i] = slim_entry(nodes[i])
+                held = []
+    return cluster, builder
+
+
+def _slim_chunk(flagged: frozenset[str], grid: bool, part: list[tuple[int, str, dict[str, Any]]]
+                ) -> tuple[list[tuple[NodeEntry, bool]], GridBuilder | None]:
+    """In a worker: each node of ``part`` as :func:`load_slim` keeps it (whole while it may be among the first
+    :data:`FULL_UP_TO`, then slim unless it :func:`needs_whole`; the metrics a slim node drops are never built
+    as objects), whether it is kept whole, and the grid of the chunk's nodes."""
+    builder = GridBuilder() if grid else None
+    out = []
+    for n, at, data in part:
+        if n >= FULL_UP_TO:  # a fleet
             entry = entry_from_dict(_lean(data), at)
-            if needs_whole(entry, flagged):
-                entry = entry_from_dict(data, at)
-            if builder is not None:
-                builder.add_parsed(entry.host, data["report"] if entry.state is NodeState.REPORTED else None)
+            whole = needs_whole(entry, flagged)
+            entry = entry_from_dict(data, at) if whole else slim_entry(entry)
         else:
             entry = entry_from_dict(data, at)
-            if builder is not None:
-                builder.add(view_of(entry))
-        if needs_whole(entry, flagged):
-            nodes.append(entry)
-        elif len(nodes) < FULL_UP_TO:
-            held.append(len(nodes))
-            nodes.append(entry)
-        else:
-            nodes.append(slim_entry(entry))
-        if len(nodes) > FULL_UP_TO and held:
-            for i in held:
-                nodes[i] = slim_entry(nodes[i])
-            held = []
-    return cluster, builder
+            whole = needs_whole(entry, flagged)
+        if builder is not None:
+            builder.add_parsed(entry.host, data["report"] if entry.state is NodeState.REPORTED else None)
+        out.append((entry, whole))
+    return out, builder

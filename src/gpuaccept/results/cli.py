@@ -12,6 +12,7 @@ import functools
 import json
 import math
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -220,7 +221,8 @@ def _import(args: argparse.Namespace) -> int:
     report was stored."""
     from gpuaccept.model import ClusterReport
     from gpuaccept.results.history import open_store
-    from gpuaccept.results.load import open_cluster_data
+    from gpuaccept.results.rows import open_cluster_rows
+    from gpuaccept.results.timespec import epoch_to_iso
 
     streams = {i: (text, found) for i, text in enumerate(args.import_paths)
                if (found := _streamed(Path(text))) is not None}
@@ -229,7 +231,9 @@ def _import(args: argparse.Namespace) -> int:
     with open_store(args.db) as store:
         stored: list[tuple[int, dict[str, str]]] = []
         for i, (text, path) in streams.items():
-            run_id = store.add_cluster_stream(functools.partial(open_cluster_data, path))
+            stored_at = epoch_to_iso(time.time())  # the node rows are made with it in worker processes
+            run_id = store.add_cluster_stream(functools.partial(open_cluster_rows, path, stored_at),
+                                              stored_at=stored_at)
             stored.append((i, {"file": text, "run_id": run_id}))
         for i, f, rep in whole:
             if isinstance(rep, ClusterReport):

@@ -97,6 +97,14 @@ def iter_cluster(path: Path) -> tuple[dict[str, Any], Iterator[tuple[int, dict[s
     """The header (every key, ``nodes`` empty) of a line-layout cluster report, and an iterator of
     ``(index, node entry)`` read a line at a time; :class:`~gpuaccept.inputs.BadInput` (an InputError)
     naming the file and line when malformed or cut short. The iterator owns the open file."""
+    header, raw = iter_cluster_raw(path)
+    return header, ((n, parse_line(where, lineno, body)) for n, where, lineno, body in raw)
+
+
+def iter_cluster_raw(path: Path) -> tuple[dict[str, Any], Iterator[RawLine]]:
+    """:func:`iter_cluster` with each node line left as text: ``(index, file, line number, JSON text)``, for
+    :func:`parse_line` elsewhere (a worker process). The framing (commas, the close, the bounds) is checked
+    here as the lines are read."""
     where = str(path)
     try:
         fh = open(path, "rb")
@@ -113,10 +121,22 @@ def iter_cluster(path: Path) -> tuple[dict[str, Any], Iterator[tuple[int, dict[s
     if not isinstance(header, dict):
         fh.close()
         raise BadInput(where, "", "line 1 is not a JSON object")
-    return header, _entries(fh, where)
+    return header, _raw_entries(fh, where)
 
 
-def _entries(fh: Any, where: str) -> Iterator[tuple[int, dict[str, Any]]]:
+RawLine = tuple[int, str, int, str]
+"""A node line as read: (its index among the nodes, the file, its line number, its JSON text)."""
+
+
+def parse_line(where: str, lineno: int, body: str) -> dict[str, Any]:
+    """A node line's entry (strict JSON, bounded depth); BadInput naming the file and line when it is none."""
+    data = loads_json(body, f"{where}: line {lineno}")
+    if not isinstance(data, dict):
+        raise BadInput(where, "", f"line {lineno}: a node entry must be a JSON object")
+    return data
+
+
+def _raw_entries(fh: Any, where: str) -> Iterator[RawLine]:
     with fh:
         n = 0
         ended = comma = False
@@ -137,10 +157,7 @@ def _entries(fh: Any, where: str) -> Iterator[tuple[int, dict[str, Any]]]:
             if n and not comma:
                 raise BadInput(where, "", f"line {lineno - 1}: no comma between two node entries")
             comma = body.endswith(",")
-            data = loads_json(body[:-1] if comma else body, f"{where}: line {lineno}")
-            if not isinstance(data, dict):
-                raise BadInput(where, "", f"line {lineno}: a node entry must be a JSON object")
-            yield n, data
+            yield n, where, lineno, body[:-1] if comma else body
             n += 1
         else:
             raise BadInput(where, "", f"more than {MAX_NODES} node lines")

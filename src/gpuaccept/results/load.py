@@ -28,13 +28,13 @@ import re
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from gpuaccept.argtypes import RUN_ID_PATTERN
 from gpuaccept.errors import GpuacceptError, InputError
 from gpuaccept.inputs import load_json_file, loads_json, one_line, read_text
 from gpuaccept.model import SCHEMA_VERSION, CheckResult, ClusterReport, NodeEntry, NodeReport, Verdict
-from gpuaccept.results.clusterfile import is_line_layout, iter_cluster
+from gpuaccept.results.clusterfile import RawLine, is_line_layout, iter_cluster_raw, parse_line
 from gpuaccept.results.fastcheck import Problem, compile_schema
 
 CLUSTER_FILE = "cluster-report.json"
@@ -189,27 +189,69 @@ def open_cluster_raw(path: Path) -> tuple[ClusterReport, Iterator[tuple[str, dic
     """:func:`open_cluster` of a file in the line layout with each node entry validated but left as parsed JSON,
     paired with where it is (``FILE: nodes[i]``), for a reader that builds only part of it
     (:func:`entry_from_dict`; ``gpuaccept report`` of a fleet, :mod:`gpuaccept.report.slim`)."""
+    cluster, raw = open_cluster_lines(path)
+    return cluster, ((at, data) for _n, at, data in map(validated_entry, raw))
+
+
+def open_cluster_chunks(path: Path, fn: Callable[[list[ValidEntry]], R], *, workers: int | None = None
+                        ) -> tuple[ClusterReport, Iterator[R]]:
+    """:func:`open_cluster_raw` with the node lines parsed, validated and given to ``fn`` a chunk at a time in
+    worker processes (:func:`map_valid_chunks`)."""
+    cluster, raw = open_cluster_lines(path)
+    return cluster, map_valid_chunks(raw, fn, workers=workers, what=f"the node lines of {path}")
+
+
+def map_valid_chunks(raw: Iterator[RawLine], fn: Callable[[list[ValidEntry]], R], *, workers: int | None = None,
+                     what: str = "the node lines") -> Iterator[R]:
+    """The node lines of :func:`open_cluster_lines` parsed, validated and given to ``fn`` a chunk at a time in
+    worker processes (:func:`gpuaccept.results.parallel.ordered_chunks`): ``fn`` gets each chunk's
+    ``(index, FILE: nodes[i], entry)`` and its results come back in the file's order. The same errors, in
+    the same order, as a read in one process. ``fn``: a module-level function or a partial of one."""
+    from gpuaccept.results.parallel import ordered_chunks
+
+    _fast("entry"), _fast("node")  # compiled once here, not in every worker
+    return ordered_chunks(functools.partial(_validated_chunk, fn), raw, workers=workers, what=what)
+
+
+ValidEntry = tuple[int, str, dict[str, Any]]
+"""A validated node entry: its index, where it is (``FILE: nodes[i]``) and its parsed JSON."""
+R = TypeVar("R")
+
+
+def validated_entry(line: RawLine) -> ValidEntry:
+    """A node line parsed and validated (InputError naming the file and line, or the node, when malformed)."""
+    n, where, lineno, body = line
+    data = parse_line(where, lineno, body)
+    at = f"{where}: nodes[{n}]"
+    _validate(data, "entry", at, "cluster report node")
+    if data.get("report") is not None:
+        _validate_node(data["report"], f"{at} ({one_line(data['host'])[:80]})")
+    return n, at, data
+
+
+def _validated_chunk(fn: Callable[[list[ValidEntry]], R], lines: list[RawLine]) -> R:
+    return fn([validated_entry(line) for line in lines])
+
+
+def open_cluster_lines(path: Path) -> tuple[ClusterReport, Iterator[RawLine]]:
+    """A line-layout cluster report's validated header (no nodes) and its node lines as text
+    (:func:`gpuaccept.results.clusterfile.iter_cluster_raw`), for :func:`map_valid_chunks`."""
     where = str(path)
-    header, entries = iter_cluster(path)
-    if header.get("kind") != "cluster":
-        raise InputError(f"{where}: line 1: not a cluster report (no \"kind\": \"cluster\")")
-    _newer(header, where)
-    _validate(header, "cluster", where, "cluster report")
+    header, raw = iter_cluster_raw(path)
     try:
-        cluster = ClusterReport.from_dict(header)
-    except (KeyError, TypeError, ValueError, OverflowError) as exc:
-        raise InputError(f"{where}: not a valid cluster report: {type(exc).__name__}: "
-                         f"{one_line(str(exc))[:200]}") from None
-    return cluster, _valid_entries(entries, where)
-
-
-def _valid_entries(entries: Iterator[tuple[int, dict[str, Any]]], where: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    for i, data in entries:
-        at = f"{where}: nodes[{i}]"
-        _validate(data, "entry", at, "cluster report node")
-        if data.get("report") is not None:
-            _validate_node(data["report"], f"{at} ({one_line(data['host'])[:80]})")
-        yield at, data
+        if header.get("kind") != "cluster":
+            raise InputError(f"{where}: line 1: not a cluster report (no \"kind\": \"cluster\")")
+        _newer(header, where)
+        _validate(header, "cluster", where, "cluster report")
+        try:
+            cluster = ClusterReport.from_dict(header)
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
+            raise InputError(f"{where}: not a valid cluster report: {type(exc).__name__}: "
+                             f"{one_line(str(exc))[:200]}") from None
+    except BaseException:
+        getattr(raw, "close", lambda: None)()
+        raise
+    return cluster, raw
 
 
 def entry_from_dict(data: dict[str, Any], at: str) -> NodeEntry:

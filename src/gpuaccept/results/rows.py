@@ -23,10 +23,13 @@ so each run is one value of a series, measured as planned, not two.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from gpuaccept.errors import InputError
@@ -220,6 +223,59 @@ def flatten_node_data(data: dict[str, Any], stored_at: str) -> FlatRun:
     return FlatRun(row=row, checks=checks, hardware=hardware, config=config)
 
 
+@dataclass
+class Flattened:
+    """A node entry as the cluster's row keeps it (``data``: the entry without its report, with its verdict and
+    the node run it names) and its node run's rows (``flat``; None for a missing node)."""
+
+    data: dict[str, Any]
+    flat: FlatRun | None
+
+
+def flatten_entry(entry: NodeEntry | dict[str, Any], stored_at: str, index: int) -> Flattened:
+    """The rows of the ``index``-th node entry of a cluster (a NodeEntry, or a cluster report file's validated
+    JSON of one: stored as read, not rebuilt); pure, so a worker process may make them. InputError when it
+    cannot be stored."""
+    if isinstance(entry, NodeEntry):
+        report = entry.report.to_dict() if entry.report is not None else None
+        data = dataclasses.replace(entry, report=None).to_dict()
+    else:
+        report = entry.get("report")
+        try:
+            data = NodeEntry.from_dict({**entry, "report": None}).to_dict()
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InputError(f"node entry {index}: {type(exc).__name__}: {exc}") from None
+    data["verdict"] = report["verdict"] if report is not None else Verdict.FAILURE.value  # NodeEntry.verdict
+    if report is None:
+        return Flattened(data, None)
+    try:
+        flat = flatten_node_data(report, stored_at)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise InputError(f"node entry {index} ({data['host']}): not a node report that can be "
+                         f"stored: {type(exc).__name__}: {exc}") from None
+    data["report_run_id"] = flat.run_id
+    data["report_host"] = flat.host
+    return Flattened(data, flat)
+
+
+def flatten_chunk(stored_at: str, part: list[tuple[int, str, dict[str, Any]]]) -> list[Flattened]:
+    """:func:`flatten_entry` of each validated entry of a chunk (in a worker process:
+    :func:`gpuaccept.results.load.map_valid_chunks`)."""
+    return [flatten_entry(data, stored_at, n) for n, _at, data in part]
+
+
+def open_cluster_rows(path: Path, stored_at: str, *, workers: int | None = None
+                      ) -> tuple[ClusterReport, Iterator[Flattened]]:
+    """A line-layout cluster report's header and each node's rows, made in worker processes a chunk at a time
+    and read back in the file's order (``history --import`` of a fleet); errors as a one-process read."""
+    from gpuaccept.results.load import map_valid_chunks, open_cluster_lines
+    from gpuaccept.results.parallel import flat
+
+    cluster, raw = open_cluster_lines(path)
+    return cluster, flat(map_valid_chunks(raw, functools.partial(flatten_chunk, stored_at), workers=workers,
+                                          what=f"the node lines of {path}"))
+
+
 class ClusterRows:
     """The rows of a cluster report built a node at a time: :meth:`add` each node entry (its node run's rows
     come back), then :meth:`run` gives the cluster's own row.
@@ -237,34 +293,18 @@ class ClusterRows:
         self.skus: set[str] = set()
         self.all_success = True
 
-    def add(self, entry: NodeEntry | dict[str, Any]) -> FlatRun | None:
-        """Note ``entry`` (a NodeEntry, or a cluster report file's validated JSON of one) in the cluster's
-        report; its node run's rows (None for a missing node). InputError when it cannot be stored."""
-        if isinstance(entry, NodeEntry):
-            report = entry.report.to_dict() if entry.report is not None else None
-            data = dataclasses.replace(entry, report=None).to_dict()
-        else:
-            report = entry.get("report")
-            try:
-                data = NodeEntry.from_dict({**entry, "report": None}).to_dict()
-            except (KeyError, TypeError, ValueError) as exc:
-                raise InputError(f"node entry {len(self.entries)}: {type(exc).__name__}: {exc}") from None
-        verdict = report["verdict"] if report is not None else Verdict.FAILURE.value  # NodeEntry.verdict
-        data["verdict"] = verdict
+    def add(self, entry: NodeEntry | dict[str, Any] | Flattened) -> FlatRun | None:
+        """Note ``entry`` (a NodeEntry, or a cluster report file's validated JSON of one, or either already
+        :func:`flatten_entry`'d) in the cluster's report; its node run's rows (None for a missing node).
+        InputError when it cannot be stored."""
+        done = entry if isinstance(entry, Flattened) else flatten_entry(entry, self.stored_at, len(self.entries))
+        data, flat = done.data, done.flat
         self.entries.append(data)
-        self.all_success = self.all_success and verdict == Verdict.SUCCESS.value
-        if report is None:
-            return None
-        try:
-            flat = flatten_node_data(report, self.stored_at)
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise InputError(f"node entry {len(self.entries) - 1} ({data['host']}): not a node report that can be "
-                             f"stored: {type(exc).__name__}: {exc}") from None
-        sku = flat.row[RUN_COLUMNS.index("sku")]
-        if sku is not None:
-            self.skus.add(sku)
-        data["report_run_id"] = flat.run_id
-        data["report_host"] = flat.host
+        self.all_success = self.all_success and data["verdict"] == Verdict.SUCCESS.value
+        if flat is not None:
+            sku = flat.row[RUN_COLUMNS.index("sku")]
+            if sku is not None:
+                self.skus.add(sku)
         return flat
 
     def verdict(self) -> Verdict:

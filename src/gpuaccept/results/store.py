@@ -48,6 +48,7 @@ from gpuaccept.results.rows import (
     RUN_COLUMNS,
     ClusterRows,
     FlatRun,
+    Flattened,
     flatten_node,
     unpack_report,
 )
@@ -199,15 +200,16 @@ class Store(abc.ABC):
         """Store a cluster report and each node report in it, linked to it. Returns the cluster run id."""
         return self.add_cluster_stream(lambda: (report, report.nodes))
 
-    def add_cluster_stream(self, source: Callable[[], tuple[ClusterReport, Iterable[NodeEntry | dict[str, Any]]]],
-                           batch: int = NODE_BATCH) -> str:
+    def add_cluster_stream(self, source: Callable[[], tuple[ClusterReport, Iterable[NodeEntry | dict[str, Any]
+                                                                                 | Flattened]]],
+                           batch: int = NODE_BATCH, stored_at: str | None = None) -> str:
         """Store a cluster report read a node at a time: ``source()`` gives its header (a ClusterReport; its own
         ``nodes`` are not read) and its node entries (NodeEntry, or the validated JSON of one as a cluster report
         file holds it: stored as read, not rebuilt), which are stored ``batch`` nodes at a time, so memory
         holds a batch, not the cluster. One transaction, as :meth:`add_cluster_report`: an error from the
         entries (a malformed line) rolls back everything of this run. ``source`` is called again when the
         transaction is retried. Returns the cluster run id."""
-        stored_at = epoch_to_iso(time.time())
+        stored_at = stored_at or epoch_to_iso(time.time())
 
         def write() -> str:
             header, entries = source()
