@@ -138,7 +138,8 @@ def _rss_kib(pid: int) -> int:
 
 
 def run_step(cmd: list[str], env: dict[str, str], log: Path, timeout_s: float, max_rss_kib: int) -> dict[str, Any]:
-    """Run one CLI step; wall seconds, peak RSS in MiB (``ru_maxrss``), exit status, and why it was killed."""
+    """Run one CLI step; wall seconds, CPU seconds (user + system, its worker processes included), peak RSS in
+    MiB (``ru_maxrss``: the largest of the step and its workers), exit status, and why it was killed."""
     t0 = time.monotonic()
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -157,8 +158,8 @@ def run_step(cmd: list[str], env: dict[str, str], log: Path, timeout_s: float, m
                 break
             time.sleep(0.05)
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return {"wall_s": round(time.monotonic() - t0, 2), "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
-            "exit": proc.returncode, "killed": killed}
+    return {"wall_s": round(time.monotonic() - t0, 2), "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+            "peak_rss_mib": round(usage.ru_maxrss / 1024, 1), "exit": proc.returncode, "killed": killed}
 
 
 def bench(nodes: int, gpus: int, work: Path, exe: list[str], timeout_s: float, max_rss_gib: float,
@@ -184,15 +185,16 @@ def bench(nodes: int, gpus: int, work: Path, exe: list[str], timeout_s: float, m
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    lines = [f"{'nodes':>6} {'step':<16} {'wall s':>8} {'peak MiB':>9} {'exit':>4}  note"]
+    lines = [f"{'nodes':>6} {'step':<16} {'wall s':>8} {'CPU s':>8} {'peak MiB':>9} {'exit':>4}  note"]
     for r in results:
-        lines.append(f"{r['nodes']:>6} {'(node reports)':<16} {r['generate_s']:>8} {'':>9} {'':>4}  "
+        lines.append(f"{r['nodes']:>6} {'(node reports)':<16} {r['generate_s']:>8} {'':>8} {'':>9} {'':>4}  "
                      f"{r['node_reports_mb']} MB on disk")
         for step, f in r["steps"].items():
             note = f.get("killed") or f.get("error") or ""
             if f.get("output_mb") is not None:
                 note = f"cluster report {f['output_mb']} MB " + note
-            lines.append(f"{r['nodes']:>6} {step:<16} {f['wall_s']:>8} {f['peak_rss_mib']:>9} {f['exit']:>4}  {note}")
+            lines.append(f"{r['nodes']:>6} {step:<16} {f['wall_s']:>8} {f.get('cpu_s', ''):>8} {f['peak_rss_mib']:>9} "
+                         f"{f['exit']:>4}  {note}")
     return "\n".join(lines)
 
 

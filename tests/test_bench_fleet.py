@@ -23,7 +23,7 @@ def test_bench_fleet_smoke(tmp_path: Path) -> None:
     assert list(steps) == ["gather", "analyze", "report-md", "report-html", "history-import", "baseline-create"]
     for step, fig in steps.items():
         assert fig["exit"] == 0, (step, fig, (tmp_path / "n6" / f"{step}.log").read_text()[-1500:])
-        assert fig["peak_rss_mib"] > 10 and fig["wall_s"] > 0
+        assert fig["peak_rss_mib"] > 10 and fig["wall_s"] > 0 and fig["cpu_s"] > 0
     assert steps["gather"]["output_mb"] > 0
     run = next((tmp_path / "n6").glob("*-fleet6"))
     cluster = json.loads((run / "cluster-report.json").read_text())
