@@ -222,9 +222,10 @@ def test_burnin_profile_holds_the_long_checks_and_quick_standard_do_not() -> Non
     for name in LONG:
         assert reg[name].profiles == ("full", "burnin"), name
     burnin = [c.name for c in plan_suite(RunOptions(profile="burnin"), Config(), reg, "cpu").checks]
-    # reference_train is in burnin too, and its short form in standard (issue 31)
+    # reference_train is in burnin too, and its short form in standard (issue 31); so is the rdma check (issue 30)
     assert burnin == ["env", "conformance", "health", "stress", "agreement", "reference_train", "throughput", "disk",
-                      "reference_train_ddp"]
+                      "rdma", "reference_train_ddp"]
+    assert reg["rdma"].profiles == ("standard", "full", "burnin")
     assert reg["reference_train"].profiles == ("standard", "full", "burnin")
     for profile in ("quick", "standard"):
         names = {c.name for c in plan_suite(RunOptions(profile=profile), Config(), reg, "cpu").checks}
