@@ -211,3 +211,25 @@ def test_the_tag_columns_cache_gives_what_the_tags_give() -> None:
             assert _tag_columns_memo(tags) == _tag_columns(tags)
     assert _tag_columns({"dtype": "bf16", "size_bytes": 1024.0})[1:] == ("bf16", 1024)
     assert _tag_columns({"size_bytes": True, "dtype": 16})[1:] == ("16", None)
+
+
+def test_foreign_keys_are_checked_again_after_a_bulk_write_even_a_failed_one(tmp_path: Path) -> None:
+    """The streamed write leaves SQLite's foreign key checks out (its ids are its own); they come back after."""
+    cluster = cluster_report("c1", HOSTS[:3])
+    with open_store(f"sqlite:///{tmp_path / 'h.db'}") as store:
+        conn = store._db  # type: ignore[attr-defined]
+        store.add_cluster_stream(lambda: (cluster, cluster.nodes))
+        assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+
+        def broken() -> tuple[ClusterReport, Iterator[NodeEntry]]:
+            def entries() -> Iterator[NodeEntry]:
+                yield cluster.nodes[0]
+                raise InputError("line 3: not valid JSON")
+            return cluster, entries()
+
+        with pytest.raises(InputError):
+            store.add_cluster_stream(broken)
+        assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+        with pytest.raises(sqlite3.IntegrityError):
+            conn.execute("INSERT INTO checks (run, name, status) VALUES (999999, 'x', 'pass')")
+        assert len(store.list_runs(include_members=True)) == 4  # the failed write stored nothing

@@ -91,6 +91,10 @@ class FlatRun:
     hardware: list[tuple[Any, ...]] = field(default_factory=list)
     config: list[tuple[Any, ...]] = field(default_factory=list)
     """``config`` rows (:data:`gpuaccept.results.config_history.CONFIG_COLUMNS` order)."""
+    split: Any = None
+    """The checks' metric rows already split into keys, places and numbers
+    (:class:`gpuaccept.results.metricrows.SplitMetrics`, made in a worker process; each check's ``metrics``
+    then empty), or None."""
 
     @property
     def run_id(self) -> str:
@@ -259,9 +263,16 @@ def flatten_entry(entry: NodeEntry | dict[str, Any], stored_at: str, index: int)
 
 
 def flatten_chunk(stored_at: str, part: list[tuple[int, str, dict[str, Any]]]) -> list[Flattened]:
-    """:func:`flatten_entry` of each validated entry of a chunk (in a worker process:
-    :func:`gpuaccept.results.load.map_valid_chunks`)."""
-    return [flatten_entry(data, stored_at, n) for n, _at, data in part]
+    """:func:`flatten_entry` of each validated entry of a chunk, its metric rows split into keys, places and
+    numbers (:func:`gpuaccept.results.metricrows.split_metrics`), in a worker process
+    (:func:`gpuaccept.results.load.map_valid_chunks`), so that the one process that writes only looks up ids."""
+    from gpuaccept.results.metricrows import split_metrics
+
+    out = [flatten_entry(data, stored_at, n) for n, _at, data in part]
+    for done in out:
+        if done.flat is not None:
+            split_metrics(done.flat)
+    return out
 
 
 def open_cluster_rows(path: Path, stored_at: str, *, workers: int | None = None

@@ -40,7 +40,7 @@ from gpuaccept.model import ClusterReport, NodeEntry, NodeReport
 from gpuaccept.results import migrations
 from gpuaccept.results.config_history import CONFIG_COLUMNS
 from gpuaccept.results.dburl import DbUrl
-from gpuaccept.results.metricrows import VALUE_COLUMNS, value_rows
+from gpuaccept.results.metricrows import VALUE_COLUMNS, split_value_rows, value_rows
 from gpuaccept.results.records import MetricPoint, RunSummary, Sighting, StoredRun
 from gpuaccept.results.rows import (
     CHECK_COLUMNS,
@@ -98,6 +98,9 @@ class Store(abc.ABC):
     """A history database. Use as a context manager, or call :meth:`close`."""
 
     dialect: ClassVar[str]
+    _bulk_write = False
+    """Set while :meth:`add_cluster_stream` writes: every id it writes is one it has just inserted or looked up in
+    the same transaction, so a dialect may skip its foreign key checks."""
 
     def __init__(self, url: DbUrl, retry_s: float = 120.0) -> None:
         self.url = url
@@ -230,7 +233,11 @@ class Store(abc.ABC):
                           (*rows.run().row, cluster_pk))
             return header.run_id
 
-        return self._retrying(write, write=True)
+        self._bulk_write = True
+        try:
+            return self._retrying(write, write=True)
+        finally:
+            self._bulk_write = False
 
     def _delete_stale_nodes(self, nodes: Sequence[FlatRun]) -> None:
         """Delete the stored node runs these replace (same run id and host), unless stored by this very write."""
@@ -268,9 +275,13 @@ class Store(abc.ABC):
         rows: dict[str, list[tuple[Any, ...]]] = {"metrics": [], "hardware": [], "config": []} if bulk is None else bulk
         check_sql = (f"INSERT INTO checks (run, {', '.join(CHECK_COLUMNS)}) "
                      f"VALUES (?, {', '.join('?' * len(CHECK_COLUMNS))})")
+        check_pks = []
         for fc in flat.checks:
             check_pk = self._insert_id(check_sql, (run_pk, *fc.row))
+            check_pks.append(check_pk)
             rows["metrics"] += [(run_pk, check_pk, *m) for m in fc.metrics]
+        if flat.split is not None:  # made in a worker: gpuaccept.results.metricrows.split_metrics
+            rows.setdefault("split", []).append((run_pk, check_pks, flat.split))
         rows["hardware"] += [(run_pk, *h) for h in flat.hardware]
         rows["config"] += [(run_pk, *c) for c in flat.config]
         if bulk is None:
@@ -281,6 +292,9 @@ class Store(abc.ABC):
         if bulk["metrics"]:
             self._bulk_insert("metric_values", VALUE_COLUMNS,
                               value_rows(bulk["metrics"], self._execute, self._bulk_insert))
+        if bulk.get("split"):
+            self._bulk_insert("metric_values", VALUE_COLUMNS,
+                              split_value_rows(bulk["split"], self._execute, self._bulk_insert))
         if bulk["hardware"]:
             self._bulk_insert("hardware", ("run", *HARDWARE_COLUMNS), bulk["hardware"])
         if bulk["config"]:
