@@ -127,6 +127,10 @@ def test_console_summary_prints_each_device_under_reference_train_marked_not_jud
     assert lines[at + 1] == ("[RESULT]   cuda:0: 400 model TFLOP/s = 0.62 of its GEMM rate (650 TFLOP/s, "
                              "gemm_bf16_tflops_concurrent); not judged")
     assert lines[at + 2].startswith("[RESULT]   cuda:1: 410 model TFLOP/s = 0.63")
+    # the state column lines up below a name longer than the others (reference_train, 15 characters)
+    rows = [line for line in lines if line.startswith("[RESULT] ") and not line.startswith("[RESULT]  ")
+            and line.split()[1] in ("compute", "reference_train")]
+    assert len(rows) == 2 and len({line.index(line.split()[2], len("[RESULT] ") + 1) for line in rows}) == 1, rows
 
 
 def test_markdown_and_html_show_the_ratio_per_device():

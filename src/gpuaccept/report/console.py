@@ -147,9 +147,10 @@ class PlainConsole:
         """The table of results, the next steps under each failure, ``where`` (the report directory line,
         :func:`gpuaccept.report.runfiles.where_line`; else the run id), then the verdict line."""
         speed = summary_lines(report)
+        width = max([12, *(len(shown_name(r)) for r in report.checks)])  # one column, long names too
         for i, r in enumerate(report.checks):
             value, expect = describe_key(r, self.keys.get(r.name))
-            self._print(f"[RESULT] {shown_name(r):<12} {state_label(r.state):<5} {value} {expect}".rstrip())
+            self._print(f"[RESULT] {shown_name(r):<{width}} {state_label(r.state):<5} {value} {expect}".rstrip())
             for line in speed.get(i, []):
                 self._print(f"[RESULT]   {line}")
             for line in next_step_lines(report, r, self.run_dir):
