@@ -67,7 +67,7 @@ def test_a_streamed_cluster_stores_what_the_whole_one_does(url: str, tmp_path: P
 @pytest.mark.parametrize("workers", [1, 2])
 def test_rows_made_in_worker_processes_store_what_the_file_does(url: str, tmp_path: Path, workers: int) -> None:
     """``history --import``'s path: each node's rows made in a worker (chunks of 16 nodes), stored in order."""
-    from gpuaccept.results.rows import open_cluster_rows
+    from gpuaccept.results.import_rows import open_cluster_rows
 
     hosts = [f"gpu{i:02d}" for i in range(37)]  # three chunks
     cluster = cluster_report("c1", hosts, missing=("gpu03",), failing=("gpu20",))

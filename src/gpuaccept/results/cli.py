@@ -221,7 +221,7 @@ def _import(args: argparse.Namespace) -> int:
     report was stored."""
     from gpuaccept.model import ClusterReport
     from gpuaccept.results.history import open_store
-    from gpuaccept.results.rows import open_cluster_rows
+    from gpuaccept.results.import_rows import open_cluster_rows
     from gpuaccept.results.timespec import epoch_to_iso
 
     streams = {i: (text, found) for i, text in enumerate(args.import_paths)

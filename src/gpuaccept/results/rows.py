@@ -23,13 +23,10 @@ so each run is one value of a series, measured as planned, not two.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import math
 import zlib
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from gpuaccept.errors import InputError
@@ -260,31 +257,6 @@ def flatten_entry(entry: NodeEntry | dict[str, Any], stored_at: str, index: int)
     data["report_run_id"] = flat.run_id
     data["report_host"] = flat.host
     return Flattened(data, flat)
-
-
-def flatten_chunk(stored_at: str, part: list[tuple[int, str, dict[str, Any]]]) -> list[Flattened]:
-    """:func:`flatten_entry` of each validated entry of a chunk, its metric rows split into keys, places and
-    numbers (:func:`gpuaccept.results.metricrows.split_metrics`), in a worker process
-    (:func:`gpuaccept.results.load.map_valid_chunks`), so that the one process that writes only looks up ids."""
-    from gpuaccept.results.metricrows import split_metrics
-
-    out = [flatten_entry(data, stored_at, n) for n, _at, data in part]
-    for done in out:
-        if done.flat is not None:
-            split_metrics(done.flat)
-    return out
-
-
-def open_cluster_rows(path: Path, stored_at: str, *, workers: int | None = None
-                      ) -> tuple[ClusterReport, Iterator[Flattened]]:
-    """A line-layout cluster report's header and each node's rows, made in worker processes a chunk at a time
-    and read back in the file's order (``history --import`` of a fleet); errors as a one-process read."""
-    from gpuaccept.results.load import map_valid_chunks, open_cluster_lines
-    from gpuaccept.results.parallel import flat
-
-    cluster, raw = open_cluster_lines(path)
-    return cluster, flat(map_valid_chunks(raw, functools.partial(flatten_chunk, stored_at), workers=workers,
-                                          what=f"the node lines of {path}"))
 
 
 class ClusterRows:
