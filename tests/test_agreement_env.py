@@ -98,9 +98,11 @@ def _in_fresh_python(code: str, env: dict[str, str]) -> dict[str, Any]:
 
 
 @pytest.mark.gpu
-def test_gpu_a_non_deterministic_value_is_an_error_and_torch_still_refuses_it() -> None:
-    """On a GPU, in processes of their own: the check refuses ':0:0' with one line; and torch's own refusal of
-    a cuBLAS GEMM in deterministic mode is what cublas_refusal recognises."""
+def test_gpu_a_non_deterministic_value_is_an_error_whether_or_not_torch_refuses_it() -> None:
+    """On a GPU, in processes of their own: the check refuses ':0:0' with one line. torch's own guard is not
+    always there (torch 2.11 with CUDA 13 on an H200 ran a deterministic-mode GEMM under ':0:0' without a
+    word), so the check's refusal is what protects; where torch does refuse, cublas_refusal
+    recognises its message, and nothing else goes wrong."""
     assert cuda_available()
     code = ("import json\nfrom gpuaccept.checks.agreement import AgreementCheck\nfrom gpuaccept.checks.base import "
             "CheckContext\nout = AgreementCheck().run(CheckContext(device='cuda', params={**AgreementCheck.defaults"
@@ -109,10 +111,14 @@ def test_gpu_a_non_deterministic_value_is_an_error_and_torch_still_refuses_it() 
     assert got["status"] == "error" and "':0:0'" in got["reason"], got
     code = ("import json, torch\nfrom gpuaccept.checks.agreement import cublas_refusal\n"
             "torch.use_deterministic_algorithms(True)\na = torch.ones(64, 64, device='cuda')\n"
-            "try:\n    a @ a\n    torch.cuda.synchronize()\n    r = None\nexcept RuntimeError as e:\n"
-            "    r = cublas_refusal(e)\nprint(json.dumps({'reason': r}))")
+            "try:\n    ok = bool(((a @ a) == 64).all())\n    r = e = None\nexcept RuntimeError as exc:\n"
+            "    ok, r, e = False, cublas_refusal(exc), str(exc)[:300]\n"
+            "print(json.dumps({'ran': ok, 'reason': r, 'error': e}))")
     got = _in_fresh_python(code, {CUBLAS_ENV: ":0:0"})
-    assert got["reason"] and got["reason"].startswith("torch refused a cuBLAS GEMM"), got
+    if got["error"] is None:
+        assert got["ran"] is True, got  # this torch does not guard; the GEMM's result is still right
+    else:
+        assert got["reason"] and got["reason"].startswith("torch refused a cuBLAS GEMM"), got
 
 
 @pytest.mark.gpu

@@ -4,8 +4,10 @@ library trees, container runtimes from real scripts on PATH (with the timeout), 
 
 from __future__ import annotations
 
+import inspect
 import json
 import types
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,28 +31,40 @@ STATES = {v: k for k, v in {0: "not_supported", 1: "not_started", 2: "in_progres
 
 
 def _fake_nvml(g: dict[str, Any], missing: tuple[str, ...] = ()) -> Any:
-    """A pynvml module that answers each call with the recorded GPU's value (NOT_SUPPORTED for ``missing``)."""
+    """A pynvml module that answers each call with the recorded GPU's value (NOT_SUPPORTED for ``missing``). Each
+    call's arguments are bound to the real nvidia-ml-py function's signature (a TypeError, as the real binding
+    gives, when they differ); the fabric call fills the caller's ``c_nvmlGpuFabricInfo_t`` as NVML does."""
     m = types.ModuleType("pynvml")
     for name, value in vars(pynvml).items():
         if name.startswith("NVML"):
             setattr(m, name, value)
+    m.c_nvmlGpuFabricInfo_t = pynvml.c_nvmlGpuFabricInfo_t  # type: ignore[attr-defined]
 
-    def answer(name: str, value: Any) -> Any:
-        def fn(*_args: Any) -> Any:
+    def answer(name: str, binding: str, value: Callable[..., Any]) -> Any:
+        real = inspect.signature(getattr(pynvml, binding))
+
+        def fn(*args: Any) -> Any:
+            real.bind(*args)
             if name in missing:
                 raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
-            return value
+            return value(*args)
+        setattr(m, binding, fn)
         return fn
+
+    def fabric(_handle: Any, ref: Any) -> int:
+        info = ref._obj  # what ctypes.byref points at: the caller's structure
+        assert isinstance(info, pynvml.c_nvmlGpuFabricInfo_t)
+        info.state, info.status = STATES[g["fabric_state"]], 0
+        return int(pynvml.NVML_SUCCESS)
 
     clocks = {pynvml.NVML_CLOCK_GRAPHICS: g["app_clock_graphics_mhz"], pynvml.NVML_CLOCK_MEM: g["app_clock_memory_mhz"]}
     field = types.SimpleNamespace(nvmlReturn=0, value=types.SimpleNamespace(uiVal=g["nvlink_speed_mbps"]))
-    fabric = types.SimpleNamespace(state=STATES[g["fabric_state"]], status=0)
-    m.nvmlDeviceGetVbiosVersion = answer("vbios", g["vbios_version"])  # type: ignore[attr-defined]
-    m.nvmlDeviceGetPersistenceMode = answer("pm", int(g["persistence_mode"]))  # type: ignore[attr-defined]
-    m.nvmlDeviceGetApplicationsClock = lambda h, c: answer("clocks", clocks[c])()  # type: ignore[attr-defined]
-    m.nvmlDeviceGetMigMode = answer("mig", [int(g["mig_mode"]), 0])  # type: ignore[attr-defined]
-    m.nvmlDeviceGetFieldValues = answer("nvlink", [field])  # type: ignore[attr-defined]
-    m.nvmlDeviceGetGpuFabricInfo = answer("fabric", fabric)  # type: ignore[attr-defined]
+    answer("vbios", "nvmlDeviceGetVbiosVersion", lambda h: g["vbios_version"])
+    answer("pm", "nvmlDeviceGetPersistenceMode", lambda h: int(g["persistence_mode"]))
+    answer("clocks", "nvmlDeviceGetApplicationsClock", lambda h, c: clocks[c])
+    answer("mig", "nvmlDeviceGetMigMode", lambda h: [int(g["mig_mode"]), 0])
+    answer("nvlink", "nvmlDeviceGetFieldValues", lambda h, ids: [field for _ in ids])
+    answer("fabric", "nvmlDeviceGetGpuFabricInfo", fabric)
     return m
 
 
@@ -70,6 +84,18 @@ def test_what_nvml_cannot_give_is_unsupported_and_left_out() -> None:
     assert "gpu.0.vbios_version" not in items and "gpu.0.nvlink_speed_mbps" not in items
     assert "gpu.0.fabric_state" not in items  # a GPU without a fabric has no fabric item
     assert items["gpu.0.persistence_mode"] is True
+
+
+def test_a_binding_that_takes_other_arguments_costs_its_field_not_the_run() -> None:
+    """nvidia-ml-py's signatures change between releases (the fabric call took one argument in the code and two in
+    the binding, which crashed the conformance check on a real H200): such a field is unsupported, with the reason."""
+    g = STATE["gpus"][0]
+    m = _fake_nvml(g)
+    m.nvmlDeviceGetVbiosVersion = lambda: "no handle taken"  # a binding of another shape
+    got = read_gpu_state(m, 0, handle=0)
+    assert got.vbios_version == UNSUPPORTED
+    assert got.errors["vbios_version"].startswith("this nvidia-ml-py's <lambda> took other arguments: ")
+    assert got.fabric_state == g["fabric_state"] and got.persistence_mode == g["persistence_mode"]
 
 
 def test_a_malformed_recorded_state_is_refused() -> None:

@@ -284,6 +284,8 @@ class _Reader:
             self.errors[name] = str(exc) or type(exc).__name__
         except AttributeError as exc:  # an older nvidia-ml-py without this binding
             self.errors[name] = f"not in this nvidia-ml-py: {exc}"
+        except TypeError as exc:  # a binding whose arguments differ in this nvidia-ml-py: one field, not the run
+            self.errors[name] = f"this nvidia-ml-py's {getattr(fn, '__name__', 'binding')} took other arguments: {exc}"
         return UNSUPPORTED
 
     def call(self, name: str, fn_name: str, *args: Any) -> Any:

@@ -18,6 +18,7 @@ A field NVML cannot give is "unsupported" with NVML's message under ``errors`` (
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -105,6 +106,19 @@ def _nvlink_speed(nvml: Any, handle: Any, r: _Reader) -> int | Unsupported:
     return speed
 
 
+def _fabric_info(nvml: Any, handle: Any, r: _Reader) -> Any:
+    """``nvmlDeviceGetGpuFabricInfo(handle, byref(c_nvmlGpuFabricInfo_t))``: nvidia-ml-py fills the caller's
+    structure (``state``, ``status``) and returns NVML_SUCCESS; UNSUPPORTED where NVML or the binding cannot."""
+    struct = getattr(nvml, "c_nvmlGpuFabricInfo_t", None)
+    if struct is None:
+        r.errors["fabric_state"] = "c_nvmlGpuFabricInfo_t not in this nvidia-ml-py"
+        return UNSUPPORTED
+    info = struct()
+    if r.call("fabric_state", "nvmlDeviceGetGpuFabricInfo", handle, ctypes.byref(info)) == UNSUPPORTED:
+        return UNSUPPORTED
+    return info
+
+
 def read_gpu_state(nvml: Any, index: int, handle: Any) -> GpuState:
     """One GPU's settings from an open NVML ``handle``; each NVML error becomes "unsupported"."""
     g = GpuState(index=index)
@@ -120,7 +134,7 @@ def read_gpu_state(nvml: Any, index: int, handle: Any) -> GpuState:
     mig = r.call("mig_mode", "nvmlDeviceGetMigMode", handle)
     g.mig_mode = UNSUPPORTED if mig == UNSUPPORTED else bool(mig[0])
     g.nvlink_speed_mbps = _nvlink_speed(nvml, handle, r)
-    fabric = r.call("fabric_state", "nvmlDeviceGetGpuFabricInfo", handle)
+    fabric = _fabric_info(nvml, handle, r)
     if fabric != UNSUPPORTED:
         g.fabric_state = FABRIC_STATES.get(int(fabric.state), f"state {int(fabric.state)}")
         g.fabric_status = "success" if int(fabric.status) == 0 else f"NVML return {int(fabric.status)}"
