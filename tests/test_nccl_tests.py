@@ -218,6 +218,19 @@ def test_check_skips_naming_the_places(monkeypatch: pytest.MonkeyPatch) -> None:
         in out.reason
 
 
+def test_a_missing_nccl_tests_is_a_skip_on_a_gpu_node_even_when_a_gpu_is_required(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPU is there; the tool is not. Not GA-GPU-007 "GPU required but none usable" with replace_part."""
+    from gpuaccept.node.judge import judge
+
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("NCCL_TESTS_DIR", raising=False)
+    out = NcclTestsCheck().run(_ctx(NcclTestsCheck.defaults("standard"), gpus=[0]))
+    assert out.status is Status.SKIP and not out.needs_gpu and "NCCL_TESTS_DIR" in out.reason
+    verdict = judge(out, require_gpu=True, device="cuda", check="nccl_tests")
+    assert verdict.status is Status.SKIP and not verdict.reason.startswith("GPU required")
+
+
 def test_gpu_args_keeps_an_explicit_g() -> None:
     args, env = gpu_args(["-g", "4"], [0, 1], {"CUDA_VISIBLE_DEVICES": "4,5,6"})
     assert args == ["-g", "4"] and env["CUDA_VISIBLE_DEVICES"] == "4,5"

@@ -108,8 +108,11 @@ class NcclTestsCheck(Check):
         found = {t: find_binary(t, env) for t in p["tests"]}
         missing = [f"{t}_perf" for t, path in found.items() if path is None]
         if missing:
-            return Outcome.skip(f"nccl-tests not found: no {', '.join(missing)} in {places_looked(env)}",
-                                needs_gpu=ctx.device == "cuda", looked=places_looked(env))
+            # a missing tool is not a missing GPU: a SKIP with the places looked, even under --require-gpu (an H200
+            # run read "GPU required but none usable ... replace_part" when only nccl-tests was not installed)
+            return Outcome.skip(f"nccl-tests not found: no {', '.join(missing)} in {places_looked(env)} (build "
+                                "NVIDIA/nccl-tests and set NCCL_TESTS_DIR to its build directory)",
+                                looked=places_looked(env))
         args, env = gpu_args(list(p["args"]), ctx.gpus, env)
         statuses: list[Status] = []
         reasons: list[str] = []
