@@ -233,3 +233,31 @@ def test_foreign_keys_are_checked_again_after_a_bulk_write_even_a_failed_one(tmp
         with pytest.raises(sqlite3.IntegrityError):
             conn.execute("INSERT INTO checks (run, name, status) VALUES (999999, 'x', 'pass')")
         assert len(store.list_runs(include_members=True)) == 4  # the failed write stored nothing
+
+
+def test_a_fleet_import_keeps_each_node_line_as_read_and_reads_its_report_back(tmp_path: Path) -> None:
+    """``history --import``'s workers store each node's line as read (schema v8: ``E`` then zlib of the line), not
+    its report serialised again; every reader gets the node's report out of it, and a damaged one is an error."""
+    import zlib
+
+    from gpuaccept.results.import_rows import open_cluster_rows
+    from gpuaccept.results.rows import ENTRY_MARK, unpack_report
+
+    cluster = cluster_report("c1", HOSTS, missing=("gpu03",))
+    path = _write(tmp_path / "c.json", cluster, True)
+    lines = path.read_text().splitlines()[1:-1]
+    db = tmp_path / "h.db"
+    with open_store(f"sqlite:///{db}") as store:
+        store.add_cluster_stream(lambda: open_cluster_rows(path, "2026-11-28T00:00:00Z", workers=1), batch=4)
+    with sqlite3.connect(db) as conn:
+        stored = dict(conn.execute("SELECT host, report_z FROM runs WHERE kind = 'node'").fetchall())
+    assert len(stored) == len(HOSTS) - 1
+    first = next(line for line in lines if '"gpu00"' in line[:40]).rstrip(",")
+    assert stored["gpu00"][:1] == ENTRY_MARK and zlib.decompress(stored["gpu00"][1:]).decode() == first
+    assert _state(f"sqlite:///{db}", "c1")["report"] == cluster.to_dict()
+    assert unpack_report(None, stored["gpu00"], "x") == json.loads(first)["report"]
+    no_report = ENTRY_MARK + zlib.compress(b'{"host": "gpu00", "report": null}')
+    with pytest.raises(InputError, match="x: the stored report is not a JSON object"):
+        unpack_report(None, no_report, "x")
+    with pytest.raises(InputError, match="x: the stored report cannot be read"):
+        unpack_report(None, ENTRY_MARK + stored["gpu00"][1:50], "x")

@@ -282,10 +282,9 @@ class _Reader:
             return fn(*args)
         except self.nvml.NVMLError as exc:
             self.errors[name] = str(exc) or type(exc).__name__
-        except AttributeError as exc:  # an older nvidia-ml-py without this binding
-            self.errors[name] = f"not in this nvidia-ml-py: {exc}"
-        except TypeError as exc:  # a binding whose arguments differ in this nvidia-ml-py: one field, not the run
-            self.errors[name] = f"this nvidia-ml-py's {getattr(fn, '__name__', 'binding')} took other arguments: {exc}"
+        except (AttributeError, TypeError) as exc:  # a binding missing, or of another shape: one field, not the run
+            self.errors[name] = ("not in this nvidia-ml-py: " if isinstance(exc, AttributeError) else f"this nvidia-"
+                                 f"ml-py's {getattr(fn, '__name__', 'binding')} took other arguments: ") + str(exc)
         return UNSUPPORTED
 
     def call(self, name: str, fn_name: str, *args: Any) -> Any:
@@ -575,8 +574,7 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m gpuaccept.hw.nvml [--dump] [--gpus 0,1]``: print a snapshot (JSON with --dump)."""
     ap = argparse.ArgumentParser(prog="python -m gpuaccept.hw.nvml", description="Print an NVML snapshot of this node.")
     ap.add_argument("--dump", action="store_true", help="print the snapshot as JSON (the test-fixture format)")
-    ap.add_argument("--gpus", default=None, help="comma-separated NVML indices (default: all; with --visible: "
-                    "torch ordinals)")
+    ap.add_argument("--gpus", default=None, help="comma-separated NVML indices (default all; torch's with --visible)")
     ap.add_argument("--visible", action="store_true", help="select through CUDA_VISIBLE_DEVICES, by UUID")
     ap.add_argument("--sample-s", type=float, default=1.0, help="seconds to sample clock event reasons (default 1)")
     args = ap.parse_args(argv)

@@ -215,6 +215,8 @@ def map_valid_chunks(raw: Iterator[RawLine], fn: Callable[[list[ValidEntry]], R]
 
 ValidEntry = tuple[int, str, dict[str, Any]]
 """A validated node entry: its index, where it is (``FILE: nodes[i]``) and its parsed JSON."""
+ValidLine = tuple[int, str, dict[str, Any], str]
+"""A validated node entry with its line's JSON text as read (:func:`map_valid_lines`)."""
 R = TypeVar("R")
 
 
@@ -231,6 +233,19 @@ def validated_entry(line: RawLine) -> ValidEntry:
 
 def _validated_chunk(fn: Callable[[list[ValidEntry]], R], lines: list[RawLine]) -> R:
     return fn([validated_entry(line) for line in lines])
+
+
+def _validated_lines(fn: Callable[[list[ValidLine]], R], lines: list[RawLine]) -> R:
+    return fn([(*validated_entry(line), line[3]) for line in lines])
+
+
+def map_valid_lines(raw: Iterator[RawLine], fn: Callable[[list[ValidLine]], R], *, workers: int | None = None,
+                    what: str = "the node lines") -> Iterator[R]:
+    """:func:`map_valid_chunks` whose ``fn`` also gets each line's JSON text as read (to store it as it is)."""
+    from gpuaccept.results.parallel import ordered_chunks
+
+    _fast("entry"), _fast("node")
+    return ordered_chunks(functools.partial(_validated_lines, fn), raw, workers=workers, what=what)
 
 
 def open_cluster_lines(path: Path) -> tuple[ClusterReport, Iterator[RawLine]]:

@@ -10,11 +10,10 @@ into the rows as before. Keys and places are looked up, and the missing ones bul
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
-from gpuaccept.results.rows import METRIC_COLUMNS, FlatRun
+from gpuaccept.results.rows import METRIC_COLUMNS, SplitMetrics
 
 KEY_COLUMNS = ("check_name", "name", "unit", "tags_json", "dtype", "size_bytes")
 PLACE_COLUMNS = ("host", "device", "hw_kind", "hw_id", "hw_serial")
@@ -65,44 +64,10 @@ def value_rows(flat: Iterable[Sequence[Any]], execute: Execute, bulk_insert: Bul
             for r in rows]
 
 
-_M = METRIC_COLUMNS
-_mkey = itemgetter(*(_M.index(c) for c in KEY_COLUMNS))
-_mplace = itemgetter(*(_M.index(c) for c in PLACE_COLUMNS))
-_mrest = itemgetter(*(_M.index(c) for c in ("value", "expected", "threshold_op", "threshold_value", "rerun")))
-
-
-@dataclass
-class SplitMetrics:
-    """A node run's metric rows split as :func:`value_rows` splits them, before any id is known: its distinct
-    keys and places (``KEY_COLUMNS``, ``PLACE_COLUMNS`` tuples), and per check, in order, each metric as
-    (key index, place index, value, expected, threshold op, threshold value, rerun)."""
-
-    keys: list[tuple[Any, ...]]
-    places: list[tuple[Any, ...]]
-    checks: list[list[tuple[Any, ...]]]
-
-
-def split_metrics(flat: FlatRun) -> None:
-    """Move ``flat``'s metric rows into ``flat.split`` (:class:`SplitMetrics`; pure, for a worker process)."""
-    keys: dict[tuple[Any, ...], int] = {}
-    places: dict[tuple[Any, ...], int] = {}
-    checks = []
-    for fc in flat.checks:
-        rows = []
-        for m in fc.metrics:
-            k, p = _mkey(m), _mplace(m)
-            ki = keys.setdefault(k, len(keys))
-            pi = places.setdefault(p, len(places))
-            rows.append((ki, pi, *_mrest(m)))
-        checks.append(rows)
-        fc.metrics = []
-    flat.split = SplitMetrics(list(keys), list(places), checks)
-
-
 def split_value_rows(parts: Sequence[tuple[int, Sequence[int], SplitMetrics]], execute: Execute,
                      bulk_insert: BulkInsert) -> list[tuple[Any, ...]]:
-    """:func:`value_rows` of node runs whose metrics were split (:func:`split_metrics`): ``parts`` gives each
-    run's id, its checks' ids in order and its :class:`SplitMetrics`. The same rows in the same order."""
+    """:func:`value_rows` of node runs whose metrics were split (``flatten_node_data(split=True)``): ``parts``
+    gives each run's id, its checks' ids in order and its :class:`SplitMetrics`. The same rows in the same order."""
     wanted_keys: set[tuple[Any, ...]] = set()
     wanted_places: set[tuple[Any, ...]] = set()
     for _run, _checks, split in parts:

@@ -292,6 +292,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     # Runs stored before keep their report_json text (read as before); new ones leave it empty.
     Migration(7, "each run's report stored zlib-compressed in runs.report_z",
               ("ALTER TABLE runs ADD COLUMN report_z {blob}",)),
+    # No DDL: a gpuaccept that reads v7 cannot read such a report_z, so it must refuse the database as newer.
+    Migration(8, "a fleet's node report may be stored as its cluster report line as read (runs.report_z: 'E' "
+                 "then zlib of the line; the report is its entry's 'report')", ()),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -26,6 +26,7 @@ import dataclasses
 import json
 import math
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,9 +48,21 @@ MAX_REPORT_BYTES = 256 * 1024 * 1024
 """The most bytes a stored report decompresses to (a damaged or hostile database is refused, not inflated)."""
 
 
+ENTRY_MARK = b"E"
+"""The byte before the zlib stream of a ``report_z`` that holds a cluster report's node line as read (schema v8):
+the node's report is that entry's ``report``. A zlib stream never starts with it (its low nibble is not 8)."""
+
+
 def pack_report(data: dict[str, Any]) -> bytes:
     """A report dict as the history stores it (``report_z``): zlib of its compact JSON."""
     return zlib.compress(json.dumps(data, separators=(",", ":")).encode(), ZLIB_LEVEL)
+
+
+def pack_entry_text(text: str) -> bytes:
+    """A cluster report's node line as read (validated, its ``report`` a node report) as ``report_z`` stores it:
+    :data:`ENTRY_MARK`, then zlib of the text. Not dumped again: ``history --import`` of a fleet spent more time
+    re-serialising each node's report than compressing it."""
+    return ENTRY_MARK + zlib.compress(text.encode(), ZLIB_LEVEL)
 
 
 def unpack_report(text: str | None, packed: bytes | None, where: str) -> dict[str, Any]:
@@ -57,11 +70,15 @@ def unpack_report(text: str | None, packed: bytes | None, where: str) -> dict[st
     run stored before. InputError naming ``where`` when it cannot be read."""
     try:
         if packed is not None:
+            packed = bytes(packed)
+            entry = packed[:1] == ENTRY_MARK
             inflate = zlib.decompressobj()
-            raw = inflate.decompress(bytes(packed), MAX_REPORT_BYTES)
+            raw = inflate.decompress(packed[1:] if entry else packed, MAX_REPORT_BYTES)
             if inflate.unconsumed_tail or not inflate.eof:
                 raise ValueError(f"not a whole zlib stream, or over {MAX_REPORT_BYTES // (1024 * 1024)} MiB")
             data = json.loads(raw)
+            if entry:
+                data = data.get("report") if isinstance(data, dict) else None
         else:
             data = json.loads(text or "")
     except (ValueError, zlib.error) as exc:
@@ -80,6 +97,17 @@ class FlatCheck:
 
 
 @dataclass
+class SplitMetrics:
+    """A node run's metric rows split as the history stores them (:mod:`gpuaccept.results.metricrows`), before
+    any id is known: its distinct keys and places (``KEY_COLUMNS``, ``PLACE_COLUMNS`` tuples), and per check, in
+    order, each metric as (key index, place index, value, expected, threshold op, threshold value, rerun)."""
+
+    keys: list[tuple[Any, ...]]
+    places: list[tuple[Any, ...]]
+    checks: list[list[tuple[Any, ...]]]
+
+
+@dataclass
 class FlatRun:
     """A ``runs`` row (RUN_COLUMNS order) with its checks and ``hardware`` rows (HARDWARE_COLUMNS order)."""
 
@@ -88,10 +116,9 @@ class FlatRun:
     hardware: list[tuple[Any, ...]] = field(default_factory=list)
     config: list[tuple[Any, ...]] = field(default_factory=list)
     """``config`` rows (:data:`gpuaccept.results.config_history.CONFIG_COLUMNS` order)."""
-    split: Any = None
-    """The checks' metric rows already split into keys, places and numbers
-    (:class:`gpuaccept.results.metricrows.SplitMetrics`, made in a worker process; each check's ``metrics``
-    then empty), or None."""
+    split: SplitMetrics | None = None
+    """The checks' metric rows already split into keys, places and numbers (``flatten_node_data(split=True)``,
+    in a worker process; each check's ``metrics`` then empty), or None."""
 
     @property
     def run_id(self) -> str:
@@ -184,6 +211,21 @@ def node_sku(report: dict[str, Any]) -> str | None:
     return found.pop() if len(found) == 1 else "mixed"
 
 
+def _split_metric(host: str, check_name: str, m: dict[str, Any], lookup: Callable[[str, Any], HwId | None] | None,
+                  rerun: bool, keys: dict[tuple[Any, ...], int], places: dict[tuple[Any, ...], int]
+                  ) -> tuple[Any, ...]:
+    """A metric given as its report JSON as one :class:`SplitMetrics` row, its key and place numbered in ``keys``
+    and ``places`` (the columns of :func:`_metric_row`, without building its row first)."""
+    tags_text, dtype, size_bytes = _tag_columns_memo(m.get("tags") or {})
+    device = m.get("device")
+    hw = lookup(check_name, device) if lookup else None
+    key = (check_name, m["name"], m["unit"], tags_text, dtype, size_bytes)
+    place = (host, device, hw.kind, hw.id, hw.serial) if hw else (host, device, None, None, None)
+    thr = m.get("threshold")
+    return (keys.setdefault(key, len(keys)), places.setdefault(place, len(places)), finite(m["value"]),
+            finite(m.get("expected")), thr["op"] if thr else None, finite(thr["value"]) if thr else None, int(rerun))
+
+
 def _metric_row(host: str, check_name: str, m: dict[str, Any], hw: HwId | None, rerun: bool) -> tuple[Any, ...]:
     """The METRIC_COLUMNS row of a metric given as its report JSON (``Metric.to_dict``)."""
     tags_text, dtype, size_bytes = _tag_columns_memo(m.get("tags") or {})
@@ -199,29 +241,41 @@ def flatten_node(report: NodeReport, stored_at: str, data: dict[str, Any] | None
     return flatten_node_data(report.to_dict() if data is None else data, stored_at)
 
 
-def flatten_node_data(data: dict[str, Any], stored_at: str) -> FlatRun:
+def flatten_node_data(data: dict[str, Any], stored_at: str, packed: bytes | None = None, split: bool = False
+                      ) -> FlatRun:
     """Rows for one node report given as its JSON (``NodeReport.to_dict``, or a report file's validated JSON,
-    stored as it is). InputError when its ``started`` time is unreadable."""
+    stored as it is; ``packed``: its ``report_z`` when the caller has it, :func:`pack_entry_text`; ``split``:
+    its metrics as :class:`SplitMetrics` in ``split``, not as rows). InputError when its ``started`` time is
+    unreadable."""
     run_id, host = data["run_id"], data["host"]
     checks_data = data.get("checks") or []
     row = (run_id, "node", host, data["profile"], None, None, data["started"],
            iso_to_epoch(data["started"], f"report {run_id}: started"), data.get("finished"), data["verdict"],
-           data.get("device"), data.get("version", ""), None, node_sku(data), "", stored_at, pack_report(data))
+           data.get("device"), data.get("version", ""), None, node_sku(data), "", stored_at,
+           pack_report(data) if packed is None else packed)
     hw = hardware_of_checks((c["name"], c.get("details", {})) for c in checks_data)
     checks = []
+    keys: dict[tuple[Any, ...], int] = {}
+    places: dict[tuple[Any, ...], int] = {}
+    split_checks: list[list[tuple[Any, ...]]] = []
     for c in checks_data:
         name, details = c["name"], c.get("details", {})
         rerun = isinstance(details, dict) and "rerun" in details  # CheckResult.is_rerun
         where = c.get("host") or host
         ours = where == host  # a check merged from another host's ranks measured that host's hardware
+        lookup = hw.lookup if ours else None
+        metrics = c.get("metrics") or []
+        if split:
+            split_checks.append([_split_metric(where, name, m, lookup, rerun, keys, places) for m in metrics])
         checks.append(FlatCheck(
             row=(name, c["status"], c.get("reason", ""), finite(c.get("duration_s", 0.0)), c.get("rank"), where,
                  int(rerun)),
-            metrics=[_metric_row(where, name, m, hw.lookup(name, m.get("device")) if ours else None, rerun)
-                     for m in c.get("metrics") or []]))
+            metrics=[] if split else [_metric_row(where, name, m, lookup(name, m.get("device")) if lookup else None,
+                                                  rerun) for m in metrics]))
     hardware = [(host, h.kind, h.id, h.serial, device) for h, device in hw.identities()]
     config = config_rows(host, ((c["name"], c.get("details", {})) for c in checks_data))
-    return FlatRun(row=row, checks=checks, hardware=hardware, config=config)
+    return FlatRun(row=row, checks=checks, hardware=hardware, config=config,
+                   split=SplitMetrics(list(keys), list(places), split_checks) if split else None)
 
 
 @dataclass
@@ -233,10 +287,12 @@ class Flattened:
     flat: FlatRun | None
 
 
-def flatten_entry(entry: NodeEntry | dict[str, Any], stored_at: str, index: int) -> Flattened:
+def flatten_entry(entry: NodeEntry | dict[str, Any], stored_at: str, index: int, text: str | None = None,
+                  split: bool = False) -> Flattened:
     """The rows of the ``index``-th node entry of a cluster (a NodeEntry, or a cluster report file's validated
-    JSON of one: stored as read, not rebuilt); pure, so a worker process may make them. InputError when it
-    cannot be stored."""
+    JSON of one: stored as read, not rebuilt; ``text``: that JSON's line as read, then stored as the node's
+    report, :func:`pack_entry_text`; ``split``: as :func:`flatten_node_data`); pure, so a worker process may make
+    them. InputError when it cannot be stored."""
     if isinstance(entry, NodeEntry):
         report = entry.report.to_dict() if entry.report is not None else None
         data = dataclasses.replace(entry, report=None).to_dict()
@@ -250,7 +306,7 @@ def flatten_entry(entry: NodeEntry | dict[str, Any], stored_at: str, index: int)
     if report is None:
         return Flattened(data, None)
     try:
-        flat = flatten_node_data(report, stored_at)
+        flat = flatten_node_data(report, stored_at, None if text is None else pack_entry_text(text), split)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise InputError(f"node entry {index} ({data['host']}): not a node report that can be "
                          f"stored: {type(exc).__name__}: {exc}") from None

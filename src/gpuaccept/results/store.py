@@ -119,6 +119,10 @@ class Store(abc.ABC):
         """Insert many rows into ``table`` (one executemany; PostgreSQL: COPY)."""
         self._executemany(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})", rows)
 
+    def _insert_values(self, rows: list[tuple[Any, ...]]) -> None:
+        """Insert ``metric_values`` rows (:data:`VALUE_COLUMNS`) whose ids follow their order."""
+        self._bulk_insert("metric_values", VALUE_COLUMNS, rows)
+
     @abc.abstractmethod
     def _insert_id(self, sql: str, params: Sequence[Any]) -> int:
         """Run an INSERT into a table with an ``id`` key; return the new id."""
@@ -280,7 +284,7 @@ class Store(abc.ABC):
             check_pk = self._insert_id(check_sql, (run_pk, *fc.row))
             check_pks.append(check_pk)
             rows["metrics"] += [(run_pk, check_pk, *m) for m in fc.metrics]
-        if flat.split is not None:  # made in a worker: gpuaccept.results.metricrows.split_metrics
+        if flat.split is not None:  # made in a worker: flatten_node_data(split=True)
             rows.setdefault("split", []).append((run_pk, check_pks, flat.split))
         rows["hardware"] += [(run_pk, *h) for h in flat.hardware]
         rows["config"] += [(run_pk, *c) for c in flat.config]
@@ -290,11 +294,9 @@ class Store(abc.ABC):
 
     def _flush(self, bulk: dict[str, list[tuple[Any, ...]]]) -> None:
         if bulk["metrics"]:
-            self._bulk_insert("metric_values", VALUE_COLUMNS,
-                              value_rows(bulk["metrics"], self._execute, self._bulk_insert))
+            self._insert_values(value_rows(bulk["metrics"], self._execute, self._bulk_insert))
         if bulk.get("split"):
-            self._bulk_insert("metric_values", VALUE_COLUMNS,
-                              split_value_rows(bulk["split"], self._execute, self._bulk_insert))
+            self._insert_values(split_value_rows(bulk["split"], self._execute, self._bulk_insert))
         if bulk["hardware"]:
             self._bulk_insert("hardware", ("run", *HARDWARE_COLUMNS), bulk["hardware"])
         if bulk["config"]:
