@@ -261,3 +261,31 @@ def test_a_fleet_import_keeps_each_node_line_as_read_and_reads_its_report_back(t
         unpack_report(None, no_report, "x")
     with pytest.raises(InputError, match="x: the stored report cannot be read"):
         unpack_report(None, ENTRY_MARK + stored["gpu00"][1:50], "x")
+
+
+def test_a_chunk_numbers_its_keys_once_and_the_writer_looks_each_up_once(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker's chunk shares one key list (sent once); the writer looks a key up once per transaction."""
+    from gpuaccept.results.import_rows import open_cluster_rows
+    from gpuaccept.results.store_sqlite import SqliteStore
+
+    path = _write(tmp_path / "c.json", cluster_report("c1", HOSTS), True)
+    _, rows = open_cluster_rows(path, "2026-11-28T00:00:00Z", workers=1)
+    flats = [f.flat for f in rows if f.flat is not None]
+    assert len(flats) == len(HOSTS) and all(f.split is not None for f in flats)
+    assert len({id(f.split.keys) for f in flats if f.split is not None}) == 1  # 11 nodes: one chunk of 16
+    looked: list[str] = []
+    real = SqliteStore._execute
+
+    def counting(self: SqliteStore, sql: str, params: Any = ()) -> Any:
+        if "FROM metric_keys" in sql:
+            looked.append(sql)
+        return real(self, sql, params)
+
+    db = f"sqlite:///{tmp_path / 'h.db'}"
+    monkeypatch.setattr(SqliteStore, "_execute", counting)
+    with open_store(db) as store:
+        store.add_cluster_stream(lambda: open_cluster_rows(path, "2026-11-28T00:00:00Z", workers=1), batch=2)
+    monkeypatch.undo()
+    assert 1 <= len(looked) <= 2, looked  # the first batch's keys: looked up, inserted, read back; never again
+    assert _state(db, "c1")["report"] == cluster_report("c1", HOSTS).to_dict()

@@ -19,6 +19,7 @@ import sys
 from collections.abc import Iterator
 from itertools import zip_longest
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -165,14 +166,7 @@ def test_isolate_names_the_slow_rail_of_the_bad_node_with_its_counters(sshd: Ssh
                   "--launch-arg=--forward-env=RDMA_TEST_SLOW", "--launch-arg=--forward-env=RDMA_TEST_SYSFS",
                   "--launch-arg=--forward-env=GPUACCEPT_SYSFS_ROOT", "--launch-arg=--forward-env=PATH",
                   env=env, timeout=300)
-    assert r.returncode == 1, r.stdout + r.stderr
-    data = json.loads((tmp_path / "v.json").read_text())
-    assert data["bad_rails"] == ["GPU 3 / mlx5_3:1"], data
-    bad = data["rails"][3]["evidence"]
-    assert bad[0] == "node-b rail 3 (mlx5_3): 201 Gb/s, expected >= 380: FAIL"
-    assert "(0.95 x mlx5_3:1 rate on node-b 400 Gb/s)" in bad[1]
-    assert "client error counters rose: symbol_error +7" in bad
-    assert [x["bad"] for x in data["rails"]] == [False, False, False, True]
+    data = _slow_rail_verdict(r, tmp_path / "v.json")
     assert data["rails"][0]["evidence"] == ["node-b rail 0 (mlx5_0): 400 Gb/s, expected >= 380"]
     assert "node-b rail 3 (mlx5_3): 201 Gb/s, expected >= 380" in r.stdout
     assert [(x["node"], x["rail"], x["port"], x["gpu"], x["verdict"]) for x in data["rail_table"]] == [
@@ -180,6 +174,20 @@ def test_isolate_names_the_slow_rail_of_the_bad_node_with_its_counters(sshd: Ssh
     assert [line.split()[:3] for line in r.stdout.splitlines() if " BAD " in line] == [["node-b", "3", "mlx5_3:1"]]
     html = (tmp_path / "rails.html").read_text()
     assert "<tr><th>rail 3 &middot; mlx5_3:1</th><td class=\"bad\"" in html and "201.4 Gb/s &lt; 380" in html
+
+
+def _slow_rail_verdict(r: subprocess.CompletedProcess[str], verdict: Path) -> dict[str, Any]:
+    """The isolate verdict of the stand-in fabric whose rail 3 is slow with symbol errors (exit 1, that rail
+    alone named bad, with its rate, its bound and the counters), read from ``verdict`` (--json)."""
+    assert r.returncode == 1, r.stdout + r.stderr
+    data: dict[str, Any] = json.loads(verdict.read_text())
+    assert data["bad_rails"] == ["GPU 3 / mlx5_3:1"], data
+    bad = data["rails"][3]["evidence"]
+    assert bad[0] == "node-b rail 3 (mlx5_3): 201 Gb/s, expected >= 380: FAIL"
+    assert "(0.95 x mlx5_3:1 rate on node-b 400 Gb/s)" in bad[1]
+    assert "client error counters rose: symbol_error +7" in bad
+    assert [x["bad"] for x in data["rails"]] == [False, False, False, True]
+    return data
 
 
 def test_isolate_rdma_dry_run_is_one_launch_per_node_pair() -> None:
@@ -259,14 +267,7 @@ def test_isolate_rdma_rails_over_ssh_read_both_hosts_logs(sshd: Sshd, tmp_path: 
                   "--rail-ports", "mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1", "--report-dir", str(tmp_path / "runs"),
                   f"--json={tmp_path / 'v.json'}", "--test-timeout", "120",
                   *(f"--launch-arg={a}" for a in _ssh_args(sshd, tmp_path, sysfs)), env=env, timeout=300)
-    assert r.returncode == 1, r.stdout + r.stderr
-    data = json.loads((tmp_path / "v.json").read_text())
-    assert data["bad_rails"] == ["GPU 3 / mlx5_3:1"], data
-    bad = data["rails"][3]["evidence"]
-    assert bad[0] == "node-b rail 3 (mlx5_3): 201 Gb/s, expected >= 380: FAIL"
-    assert "(0.95 x mlx5_3:1 rate on node-b 400 Gb/s)" in bad[1]
-    assert "client error counters rose: symbol_error +7" in bad
-    assert [x["bad"] for x in data["rails"]] == [False, False, False, True]
+    data = _slow_rail_verdict(r, tmp_path / "v.json")
     where = Path(next(iter(data["cluster_reports"].values())))
     logs = {p.name: p.read_text() for p in where.glob("*.log")}
     assert sorted(logs) == ["node-a.log", "node-b.log"], sorted(logs)

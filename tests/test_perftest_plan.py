@@ -103,7 +103,9 @@ def test_each_node_picks_its_own_ends_gpu_by_numa_and_pci_address() -> None:
         "host memory: this perftest is built without CUDA (no --use_cuda in its --help)")
     assert own_gpus(inv, nics, "host", new, {}) == (None, None, "host memory (--memory host)")
     assert own_gpus(read_inventory(SYSFS / "roce_2x"), ["mlx5_0"], "auto", new, {})[2] == (
-        "host memory: nvidia_peermem is not loaded")
+        "host memory: nvidia_peermem is not loaded (no GPUDirect RDMA)")  # the rdma check's words
+    assert own_gpus(read_inventory(SYSFS / "no_gpu"), ["mlx5_0"], "auto", new, {})[2] == (
+        "host memory: no NVIDIA GPU on this node")
     with pytest.raises(UsageError, match="no NVIDIA GPU"):
         own_gpus(read_inventory(SYSFS / "no_gpu"), ["mlx5_0"], "cuda", new, {})
     with pytest.raises(UsageError, match="need a GPU for each rail"):

@@ -18,7 +18,7 @@ import pytest
 
 from gpuaccept.checks import estimates, registry
 from gpuaccept.checks.base import CheckContext
-from gpuaccept.checks.rdma import RdmaCheck, judge_nic, memory_choice
+from gpuaccept.checks.rdma import RdmaCheck, judge_nic
 from gpuaccept.errors import UsageError
 from gpuaccept.hw.rdma import read_inventory
 from gpuaccept.model import Status
@@ -27,6 +27,7 @@ from gpuaccept.perftest.loopback import (
     cuda_built,
     device_rails,
     loopback_plan,
+    memory_choice,
     nic_gpus,
     run_loopback,
 )

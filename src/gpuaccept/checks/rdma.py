@@ -36,11 +36,11 @@ from gpuaccept.model import Status, worst
 from gpuaccept.perftest.judge import DEFAULT_FRACTION, Ends, Judgement, data_rate_gbps, judge
 from gpuaccept.perftest.loopback import (
     LoopbackRun,
-    cuda_built,
     cuda_choice,
     device_rails,
     help_of,
     loopback_plan,
+    memory_choice,
     nic_gpus,
     run_loopback,
 )
@@ -57,23 +57,6 @@ def sysfs_root(param: str, env: Mapping[str, str]) -> str:
     """The ``root`` parameter, else ``$GPUACCEPT_SYSFS_ROOT`` (a container mounting the host's /sys elsewhere),
     else ``/``."""
     return param or env.get("GPUACCEPT_SYSFS_ROOT") or "/"
-
-
-def memory_choice(inv: Inventory, mode: str, device: str, help_text: str | None) -> tuple[bool, str]:
-    """(GPU memory?, why) (pure): ``mode`` ``cuda``/``host`` as asked; ``auto``: GPU memory when this is no
-    CPU run, the node has NVIDIA GPUs, ``nvidia_peermem`` is loaded and perftest's ``--help`` names
-    ``--use_cuda``."""
-    if mode != "auto":
-        return mode == "cuda", f"{'GPU' if mode == 'cuda' else 'host'} memory (memory={mode})"
-    if device == "cpu":
-        return False, "host memory: a CPU run (--device cpu)"
-    if not inv.gpus:
-        return False, "host memory: no NVIDIA GPU on this node"
-    if not gpudirect(inv):
-        return False, "host memory: nvidia_peermem is not loaded (no GPUDirect RDMA)"
-    if help_text is not None and not cuda_built(help_text):
-        return False, "host memory: this perftest is built without CUDA (no --use_cuda in its --help)"
-    return True, "GPU memory (--use_cuda, GPUDirect RDMA)"
 
 
 def judge_nic(run: LoopbackRun, rate_gbps: float | None, port: int, params: dict[str, Any]) -> Judgement:

@@ -20,7 +20,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuaccept.errors import UsageError
-from gpuaccept.perftest.plan import _NIC, _OWN, DEFAULT_ARGS, DEFAULT_BASE_PORT, RailPair, _natural, port_of
+from gpuaccept.perftest.plan import (
+    _NIC,
+    _OWN,
+    DEFAULT_ARGS,
+    DEFAULT_BASE_PORT,
+    RailPair,
+    _natural,
+    gpudirect,
+    port_of,
+)
 
 LOOPBACK_HOST = "localhost"
 CUDA_ORDER = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
@@ -68,6 +77,25 @@ def cuda_built(help_text: str) -> bool:
     """Whether a perftest binary takes ``--use_cuda`` (its ``--help`` names it; Debian's package is built
     without CUDA and does not)."""
     return "--use_cuda" in help_text
+
+
+def memory_choice(inv: Any, mode: str, device: str, help_text: str | None, asked: str | None = None
+                  ) -> tuple[bool, str]:
+    """(GPU memory?, why) (pure; ``inv``: a :class:`gpuaccept.hw.rdma.Inventory`): ``mode`` ``cuda``/``host`` as
+    asked (``asked``: how, default ``memory=MODE``); ``auto``: GPU memory when this is no CPU run, the node has
+    NVIDIA GPUs, ``nvidia_peermem`` is loaded and perftest's ``--help`` names ``--use_cuda``. The rdma check's
+    and ``rdma pair-node``'s choice, in the same words."""
+    if mode != "auto":
+        return mode == "cuda", f"{'GPU' if mode == 'cuda' else 'host'} memory ({asked or f'memory={mode}'})"
+    if device == "cpu":
+        return False, "host memory: a CPU run (--device cpu)"
+    if not inv.gpus:
+        return False, "host memory: no NVIDIA GPU on this node"
+    if not gpudirect(inv):
+        return False, "host memory: nvidia_peermem is not loaded (no GPUDirect RDMA)"
+    if help_text is not None and not cuda_built(help_text):
+        return False, "host memory: this perftest is built without CUDA (no --use_cuda in its --help)"
+    return True, "GPU memory (--use_cuda, GPUDirect RDMA)"
 
 
 def takes_bus_id(help_text: str | None) -> bool:

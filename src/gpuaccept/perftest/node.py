@@ -38,21 +38,15 @@ def own_gpus(inv: Any, nics: Sequence[str], memory: str, help_text: str | None, 
              ) -> tuple[list[int] | None, list[str | None] | None, str]:
     """This node's end of every rail (pure, from its :class:`gpuaccept.hw.rdma.Inventory` and its perftest's
     ``--help``): (the CUDA ordinal of each rail's GPU, each GPU's PCI address for ``--use_cuda_bus_id``, what
-    memory and why). ``memory`` auto: GPU memory where the node has NVIDIA GPUs and ``nvidia_peermem``
-    (:func:`gpuaccept.perftest.plan.gpudirect`) and perftest takes ``--use_cuda``; cuda: GPU memory (UsageError
-    without GPUs); host: host memory. Each NIC takes the GPU on its NUMA node
+    memory and why). ``memory``: as the rdma check chooses (:func:`gpuaccept.perftest.loopback.memory_choice`);
+    cuda without GPUs is a UsageError. Each NIC takes the GPU on its NUMA node
     (:func:`gpuaccept.perftest.loopback.nic_gpus`), named by PCI address where perftest takes it, else by its
     ordinal under ``CUDA_VISIBLE_DEVICES``; host memory, said why, when that hides it."""
-    from gpuaccept.perftest.loopback import cuda_built, cuda_choice, nic_gpus
-    from gpuaccept.perftest.plan import gpudirect
+    from gpuaccept.perftest.loopback import cuda_choice, memory_choice, nic_gpus
 
-    if memory == "host":
-        return None, None, "host memory (--memory host)"
-    if memory == "auto" and not gpudirect(inv):
-        why = "no NVIDIA GPU in sysfs" if not inv.gpus else "nvidia_peermem is not loaded"
-        return None, None, f"host memory: {why}"
-    if memory == "auto" and help_text is not None and not cuda_built(help_text):
-        return None, None, "host memory: this perftest is built without CUDA (no --use_cuda in its --help)"
+    use_gpu, why = memory_choice(inv, memory, "cuda", help_text, asked=f"--memory {memory}")
+    if not use_gpu:
+        return None, None, why
     gpus = nic_gpus(inv, nics)
     if not gpus:
         raise UsageError("pair-node --memory cuda: sysfs shows no NVIDIA GPU on this node")

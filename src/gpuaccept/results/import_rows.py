@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from gpuaccept.model import ClusterReport
 from gpuaccept.results.load import ValidLine, map_valid_lines, open_cluster_lines
@@ -24,8 +25,15 @@ def flatten_chunk(stored_at: str, part: list[ValidLine]) -> list[Flattened]:
     """:func:`flatten_entry` of each validated entry of a chunk (its line's text stored as the node's report),
     its metrics split into keys, places and numbers (:class:`gpuaccept.results.rows.SplitMetrics`), in a worker
     process (:func:`gpuaccept.results.load.map_valid_lines`), so that the one process that writes only looks up
-    ids."""
-    return [flatten_entry(data, stored_at, n, text, split=True) for n, _at, data, text in part]
+    ids. The chunk's nodes number their keys in one list, which goes back to the writer once (pickle sends an
+    object once), and is looked up there once: a fleet's nodes measure the same things."""
+    keys: dict[tuple[Any, ...], int] = {}
+    out = [flatten_entry(data, stored_at, n, text, split=True, keys=keys) for n, _at, data, text in part]
+    shared = list(keys)
+    for done in out:
+        if done.flat is not None and done.flat.split is not None:
+            done.flat.split.keys = shared
+    return out
 
 
 def open_cluster_rows(path: Path, stored_at: str, *, workers: int | None = None

@@ -65,22 +65,31 @@ def value_rows(flat: Iterable[Sequence[Any]], execute: Execute, bulk_insert: Bul
 
 
 def split_value_rows(parts: Sequence[tuple[int, Sequence[int], SplitMetrics]], execute: Execute,
-                     bulk_insert: BulkInsert) -> list[tuple[Any, ...]]:
+                     bulk_insert: BulkInsert, known: dict[tuple[Any, ...], int] | None = None
+                     ) -> list[tuple[Any, ...]]:
     """:func:`value_rows` of node runs whose metrics were split (``flatten_node_data(split=True)``): ``parts``
-    gives each run's id, its checks' ids in order and its :class:`SplitMetrics`. The same rows in the same order."""
+    gives each run's id, its checks' ids in order and its :class:`SplitMetrics`. The same rows in the same order.
+    Runs whose splits share one ``keys`` list (a worker's chunk) have it looked up once; ``known``: key ids
+    already looked up in this transaction (looked up again only when missing; the new ones are added to it)."""
+    lists = {id(split.keys): split.keys for _run, _checks, split in parts}
     wanted_keys: set[tuple[Any, ...]] = set()
-    wanted_places: set[tuple[Any, ...]] = set()
-    for _run, _checks, split in parts:
-        wanted_keys.update(split.keys)
-        wanted_places.update(split.places)
+    for keys in lists.values():
+        wanted_keys.update(keys)
     if not wanted_keys:
         return []
-    key_ids = _ids(execute, bulk_insert, "metric_keys", KEY_COLUMNS, wanted_keys)
+    wanted_places: set[tuple[Any, ...]] = set()
+    for _run, _checks, split in parts:
+        wanted_places.update(split.places)
+    key_ids = known if known is not None else {}
+    new = {k for k in wanted_keys if k not in key_ids}
+    if new:
+        key_ids.update(_ids(execute, bulk_insert, "metric_keys", KEY_COLUMNS, new))
     place_ids = _ids(execute, bulk_insert, "metric_places", PLACE_COLUMNS, wanted_places)
+    kids = {i: [key_ids[k] for k in keys] for i, keys in lists.items()}
     out: list[tuple[Any, ...]] = []
     for run_pk, check_pks, split in parts:
-        kid = [key_ids[k] for k in split.keys]
+        kid = kids[id(split.keys)]
         pid = [place_ids[p] for p in split.places]
         for check_pk, rows in zip(check_pks, split.checks, strict=True):
-            out += [(run_pk, check_pk, kid[r[0]], pid[r[1]], r[2], r[3], r[4], r[5], int(bool(r[6]))) for r in rows]
+            out += [(run_pk, check_pk, kid[r[0]], pid[r[1]], r[2], r[3], r[4], r[5], r[6]) for r in rows]
     return out

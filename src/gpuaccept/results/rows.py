@@ -241,12 +241,12 @@ def flatten_node(report: NodeReport, stored_at: str, data: dict[str, Any] | None
     return flatten_node_data(report.to_dict() if data is None else data, stored_at)
 
 
-def flatten_node_data(data: dict[str, Any], stored_at: str, packed: bytes | None = None, split: bool = False
-                      ) -> FlatRun:
+def flatten_node_data(data: dict[str, Any], stored_at: str, packed: bytes | None = None, split: bool = False,
+                      keys: dict[tuple[Any, ...], int] | None = None) -> FlatRun:
     """Rows for one node report given as its JSON (``NodeReport.to_dict``, or a report file's validated JSON,
     stored as it is; ``packed``: its ``report_z`` when the caller has it, :func:`pack_entry_text`; ``split``:
-    its metrics as :class:`SplitMetrics` in ``split``, not as rows). InputError when its ``started`` time is
-    unreadable."""
+    its metrics as :class:`SplitMetrics` in ``split``, not as rows, their keys numbered in ``keys`` when given,
+    shared by several nodes). InputError when its ``started`` time is unreadable."""
     run_id, host = data["run_id"], data["host"]
     checks_data = data.get("checks") or []
     row = (run_id, "node", host, data["profile"], None, None, data["started"],
@@ -255,7 +255,7 @@ def flatten_node_data(data: dict[str, Any], stored_at: str, packed: bytes | None
            pack_report(data) if packed is None else packed)
     hw = hardware_of_checks((c["name"], c.get("details", {})) for c in checks_data)
     checks = []
-    keys: dict[tuple[Any, ...], int] = {}
+    keys = {} if keys is None else keys
     places: dict[tuple[Any, ...], int] = {}
     split_checks: list[list[tuple[Any, ...]]] = []
     for c in checks_data:
@@ -288,11 +288,11 @@ class Flattened:
 
 
 def flatten_entry(entry: NodeEntry | dict[str, Any], stored_at: str, index: int, text: str | None = None,
-                  split: bool = False) -> Flattened:
+                  split: bool = False, keys: dict[tuple[Any, ...], int] | None = None) -> Flattened:
     """The rows of the ``index``-th node entry of a cluster (a NodeEntry, or a cluster report file's validated
     JSON of one: stored as read, not rebuilt; ``text``: that JSON's line as read, then stored as the node's
-    report, :func:`pack_entry_text`; ``split``: as :func:`flatten_node_data`); pure, so a worker process may make
-    them. InputError when it cannot be stored."""
+    report, :func:`pack_entry_text`; ``split``, ``keys``: as :func:`flatten_node_data`); pure, so a worker
+    process may make them. InputError when it cannot be stored."""
     if isinstance(entry, NodeEntry):
         report = entry.report.to_dict() if entry.report is not None else None
         data = dataclasses.replace(entry, report=None).to_dict()
@@ -306,7 +306,7 @@ def flatten_entry(entry: NodeEntry | dict[str, Any], stored_at: str, index: int,
     if report is None:
         return Flattened(data, None)
     try:
-        flat = flatten_node_data(report, stored_at, None if text is None else pack_entry_text(text), split)
+        flat = flatten_node_data(report, stored_at, None if text is None else pack_entry_text(text), split, keys)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise InputError(f"node entry {index} ({data['host']}): not a node report that can be "
                          f"stored: {type(exc).__name__}: {exc}") from None

@@ -101,6 +101,8 @@ class Store(abc.ABC):
     _bulk_write = False
     """Set while :meth:`add_cluster_stream` writes: every id it writes is one it has just inserted or looked up in
     the same transaction, so a dialect may skip its foreign key checks."""
+    _key_ids: dict[tuple[Any, ...], int] | None = None
+    """While :meth:`add_cluster_stream` writes: the metric key ids looked up or inserted in its transaction."""
 
     def __init__(self, url: DbUrl, retry_s: float = 120.0) -> None:
         self.url = url
@@ -219,6 +221,7 @@ class Store(abc.ABC):
         stored_at = stored_at or epoch_to_iso(time.time())
 
         def write() -> str:
+            self._key_ids = {}  # metric key ids of this transaction (a retry starts again)
             header, entries = source()
             rows = ClusterRows(header, stored_at)
             old = [r[0] for r in self._execute("SELECT id FROM runs WHERE run_id = ? AND kind = 'cluster'",
@@ -242,6 +245,7 @@ class Store(abc.ABC):
             return self._retrying(write, write=True)
         finally:
             self._bulk_write = False
+            self._key_ids = None
 
     def _delete_stale_nodes(self, nodes: Sequence[FlatRun]) -> None:
         """Delete the stored node runs these replace (same run id and host), unless stored by this very write."""
@@ -296,7 +300,7 @@ class Store(abc.ABC):
         if bulk["metrics"]:
             self._insert_values(value_rows(bulk["metrics"], self._execute, self._bulk_insert))
         if bulk.get("split"):
-            self._insert_values(split_value_rows(bulk["split"], self._execute, self._bulk_insert))
+            self._insert_values(split_value_rows(bulk["split"], self._execute, self._bulk_insert, self._key_ids))
         if bulk["hardware"]:
             self._bulk_insert("hardware", ("run", *HARDWARE_COLUMNS), bulk["hardware"])
         if bulk["config"]:
