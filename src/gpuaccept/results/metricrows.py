@@ -9,7 +9,7 @@ into the rows as before. Keys and places are looked up, and the missing ones bul
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -30,9 +30,9 @@ BulkInsert = Callable[[str, Sequence[str], Sequence[Sequence[Any]]], None]
 
 
 def _ids(execute: Execute, bulk_insert: BulkInsert, table: str, cols: tuple[str, ...],
-         wanted: set[tuple[Any, ...]]) -> dict[tuple[Any, ...], int]:
-    """Id of every tuple in ``wanted`` (``cols`` of ``table``), inserting those not there yet. Looked up by the
-    first column (indexed), 500 values a query."""
+         wanted: Collection[tuple[Any, ...]]) -> dict[tuple[Any, ...], int]:
+    """Id of every tuple in ``wanted`` (``cols`` of ``table``), inserting those not there yet, in ``wanted``'s
+    order. Looked up by the first column (indexed), 500 values a query."""
     def fetch() -> dict[tuple[Any, ...], int]:
         firsts = sorted({w[0] for w in wanted})
         found: dict[tuple[Any, ...], int] = {}
@@ -65,31 +65,36 @@ def value_rows(flat: Iterable[Sequence[Any]], execute: Execute, bulk_insert: Bul
 
 
 def split_value_rows(parts: Sequence[tuple[int, Sequence[int], SplitMetrics]], execute: Execute,
-                     bulk_insert: BulkInsert, known: dict[tuple[Any, ...], int] | None = None
-                     ) -> list[tuple[Any, ...]]:
+                     bulk_insert: BulkInsert, known: dict[tuple[Any, ...], int] | None = None,
+                     first_id: int | None = None) -> list[tuple[Any, ...]]:
     """:func:`value_rows` of node runs whose metrics were split (``flatten_node_data(split=True)``): ``parts``
-    gives each run's id, its checks' ids in order and its :class:`SplitMetrics`. The same rows in the same order.
-    Runs whose splits share one ``keys`` list (a worker's chunk) have it looked up once; ``known``: key ids
-    already looked up in this transaction (looked up again only when missing; the new ones are added to it)."""
+    gives each run's id, its checks' ids in order and its :class:`SplitMetrics`. The same rows in the same order,
+    each led by its id when ``first_id`` is given (numbered from it). Runs whose splits share one ``keys`` list
+    (a worker's chunk) have it looked up once; new keys are inserted in its order (the report's, so each run's
+    rows come in key order); ``known``: key ids already looked up in this transaction (only the others are
+    looked up; they are added to it)."""
     lists = {id(split.keys): split.keys for _run, _checks, split in parts}
-    wanted_keys: set[tuple[Any, ...]] = set()
-    for keys in lists.values():
-        wanted_keys.update(keys)
-    if not wanted_keys:
-        return []
-    wanted_places: set[tuple[Any, ...]] = set()
-    for _run, _checks, split in parts:
-        wanted_places.update(split.places)
     key_ids = known if known is not None else {}
-    new = {k for k in wanted_keys if k not in key_ids}
+    new = dict.fromkeys(k for keys in lists.values() for k in keys if k not in key_ids)
     if new:
         key_ids.update(_ids(execute, bulk_insert, "metric_keys", KEY_COLUMNS, new))
+    wanted_places: dict[tuple[Any, ...], None] = {}
+    for _run, _checks, split in parts:
+        wanted_places.update(dict.fromkeys(split.places))
+    if not wanted_places:
+        return []
     place_ids = _ids(execute, bulk_insert, "metric_places", PLACE_COLUMNS, wanted_places)
     kids = {i: [key_ids[k] for k in keys] for i, keys in lists.items()}
     out: list[tuple[Any, ...]] = []
+    n = first_id
     for run_pk, check_pks, split in parts:
         kid = kids[id(split.keys)]
         pid = [place_ids[p] for p in split.places]
         for check_pk, rows in zip(check_pks, split.checks, strict=True):
-            out += [(run_pk, check_pk, kid[r[0]], pid[r[1]], r[2], r[3], r[4], r[5], r[6]) for r in rows]
+            if n is None:
+                out += [(run_pk, check_pk, kid[r[0]], pid[r[1]], r[2], r[3], r[4], r[5], r[6]) for r in rows]
+            else:
+                out += [(i, run_pk, check_pk, kid[r[0]], pid[r[1]], r[2], r[3], r[4], r[5], r[6])
+                        for i, r in enumerate(rows, n)]
+                n += len(rows)
     return out

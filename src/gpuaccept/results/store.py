@@ -125,6 +125,10 @@ class Store(abc.ABC):
         """Insert ``metric_values`` rows (:data:`VALUE_COLUMNS`) whose ids follow their order."""
         self._bulk_insert("metric_values", VALUE_COLUMNS, rows)
 
+    def _insert_split(self, parts: list[tuple[Any, ...]]) -> None:
+        """Insert the ``metric_values`` rows of node runs whose metrics a worker split (``flat.split``)."""
+        self._insert_values(split_value_rows(parts, self._execute, self._bulk_insert, self._key_ids))
+
     @abc.abstractmethod
     def _insert_id(self, sql: str, params: Sequence[Any]) -> int:
         """Run an INSERT into a table with an ``id`` key; return the new id."""
@@ -300,7 +304,7 @@ class Store(abc.ABC):
         if bulk["metrics"]:
             self._insert_values(value_rows(bulk["metrics"], self._execute, self._bulk_insert))
         if bulk.get("split"):
-            self._insert_values(split_value_rows(bulk["split"], self._execute, self._bulk_insert, self._key_ids))
+            self._insert_split(bulk["split"])
         if bulk["hardware"]:
             self._bulk_insert("hardware", ("run", *HARDWARE_COLUMNS), bulk["hardware"])
         if bulk["config"]:

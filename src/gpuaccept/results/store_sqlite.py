@@ -27,7 +27,7 @@ from typing import Any
 from gpuaccept.errors import GpuacceptError, InputError
 from gpuaccept.results import migrations
 from gpuaccept.results.dburl import DbUrl
-from gpuaccept.results.metricrows import VALUE_COLUMNS
+from gpuaccept.results.metricrows import VALUE_COLUMNS, split_value_rows
 from gpuaccept.results.store import Store, StoreError
 
 _BY_KEY = itemgetter(1 + VALUE_COLUMNS.index("key"), 1 + VALUE_COLUMNS.index("place"))
@@ -247,9 +247,18 @@ class SqliteStore(Store):
         if len(rows) < 2:
             super()._insert_values(rows)
             return
-        base = int(self._execute("SELECT COALESCE(MAX(id), 0) FROM metric_values", ())[0][0]) + 1
+        base = self._next_value_id()
         numbered = sorted(((base + i, *row) for i, row in enumerate(rows)), key=_BY_KEY)
         self._bulk_insert("metric_values", ("id", *VALUE_COLUMNS), numbered)
+
+    def _insert_split(self, parts: list[tuple[Any, ...]]) -> None:
+        """:meth:`_insert_values` of split metrics, numbered as they are made (no second pass over the rows)."""
+        rows = split_value_rows(parts, self._execute, self._bulk_insert, self._key_ids, first_id=self._next_value_id())
+        rows.sort(key=_BY_KEY)
+        self._bulk_insert("metric_values", ("id", *VALUE_COLUMNS), rows)
+
+    def _next_value_id(self) -> int:
+        return int(self._execute("SELECT COALESCE(MAX(id), 0) FROM metric_values", ())[0][0]) + 1
 
     def _insert_id(self, sql: str, params: Sequence[Any]) -> int:
         cur = self._db.execute(sql, tuple(params))
