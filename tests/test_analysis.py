@@ -298,3 +298,17 @@ def test_a_budget_rerun_is_not_a_sample() -> None:
     plain = analyze(c)
     assert plain["outliers"] == []
     assert analyze(_with_rerun(c, 2, 0.5)) == plain
+
+
+@pytest.mark.parametrize("top", [40, 3_000_000, 10**12])
+def test_dense_labels_are_np_uniques_whether_counted_or_sorted(top: int) -> None:
+    """Codes in a small range are counted, others sorted: the labels are np.unique's either way."""
+    import numpy as np
+
+    from gpuaccept.results.analysis import _dense
+
+    codes = np.random.default_rng(top).integers(0, top, 200_000)
+    uniq, inverse = _dense(codes)
+    want_uniq, want_inverse = np.unique(codes, return_inverse=True)
+    assert np.array_equal(uniq, want_uniq) and np.array_equal(inverse, want_inverse.reshape(-1))
+    assert _dense(np.zeros(0, dtype=np.int64))[0].size == 0

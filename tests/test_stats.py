@@ -114,11 +114,12 @@ def test_group_median_of_nothing() -> None:
     assert med.shape == (3,) and np.isnan(med).all() and counts.tolist() == [0, 0, 0]
 
 
-@pytest.mark.parametrize("n_groups", [50, 70_000])
-def test_group_order_sorts_like_lexsort(n_groups: int) -> None:
+@pytest.mark.parametrize("n_groups, size", [(50, 5000), (4096, 20_000), (4097, 20_000), (70_000, 5000)])
+def test_group_order_sorts_like_lexsort(n_groups: int, size: int) -> None:
+    """Each group sorted on its own (up to FEW_GROUPS groups), or all values at once: the same order."""
     rng = np.random.default_rng(n_groups)
-    groups = rng.integers(0, n_groups, 5000).astype(np.intp)
-    values = rng.normal(size=5000)
+    groups = rng.integers(0, n_groups, size).astype(np.intp)
+    values = rng.normal(size=size)
     order = group_order(values, groups, n_groups)
     np.testing.assert_array_equal(order, np.lexsort((values, groups)))
 

@@ -98,7 +98,14 @@ class OutlierPolicy:
 
 
 def _dense(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(unique codes, inverse): dense group labels for integer codes."""
+    """(unique codes, inverse): dense group labels for non-negative integer codes, as ``np.unique`` gives them.
+    Codes within a few times their count of 0 are counted, not sorted (a fleet's 2.8 M samples: the sort was
+    a fifth of ``analyze``, and grew faster than the fleet)."""
+    top = int(codes.max()) + 1 if codes.size else 0
+    if codes.size and codes.min() >= 0 and top <= 4 * codes.size + (1 << 20):
+        present = np.bincount(codes, minlength=top) > 0
+        label = np.cumsum(present) - 1
+        return np.flatnonzero(present).astype(codes.dtype), label[codes].astype(np.intp)
     uniq, inv = np.unique(codes, return_inverse=True)
     return uniq, inv.reshape(-1).astype(np.intp)
 
