@@ -149,7 +149,9 @@ def analyse(analysis: dict[str, Any], samples: Any, configs: dict[str, Any]) -> 
     from gpuaccept.results.analysis import analyze_samples
     from gpuaccept.results.conformance_fleet import drift_lines, drift_summary, fleet_drift
     from gpuaccept.results.coverage import coverage_line, coverage_of, outlier_line
+    from gpuaccept.results.heap import keep_freed_memory
 
+    keep_freed_memory()  # the analysis frees and allocates big arrays again and again
     analysis.update(analyze_samples(samples))
     drift = fleet_drift(configs)
     if drift["groups"]:

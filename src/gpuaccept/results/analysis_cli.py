@@ -53,6 +53,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from gpuaccept.results.coverage import coverage_line, outlier_line
     from gpuaccept.results.samples import collect
 
+    from gpuaccept.results.heap import keep_freed_memory
+
+    keep_freed_memory()  # the analysis frees and allocates big arrays again and again
     policy = OutlierPolicy(max_z=args.max_z, min_siblings=args.min_siblings, min_nodes=args.min_nodes)
     table = tables_of(args.paths)  # cluster reports with their metrics table beside them: no report re-read
     if table is not None:
