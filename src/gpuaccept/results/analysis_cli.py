@@ -51,9 +51,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from gpuaccept.results.columns import tables_of
     from gpuaccept.results.conformance_fleet import configs_of_reports, drift_lines, drift_summary, fleet_drift
     from gpuaccept.results.coverage import coverage_line, outlier_line
-    from gpuaccept.results.samples import collect
-
     from gpuaccept.results.heap import keep_freed_memory
+    from gpuaccept.results.samples import collect
 
     keep_freed_memory()  # the analysis frees and allocates big arrays again and again
     policy = OutlierPolicy(max_z=args.max_z, min_siblings=args.min_siblings, min_nodes=args.min_nodes)
