@@ -137,6 +137,14 @@ def test_unsupported_fields_listed_never_fail() -> None:
     assert {"temperature_c", "power_w", "pcie_link_gen", "pcie_link_width"} <= names
     temp = next(m for m in out.metrics if m.name == "temperature_c")
     assert temp.threshold is None  # no slowdown threshold reported: not judged
+    # the reason names the fields (each once, whichever GPUs lack it), so a reader need not open the details
+    fields = list(dict.fromkeys(f for per_gpu in unsup.values() for f in per_gpu))
+    count = sum(len(per_gpu) for per_gpu in unsup.values())
+    assert out.reason.endswith(f"; {count} NVML field(s) unsupported: {', '.join(fields[:4])}"
+                               f"{f' and {len(fields) - 4} more' if len(fields) > 4 else ''} (details.unsupported)")
+    assert out.reason == ("4 GPU(s) healthy (driver 535.183.01, CUDA 12.2); 92 NVML field(s) unsupported: serial, "
+                          "ecc_mode_current, ecc_mode_pending, ecc_volatile_uncorrectable and 19 more "
+                          "(details.unsupported)")
 
 
 def test_idle_pcie_gen_drop_is_noted_not_judged() -> None:

@@ -440,12 +440,20 @@ def evaluate_health(snapshot: NvmlSnapshot, params: dict[str, Any]) -> Outcome:
         return Outcome(status, _reason(judged + [p for p in problems if p.status == Status.SKIP]), metrics, details)
     if skipped:  # a GPU not read is never a pass
         return Outcome(Status.SKIP, _reason(problems), metrics, details)
-    n_unsup = sum(len(v) for v in unsupported.values())
     reason = (f"{len(snapshot.gpus)} GPU(s) healthy "
               f"(driver {snapshot.driver_version}, CUDA {snapshot.cuda_driver_version})")
-    if n_unsup:
-        reason += f"; {n_unsup} NVML field(s) unsupported"
-    return Outcome(Status.PASS, reason, metrics, details)
+    return Outcome(Status.PASS, reason + unsupported_note(unsupported), metrics, details)
+
+
+def unsupported_note(unsupported: dict[str, dict[str, str]], listed: int = 4) -> str:
+    """``; N NVML field(s) unsupported: a, b, c, d and K more (details.unsupported)``, the fields named (each once
+    however many GPUs lack it), or "" when NVML gave every field."""
+    count = sum(len(v) for v in unsupported.values())
+    if not count:
+        return ""
+    names = list(dict.fromkeys(f for fields in unsupported.values() for f in fields))
+    more = f" and {len(names) - listed} more" if len(names) > listed else ""
+    return f"; {count} NVML field(s) unsupported: {', '.join(names[:listed])}{more} (details.unsupported)"
 
 
 class HealthCheck(Check):
