@@ -12,7 +12,7 @@
 # then run `bash bench/gpu_check.sh` there with .devcheck carried; record the figures in bench/RESULTS.md.
 set -u
 export PYTHONUNBUFFERED=1
-O=${OUT:-/tmp/gpu-check-out}
+O=${OUT:-$(mktemp -d)}  # never a fixed path in a shared /tmp
 W=$(mktemp -d)
 mkdir -p "$O" "$W/r-quick" "$W/r-std" "$W/r-stress"
 T0=$(date +%s)
@@ -120,3 +120,4 @@ tail -4 "$O/pytest.txt"
 tail -3 "$W/r-stress/console.txt"
 tail -16 "$W/r-quick/console.txt"
 tail -8 "$W/r-std/console.txt"
+echo "everything is in $O"
